@@ -1,0 +1,22 @@
+"""Where dl2 finds its shipped data: `data/` at the repository root, or `$DL2_DATA_DIR`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("DL2_DATA_DIR", REPO_ROOT / "data"))
+
+
+def reference_dir() -> Path:
+    """The DL2 authors' measured speeds, validation workloads and results."""
+    return data_dir() / "reference" / "dl2-official"
+
+
+def traces_dir() -> Path:
+    """Slices of real cluster traces (Philly, Alibaba GPU 2023)."""
+    return data_dir() / "traces"

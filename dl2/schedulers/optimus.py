@@ -1,0 +1,80 @@
+"""Optimus (Peng et al., EuroSys'18) with an oracle speed function, as in DL2's code.
+
+Each job first gets one worker, then one PS. After that every job's candidate is +1 worker or +1 PS, whichever
+cuts its estimated remaining time, remaining epochs / epochs per second, more; the job with the largest cut
+gets that single task, and its next candidate is queued. Allocation stops when the best cut is not positive.
+The speed function is the simulator's own (an oracle); `OptimusFitted` learns it online instead.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+
+from dl2.core import Architecture, ClusterView, JobSpec
+from dl2.schedulers.base import HeuristicScheduler
+from dl2.schedulers.requests import Counts, RequestStream, Role
+from dl2.workload.speed import SpeedModel
+
+ThroughputFunction = Callable[[JobSpec, int, int], float]
+"""(job, num_ps, num_workers) -> estimated throughput."""
+
+_FIRST = -math.inf  # a job without a worker, or without a PS, goes before any marginal gain
+
+
+def _time_left(remaining: float, epochs_per_s: float) -> float:
+    return remaining / epochs_per_s if epochs_per_s != 0.0 else math.inf
+
+
+def marginal_gain_requests(view: ClusterView, counts: Counts, throughput: ThroughputFunction) -> RequestStream:
+    """The greedy loop shared by the oracle and the fitted variant."""
+    jobs = view.jobs
+
+    def candidate(rank: int) -> tuple[float, Role]:
+        spec = jobs[rank].spec
+        workers, ps = counts[rank]
+        if workers == 0:
+            return _FIRST, Role.WORKER
+        allreduce = spec.architecture is Architecture.ALLREDUCE
+        if not allreduce and ps == 0:
+            return _FIRST, Role.PS
+        remaining = jobs[rank].remaining_epochs
+        per_epoch = spec.samples_per_epoch
+        now = _time_left(remaining, throughput(spec, ps, workers) / per_epoch)
+        worker_gain = now - _time_left(remaining, throughput(spec, ps, workers + 1) / per_epoch)
+        if allreduce:
+            return -worker_gain, Role.WORKER
+        ps_gain = now - _time_left(remaining, throughput(spec, ps + 1, workers) / per_epoch)
+        if ps_gain >= worker_gain:
+            return -ps_gain, Role.PS
+        return -worker_gain, Role.WORKER
+
+    heap = [(*candidate(rank), rank) for rank in range(len(jobs))]
+    heapq.heapify(heap)
+    while heap:
+        utility, role, rank = heapq.heappop(heap)
+        if utility >= 0:  # the best remaining cut is not positive (NaN compares false: keep going, as theirs)
+            return
+        spec = jobs[rank].spec
+        workers, ps = counts[rank]
+        if (role is Role.WORKER and workers >= spec.max_workers) or (role is Role.PS and ps >= spec.max_ps):
+            continue  # the job leaves the queue
+        granted = yield rank, role
+        if not granted:
+            continue
+        heapq.heappush(heap, (*candidate(rank), rank))
+
+
+class OptimusOracle(HeuristicScheduler):
+    name = "optimus"
+
+    def __init__(self, speed: SpeedModel, compat: bool = False, placer: object | None = None) -> None:
+        super().__init__(compat, placer)  # type: ignore[arg-type]
+        self.speed = speed
+
+    def _throughput(self, spec: JobSpec, num_ps: int, num_workers: int) -> float:
+        return self.speed.throughput(spec.model, num_ps, num_workers)
+
+    def requests(self, view: ClusterView, counts: Counts) -> RequestStream:
+        return marginal_gain_requests(view, counts, self._throughput)

@@ -1,0 +1,46 @@
+"""Scheduler and placer names, as the CLI and the pipelines spell them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from dl2.core import Scheduler
+from dl2.schedulers.binpack import BinPackPlacer
+from dl2.schedulers.drf import DRF
+from dl2.schedulers.fifo import FIFO
+from dl2.schedulers.load_balance import LoadBalancePlacer
+from dl2.schedulers.optimus import OptimusOracle
+from dl2.schedulers.placement import Placer
+from dl2.schedulers.srtf import SRTF
+from dl2.schedulers.tetris import TetrisPlacer
+from dl2.workload.speed import SpeedModel
+
+PLACERS: dict[str, Callable[[], Placer]] = {
+    "load-balance": LoadBalancePlacer,
+    "tetris": TetrisPlacer,
+    "binpack": BinPackPlacer,
+}
+
+SchedulerFactory = Callable[[SpeedModel, bool, Placer], Scheduler]
+
+SCHEDULERS: dict[str, SchedulerFactory] = {
+    "drf": lambda speed, compat, placer: DRF(compat, placer),
+    "fifo": lambda speed, compat, placer: FIFO(compat, placer),
+    "srtf": lambda speed, compat, placer: SRTF(compat, placer),
+    "optimus": lambda speed, compat, placer: OptimusOracle(speed, compat, placer),
+}
+
+COMPAT_SCHEDULERS = ("drf", "fifo", "srtf", "optimus")
+"""The schedulers the authors' simulator has (compatibility mode runs only these)."""
+
+
+def make_scheduler(name: str, speed: SpeedModel, compat: bool, placer: str = "load-balance") -> Scheduler:
+    try:
+        factory = SCHEDULERS[name]
+    except KeyError:
+        raise KeyError(f"unknown scheduler '{name}'; known: {', '.join(SCHEDULERS)}") from None
+    try:
+        placer_instance = PLACERS[placer]()
+    except KeyError:
+        raise KeyError(f"unknown placer '{placer}'; known: {', '.join(PLACERS)}") from None
+    return factory(speed, compat, placer_instance)

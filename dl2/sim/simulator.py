@@ -1,0 +1,416 @@
+"""The trace-driven cluster simulator.
+
+Time advances in slots. At each slot boundary the simulator admits the jobs that have arrived, shows the
+scheduler a read-only `ClusterView`, checks the returned `Allocation` (capacity, per-job limits) and runs the
+slot: every job with tasks progresses at its speed (placement, interference, noise) after paying the pause of
+a rescale, and a job that completes mid-slot finishes at its exact time. Its tasks stay idle until the next
+boundary, where decisions are made again (DL2 §3: decisions once per slot).
+
+`Simulation` exposes the loop step by step (`begin_slot` / `apply`) for the RL environment; `simulate` runs a
+scheduler to the end.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dl2.core import (
+    EMPTY_JOB_ALLOCATION,
+    Allocation,
+    Architecture,
+    ClusterView,
+    InvalidAllocationError,
+    JobAllocation,
+    JobView,
+    Scheduler,
+    Workload,
+)
+from dl2.sim.config import Mode, SimConfig
+from dl2.workload.interference import InterferenceModel
+from dl2.workload.speed import SpeedModel
+
+_EPS = 1e-9
+
+
+class SimulationError(RuntimeError):
+    """The run could not finish (e.g. a scheduler starved a job for `max_slots` slots)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """What happened to one job."""
+
+    job_id: str
+    model: str
+    arrival_s: float
+    first_start_s: float
+    finish_s: float
+    num_rescales: int
+    gpu_seconds: float
+    requested_gpus: float
+    isolated_s: float
+    """Run time alone at its requested workers/PS with a packed placement (the fairness reference)."""
+
+    @property
+    def jct_s(self) -> float:
+        return self.finish_s - self.arrival_s
+
+    @property
+    def queueing_s(self) -> float:
+        return self.first_start_s - self.arrival_s
+
+
+@dataclass(slots=True)
+class SlotOutcome:
+    """What one slot did: epochs each job progressed and the jobs that finished."""
+
+    slot: int
+    start_s: float
+    progress_epochs: dict[str, float]
+    finished: list[str]
+    allocated_gpu_fraction: float
+
+
+@dataclass(slots=True)
+class SimResult:
+    """A finished run."""
+
+    workload: str
+    scheduler: str
+    mode: str
+    seed: int
+    slot_s: float
+    jobs: list[JobRecord]
+    slot_start_s: list[float] = field(default_factory=list)
+    allocated_gpu_fraction: list[float] = field(default_factory=list)
+    """Per slot: allocated GPUs / cluster GPUs (CPU slots for a cluster without GPUs)."""
+    num_slots: int = 0
+    wall_s: float = 0.0
+
+
+class Simulation:
+    """One workload under one configuration, advanced slot by slot."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        config: SimConfig,
+        speed: SpeedModel,
+        interference: InterferenceModel | None = None,
+    ) -> None:
+        self.workload = workload
+        self.config = config
+        self.speed = speed
+        self.interference = interference if config.interference else None
+        self.slot_s = config.slot_s or workload.slot_s
+        self.rng = np.random.default_rng(config.seed)
+        self.cluster = workload.cluster
+        self.specs = [job.spec for job in workload.jobs]
+        self.index_of = {spec.job_id: i for i, spec in enumerate(self.specs)}
+        n = len(self.specs)
+        true_epochs = np.array([job.true_epochs for job in workload.jobs], dtype=float)
+        if config.epoch_error > 0:
+            # DL2 §6.4: the declared epochs are off by up to +-epoch_error; the truth is what the job needs.
+            declared = np.array([spec.declared_epochs for spec in self.specs])
+            true_epochs = declared * (1.0 + config.epoch_error * self.rng.uniform(-1.0, 1.0, n))
+        self.true_epochs: list[float] = true_epochs.tolist()
+        self.progress = [0.0] * n
+        self.finish_s: list[float | None] = [None] * n
+        self.first_start_s: list[float | None] = [None] * n
+        self.allocation: list[JobAllocation] = [EMPTY_JOB_ALLOCATION] * n
+        self.paused_until = [0.0] * n
+        self.num_rescales = [0] * n
+        self.gpu_seconds = [0.0] * n
+        self.run_time_s = [0.0] * n
+        self.last_throughput = [0.0] * n
+        self.previous = Allocation()
+        self.slot = 0
+        self.next_arrival = 0
+        self.active: list[int] = []
+        self.num_finished = 0
+        self.slot_start_s: list[float] = []
+        self.allocated_gpu_fraction: list[float] = []
+        total = self.cluster.total_capacity
+        self._gpu_based = total.gpu > 0
+        self._total_units = total.gpu if self._gpu_based else total.cpu
+        self._capacity = [node.capacity.as_tuple() for node in self.cluster.nodes]
+        self._capacity_array = np.array(self._capacity, dtype=float).reshape(-1, 3)
+        # a PS on an all-reduce job is refused by its max_ps of 0, so the demand check covers every role
+        self._demands = [(spec.worker_demand.as_tuple(), spec.ps_demand.as_tuple()) for spec in self.specs]
+        self._views: dict[int, tuple[float, JobView]] = {}
+
+    # -- the loop -------------------------------------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        return self.num_finished == len(self.specs)
+
+    @property
+    def time_s(self) -> float:
+        return self.slot * self.slot_s
+
+    def begin_slot(self) -> ClusterView:
+        """Admit arrivals (skipping idle time) and return the view the scheduler decides on."""
+        if self.done:
+            raise SimulationError("all jobs have finished")
+        if not self.active and self.next_arrival < len(self.specs):
+            first_slot = math.ceil(self.specs[self.next_arrival].arrival_s / self.slot_s - _EPS)
+            self.slot = max(self.slot, first_slot)
+        if self.slot >= self.config.max_slots:
+            raise SimulationError(
+                f"{self.workload.name}: {len(self.specs) - self.num_finished} jobs unfinished after "
+                f"{self.config.max_slots} slots"
+            )
+        now = self.time_s
+        while self.next_arrival < len(self.specs) and self.specs[self.next_arrival].arrival_s <= now + _EPS:
+            self.active.append(self.next_arrival)
+            self.next_arrival += 1
+        return ClusterView(now, self.slot, self.slot_s, self.cluster, tuple(self._view(i) for i in self.active), self.previous)
+
+    def _view(self, i: int) -> JobView:
+        return JobView(
+            self.specs[i],
+            self.progress[i],
+            self.gpu_seconds[i],
+            self.allocation[i],
+            self.last_throughput[i],
+            self.run_time_s[i],
+            self.num_rescales[i],
+        )
+
+    def apply(self, allocation: Allocation) -> SlotOutcome:
+        """Check the allocation, run one slot with it and move to the next boundary."""
+        if allocation is not self.previous:
+            self._validate(allocation)
+        start = self.time_s
+        end = start + self.slot_s
+        active = self.active
+        changed = self._apply_changes(allocation, start)
+        throughputs = self._throughputs(active, changed or allocation is not self.previous)
+        progressed: dict[str, float] = {}
+        finished: list[str] = []
+        allocated_units = 0.0
+        for i, throughput in zip(active, throughputs, strict=True):
+            job_allocation = self.allocation[i]
+            spec = self.specs[i]
+            units = (spec.worker_demand.gpu if self._gpu_based else spec.worker_demand.cpu) * job_allocation.num_workers
+            if not self._gpu_based:
+                units += spec.ps_demand.cpu * job_allocation.num_ps
+            allocated_units += units
+            self.last_throughput[i] = throughput
+            if throughput <= 0.0:
+                continue
+            run_from = max(start, self.paused_until[i])
+            if run_from >= end:
+                continue
+            if self.first_start_s[i] is None:
+                self.first_start_s[i] = start
+            rate = throughput / spec.samples_per_epoch
+            remaining = self.true_epochs[i] - self.progress[i]
+            gained = rate * (end - run_from)
+            if gained >= remaining:
+                busy = remaining / rate
+                self.finish_s[i] = run_from + busy
+                gained = remaining
+                finished.append(spec.job_id)
+            else:
+                busy = end - run_from
+            self.progress[i] += gained
+            self.run_time_s[i] += busy
+            self.gpu_seconds[i] += busy * spec.worker_demand.gpu * job_allocation.num_workers
+            progressed[spec.job_id] = gained
+        if finished:
+            self.num_finished += len(finished)
+            self.active = [i for i in active if self.finish_s[i] is None]
+        fraction = allocated_units / self._total_units if self._total_units else 0.0
+        self.slot_start_s.append(start)
+        self.allocated_gpu_fraction.append(fraction)
+        self.previous = allocation
+        outcome = SlotOutcome(self.slot, start, progressed, finished, fraction)
+        self.slot += 1
+        return outcome
+
+    # -- pieces of a slot -----------------------------------------------------------------------------------
+
+    def _apply_changes(self, allocation: Allocation, start: float) -> bool:
+        """Record each job's new tasks; a change pays the rescale pause. Returns whether anything changed."""
+        changed = False
+        for i in self.active:
+            new = allocation.get(self.specs[i].job_id)
+            old = self.allocation[i]
+            if new is old or (new.worker_nodes == old.worker_nodes and new.ps_nodes == old.ps_nodes):
+                continue
+            if new.same_placement(old):
+                self.allocation[i] = new
+                continue
+            changed = True
+            self.allocation[i] = new
+            if new.is_empty:
+                continue
+            was_running = not old.is_empty
+            if was_running or self.first_start_s[i] is not None:
+                self.num_rescales[i] += 1
+            self.paused_until[i] = start + self.config.rescale.pause_s(self.rng, was_running)
+        return changed
+
+    def _throughputs(self, active: list[int], recompute: bool) -> list[float]:
+        """Throughput of each active job this slot: placement, interference and noise."""
+        specs, allocation, speed = self.specs, self.allocation, self.speed
+        if self.config.mode is Mode.COMPAT:
+            values = [
+                speed.placed_throughput(specs[i], allocation[i]) if allocation[i].worker_nodes else 0.0 for i in active
+            ]
+        else:
+            values = [self._base_throughput(i) for i in active]
+            if self.interference is not None:
+                factors = self._interference_factors(active)
+                values = [v / f for v, f in zip(values, factors, strict=True)]
+        if self.config.speed_noise > 0 and values:
+            noise = 1.0 + self.config.speed_noise * self.rng.uniform(-1.0, 1.0, len(values))
+            values = [v * float(e) for v, e in zip(values, noise, strict=True)]
+        return values
+
+    def _base_throughput(self, i: int) -> float:
+        job_allocation = self.allocation[i]
+        if not job_allocation.worker_nodes:
+            return 0.0
+        cached = self._views.get(i)
+        if cached is not None and cached[1] is job_allocation:  # type: ignore[comparison-overlap]
+            return cached[0]
+        value = self.speed.placed_throughput(self.specs[i], job_allocation)
+        self._views[i] = (value, job_allocation)  # type: ignore[assignment]
+        return value
+
+    def _interference_factors(self, active: list[int]) -> list[float]:
+        assert self.interference is not None
+        table = self.interference.table
+        index = self.interference.model_index
+        jobs_on_node: dict[int, set[int]] = {}
+        for i in active:
+            job_allocation = self.allocation[i]
+            for node in set(job_allocation.worker_nodes) | set(job_allocation.ps_nodes):
+                jobs_on_node.setdefault(node, set()).add(i)
+        factors = []
+        for i in active:
+            job_allocation = self.allocation[i]
+            victim = table[index[self.specs[i].model]]
+            worst = 1.0
+            for node in set(job_allocation.worker_nodes) | set(job_allocation.ps_nodes):
+                neighbours = jobs_on_node[node]
+                if len(neighbours) > 1:
+                    for k in neighbours:
+                        if k != i:
+                            worst = max(worst, victim[index[self.specs[k].model]])
+            factors.append(worst)
+        return factors
+
+    def _validate(self, allocation: Allocation) -> None:
+        """Reject unknown or inactive jobs, limits exceeded, bad node ids and over-full nodes."""
+        active = self._active_ids()
+        tasks_by_demand: dict[tuple[float, float, float], list[int]] = {}
+        for job_id, job_allocation in allocation.jobs.items():
+            i = active.get(job_id)
+            if i is None:
+                raise InvalidAllocationError(f"slot {self.slot}: job {job_id} is not active")
+            spec = self.specs[i]
+            workers, ps = job_allocation.worker_nodes, job_allocation.ps_nodes
+            if len(workers) > spec.max_workers or len(ps) > spec.max_ps:
+                raise InvalidAllocationError(
+                    f"slot {self.slot}: job {job_id} gets {len(workers)} workers and {len(ps)} PS; "
+                    f"its limits are {spec.max_workers} and {spec.max_ps}"
+                )
+            worker_demand, ps_demand = self._demands[i]
+            if workers:
+                tasks_by_demand.setdefault(worker_demand, []).extend(workers)
+            if ps:
+                tasks_by_demand.setdefault(ps_demand, []).extend(ps)
+        num_nodes = len(self._capacity)
+        usage = np.zeros((num_nodes, 3))
+        for demand, nodes in tasks_by_demand.items():
+            node_array = np.fromiter(nodes, dtype=np.int64, count=len(nodes))
+            if node_array.min() < 0 or node_array.max() >= num_nodes:
+                raise InvalidAllocationError(f"slot {self.slot}: a task is placed outside nodes 0..{num_nodes - 1}")
+            usage += np.outer(np.bincount(node_array, minlength=num_nodes), demand)
+        over = np.flatnonzero((usage > self._capacity_array + _EPS).any(axis=1))
+        if over.size:
+            node = int(over[0])
+            used, capacity = usage[node], self._capacity[node]
+            raise InvalidAllocationError(
+                f"slot {self.slot}: node {node} over capacity: uses gpu={used[0]:g} cpu={used[1]:g} "
+                f"mem_gb={used[2]:g} of gpu={capacity[0]:g} cpu={capacity[1]:g} mem_gb={capacity[2]:g}"
+            )
+
+    def _active_ids(self) -> dict[str, int]:
+        return {self.specs[i].job_id: i for i in self.active}
+
+    # -- results --------------------------------------------------------------------------------------------
+
+    def result(self, scheduler_name: str, wall_s: float = 0.0) -> SimResult:
+        if not self.done:
+            raise SimulationError("the run has not finished")
+        records = []
+        for i, spec in enumerate(self.specs):
+            finish = self.finish_s[i]
+            first = self.first_start_s[i]
+            assert finish is not None and first is not None
+            records.append(
+                JobRecord(
+                    spec.job_id,
+                    spec.model,
+                    spec.arrival_s,
+                    first,
+                    finish,
+                    self.num_rescales[i],
+                    self.gpu_seconds[i],
+                    spec.worker_demand.gpu * spec.requested_workers,
+                    self._isolated_s(i),
+                )
+            )
+        return SimResult(
+            self.workload.name,
+            scheduler_name,
+            self.config.mode.value,
+            self.config.seed,
+            self.slot_s,
+            records,
+            self.slot_start_s,
+            self.allocated_gpu_fraction,
+            len(self.slot_start_s),
+            wall_s,
+        )
+
+    def _isolated_s(self, i: int) -> float:
+        spec = self.specs[i]
+        num_ps = spec.requested_ps if spec.architecture is Architecture.PS else 0
+        packed = JobAllocation((0,) * spec.requested_workers, (0,) * num_ps)
+        throughput = self.speed.placed_throughput(spec, packed) if self.config.mode is Mode.REALISTIC else (
+            self.speed.throughput(spec.model, num_ps, spec.requested_workers)
+        )
+        if throughput <= 0:
+            return math.inf
+        return self.true_epochs[i] * spec.samples_per_epoch / throughput
+
+
+def simulate(
+    workload: Workload,
+    scheduler: Scheduler,
+    config: SimConfig,
+    speed: SpeedModel,
+    interference: InterferenceModel | None = None,
+    on_slot: Callable[[Simulation], None] | None = None,
+) -> SimResult:
+    """Run `scheduler` on `workload` to the end."""
+    started = time.perf_counter()
+    scheduler.reset()
+    simulation = Simulation(workload, config, speed, interference)
+    while not simulation.done:
+        view = simulation.begin_slot()
+        simulation.apply(scheduler.schedule(view))
+        if on_slot is not None:
+            on_slot(simulation)
+    return simulation.result(scheduler.name, time.perf_counter() - started)

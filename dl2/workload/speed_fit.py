@@ -1,0 +1,116 @@
+"""The realistic speed model: a parametric, placement-aware model per job type fitted to the measured table.
+
+Form (Optimus family, EuroSys'18 §4.2, extended with placement): the time per unit of throughput is
+
+    1 / S(p, w) = t0 / w + t1 + kappa * (t2 / p + t3 * w / p) + t4 * w + t5 * p
+
+t0/w: computation split across workers; t1: fixed synchronisation overhead; t2/p: parameters exchanged with p
+parameter servers; t3 w/p: each PS serving w workers (the PS network bottleneck that makes the measured optimum
+"many PS, few workers"); t4 w, t5 p: per-task overheads. Coefficients are non-negative and fitted by weighted
+NNLS (relative error) to the measured rows, the nine failed zero-speed runs treated as missing.
+
+Placement enters through kappa: the measurements crossed servers, so kappa = 1 when every worker-PS pair is on
+different servers and kappa = inter_bw / intra_bw (at most 1) when all pairs share a server; in between it is the
+pair-weighted mix. All-reduce jobs (DL2 §7) have no PS: a ring all-reduce moves 2 (w-1)/w model sizes per step
+at the slowest link's bandwidth (intra-server if the ring stays on one server), converted to the same units
+with the model's measured compute time.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import nnls
+
+from dl2.core import Architecture, JobAllocation, JobSpec
+from dl2.workload.catalogue import CATALOGUE, MODEL_NAMES, ModelProfile
+from dl2.workload.measurements import measurements_of
+
+FEATURE_NAMES = ("t0/w", "t1", "t2/p", "t3*w/p", "t4*w", "t5*p")
+
+
+def _features(num_ps: np.ndarray, num_workers: np.ndarray) -> np.ndarray:
+    ones = np.ones_like(num_ps)
+    return np.column_stack(
+        [1 / num_workers, ones, 1 / num_ps, num_workers / num_ps, num_workers, num_ps]
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FittedModel:
+    """One job type's fitted coefficients and its fit error on the measured rows."""
+
+    model: str
+    coefficients: tuple[float, ...]
+    """t0..t5 of the module docstring."""
+    mape: float
+    """Mean absolute percentage error of the fitted speed on the measured (non-failed) rows."""
+    p90_ape: float
+    """90th percentile of the absolute percentage error."""
+    num_rows: int
+
+    def inverse_speed(self, num_ps: float, num_workers: float, kappa: float = 1.0) -> float:
+        t0, t1, t2, t3, t4, t5 = self.coefficients
+        return t0 / num_workers + t1 + kappa * (t2 / num_ps + t3 * num_workers / num_ps) + t4 * num_workers + t5 * num_ps
+
+
+def fit_model(model: str) -> FittedModel:
+    rows = measurements_of(model, include_failed=False)
+    num_ps = np.array([r.num_ps for r in rows], dtype=float)
+    num_workers = np.array([r.num_workers for r in rows], dtype=float)
+    speed = np.array([r.speed for r in rows])
+    target = 1.0 / speed
+    weights = 1.0 / target  # relative error: every row counts the same whatever its speed
+    features = _features(num_ps, num_workers)
+    coefficients, _ = nnls(features * weights[:, None], target * weights)
+    predicted = 1.0 / (features @ coefficients)
+    errors = np.abs(predicted - speed) / speed
+    return FittedModel(
+        model, tuple(float(c) for c in coefficients), float(errors.mean()), float(np.quantile(errors, 0.9)), len(rows)
+    )
+
+
+class ParametricSpeedModel:
+    """Placement-aware speed for every catalogue model (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.fits: dict[str, FittedModel] = {model: fit_model(model) for model in MODEL_NAMES}
+
+    def throughput(self, model: str, num_ps: int, num_workers: int) -> float:
+        """Placement ignored: every worker-PS pair crosses servers, as in the measurements."""
+        if num_workers <= 0:
+            return 0.0
+        if num_ps <= 0:
+            return self._allreduce(CATALOGUE[model], num_workers, spans_servers=num_workers > 1)
+        return 1.0 / self.fits[model].inverse_speed(num_ps, num_workers)
+
+    def placed_throughput(self, spec: JobSpec, allocation: JobAllocation) -> float:
+        workers = allocation.worker_nodes
+        if not workers:
+            return 0.0
+        profile = CATALOGUE[spec.model]
+        if spec.architecture is Architecture.ALLREDUCE:
+            return self._allreduce(profile, len(workers), spans_servers=len(set(workers)) > 1)
+        ps = allocation.ps_nodes
+        if not ps:
+            return 0.0
+        return 1.0 / self.fits[spec.model].inverse_speed(len(ps), len(workers), _kappa(profile, workers, ps))
+
+    def _allreduce(self, profile: ModelProfile, num_workers: int, spans_servers: bool) -> float:
+        fit = self.fits[profile.name]
+        t0, t1, _t2, _t3, t4, _t5 = fit.coefficients
+        units_per_second = t0 / profile.compute_time_s  # the fitted compute term is the measured compute time
+        bandwidth = profile.inter_bw_mb_s if spans_servers else max(profile.intra_bw_mb_s, profile.inter_bw_mb_s)
+        ring_s = 2.0 * (num_workers - 1) / num_workers * profile.model_size_mb / bandwidth
+        return 1.0 / (t0 / num_workers + t1 + t4 * num_workers + units_per_second * ring_s / num_workers)
+
+
+def _kappa(profile: ModelProfile, worker_nodes: tuple[int, ...], ps_nodes: tuple[int, ...]) -> float:
+    """Communication-time factor of this placement relative to the all-crossing measurements."""
+    ps_count = Counter(ps_nodes)
+    co_located_pairs = sum(ps_count.get(node, 0) for node in worker_nodes)
+    same_fraction = co_located_pairs / (len(worker_nodes) * len(ps_nodes))
+    intra_factor = min(1.0, profile.inter_bw_mb_s / profile.intra_bw_mb_s)
+    return (1.0 - same_fraction) + same_fraction * intra_factor
