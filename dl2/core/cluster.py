@@ -37,7 +37,9 @@ class ClusterSpec:
         object.__setattr__(self, "total_capacity", total)
 
     @classmethod
-    def homogeneous(cls, num_nodes: int, capacity: Resources, kind: str = "default", name: str = "cluster") -> ClusterSpec:
+    def homogeneous(
+        cls, num_nodes: int, capacity: Resources, kind: str = "default", name: str = "cluster"
+    ) -> ClusterSpec:
         return cls(tuple(NodeSpec(i, capacity, kind) for i in range(num_nodes)), name)
 
     @property

@@ -37,5 +37,9 @@ class DRF(HeuristicScheduler):
                 continue
             (wg, wc, wm), (pg, pc, pm) = demands[rank]
             # the same arithmetic as theirs, (w * worker + p * ps) / total, so ties break the same way
-            share = max((workers * wg + ps * pg) / g_total, (workers * wc + ps * pc) / c_total, (workers * wm + ps * pm) / m_total)
+            share = max(
+                (workers * wg + ps * pg) / g_total,
+                (workers * wc + ps * pc) / c_total,
+                (workers * wm + ps * pm) / m_total,
+            )
             heapq.heapreplace(heap, (share, rank))

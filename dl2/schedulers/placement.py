@@ -41,7 +41,8 @@ class Placer(Protocol):
 
 def fitting_nodes(free: np.ndarray, demand: np.ndarray) -> np.ndarray:
     """Boolean mask of the nodes with room for `demand`."""
-    return np.all(free >= demand - _EPS, axis=1)
+    mask: np.ndarray = np.all(free >= demand - _EPS, axis=1)
+    return mask
 
 
 def capacity_matrix(cluster: ClusterSpec) -> np.ndarray:

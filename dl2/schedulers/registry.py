@@ -10,9 +10,11 @@ from dl2.schedulers.drf import DRF
 from dl2.schedulers.fifo import FIFO
 from dl2.schedulers.load_balance import LoadBalancePlacer
 from dl2.schedulers.optimus import OptimusOracle
+from dl2.schedulers.optimus_fitted import OptimusFitted
 from dl2.schedulers.placement import Placer
 from dl2.schedulers.srtf import SRTF
 from dl2.schedulers.tetris import TetrisPlacer
+from dl2.schedulers.tiresias import Tiresias
 from dl2.workload.speed import SpeedModel
 
 PLACERS: dict[str, Callable[[], Placer]] = {
@@ -28,6 +30,8 @@ SCHEDULERS: dict[str, SchedulerFactory] = {
     "fifo": lambda speed, compat, placer: FIFO(compat, placer),
     "srtf": lambda speed, compat, placer: SRTF(compat, placer),
     "optimus": lambda speed, compat, placer: OptimusOracle(speed, compat, placer),
+    "optimus-fitted": lambda speed, compat, placer: OptimusFitted(compat, placer),
+    "tiresias": lambda speed, compat, placer: Tiresias(placer),
 }
 
 COMPAT_SCHEDULERS = ("drf", "fifo", "srtf", "optimus")
@@ -35,6 +39,10 @@ COMPAT_SCHEDULERS = ("drf", "fifo", "srtf", "optimus")
 
 
 def make_scheduler(name: str, speed: SpeedModel, compat: bool, placer: str = "load-balance") -> Scheduler:
+    if compat and name not in COMPAT_SCHEDULERS:
+        raise KeyError(
+            f"scheduler '{name}' has no compatibility-mode version; use one of {', '.join(COMPAT_SCHEDULERS)}"
+        )
     try:
         factory = SCHEDULERS[name]
     except KeyError:

@@ -16,6 +16,10 @@ class SRTF(HeuristicScheduler):
         jobs = view.jobs
         order = sorted(
             range(len(jobs)),
-            key=lambda rank: (1.0 - jobs[rank].progress_epochs / jobs[rank].spec.declared_epochs, jobs[rank].spec.arrival_s, rank),
+            key=lambda rank: (
+                1.0 - jobs[rank].progress_epochs / jobs[rank].spec.declared_epochs,
+                jobs[rank].spec.arrival_s,
+                rank,
+            ),
         )
         return bundles_in_order(view, counts, order)

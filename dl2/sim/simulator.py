@@ -170,7 +170,9 @@ class Simulation:
         while self.next_arrival < len(self.specs) and self.specs[self.next_arrival].arrival_s <= now + _EPS:
             self.active.append(self.next_arrival)
             self.next_arrival += 1
-        return ClusterView(now, self.slot, self.slot_s, self.cluster, tuple(self._view(i) for i in self.active), self.previous)
+        return ClusterView(
+            now, self.slot, self.slot_s, self.cluster, tuple(self._view(i) for i in self.active), self.previous
+        )
 
     def _view(self, i: int) -> JobView:
         return JobView(
@@ -388,8 +390,10 @@ class Simulation:
         spec = self.specs[i]
         num_ps = spec.requested_ps if spec.architecture is Architecture.PS else 0
         packed = JobAllocation((0,) * spec.requested_workers, (0,) * num_ps)
-        throughput = self.speed.placed_throughput(spec, packed) if self.config.mode is Mode.REALISTIC else (
-            self.speed.throughput(spec.model, num_ps, spec.requested_workers)
+        throughput = (
+            self.speed.placed_throughput(spec, packed)
+            if self.config.mode is Mode.REALISTIC
+            else (self.speed.throughput(spec.model, num_ps, spec.requested_workers))
         )
         if throughput <= 0:
             return math.inf

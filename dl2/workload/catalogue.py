@@ -69,9 +69,7 @@ _ROWS = (
     ("wlm", 0.154, 19.2, 10.375, 22.875, 165, 0.23, True),
 )
 
-CATALOGUE: dict[str, ModelProfile] = {
-    row[0]: ModelProfile(row[0], index, *row[1:]) for index, row in enumerate(_ROWS)  # type: ignore[arg-type]
-}
+CATALOGUE: dict[str, ModelProfile] = {row[0]: ModelProfile(row[0], index, *row[1:]) for index, row in enumerate(_ROWS)}
 MODEL_NAMES: tuple[str, ...] = tuple(CATALOGUE)
 GPU_MODEL_NAMES: tuple[str, ...] = tuple(name for name, profile in CATALOGUE.items() if profile.uses_gpu)
 

@@ -70,7 +70,9 @@ class InterferenceModel:
             for aggressor in MODEL_NAMES:
                 value = row.get(aggressor)
                 if not isinstance(value, int | float) or value < 1.0:
-                    raise InputError(str(path), f"slowdown must be a number >= 1, got {value!r}", field=f"{victim}.{aggressor}")
+                    raise InputError(
+                        str(path), f"slowdown must be a number >= 1, got {value!r}", field=f"{victim}.{aggressor}"
+                    )
         return cls(matrix)
 
     def slowdown(self, victim: str, aggressor: str) -> float:

@@ -47,6 +47,15 @@ def best_ps_for(model: str, num_workers: int, max_ps: int) -> int:
     return max(range(1, max_ps + 1), key=lambda ps: (speed.throughput(model, ps, num_workers), -ps))
 
 
+DEFAULT_MAPPING = TraceMapping()
+
+
+@cache
+def _cumulative_weights(mapping: TraceMapping) -> np.ndarray:
+    weights = np.asarray(mapping.model_weights or [1.0] * len(mapping.models), dtype=float)
+    return np.cumsum(weights / weights.sum())
+
+
 def map_trace_job(
     job_id: str,
     arrival_s: float,
@@ -54,13 +63,22 @@ def map_trace_job(
     duration_s: float,
     rng: np.random.Generator,
     mapping: TraceMapping,
+    model: str | None = None,
 ) -> Job:
-    """One traced job as a catalogue job; draws the model and architecture from `rng` (two draws per job)."""
-    weights = np.asarray(mapping.model_weights or [1.0] * len(mapping.models), dtype=float)
-    model = mapping.models[int(rng.choice(len(mapping.models), p=weights / weights.sum()))]
-    allreduce = bool(rng.random() < mapping.allreduce_fraction)
+    """One traced job as a catalogue job.
+
+    Exactly two uniform draws per job (model, architecture), even when `model` pins the model (a trace that
+    names it), so a pinned row never shifts the draws of the rows after it.
+    """
+    if num_gpus < 1:
+        raise ValueError(f"job {job_id}: a training job needs at least one GPU, got {num_gpus}")
+    model_draw, architecture_draw = rng.random(2)
+    cumulative = _cumulative_weights(mapping)
+    drawn = mapping.models[min(int(np.searchsorted(cumulative, model_draw, side="right")), len(cumulative) - 1)]
+    model = model or drawn
+    allreduce = bool(architecture_draw < mapping.allreduce_fraction)
     profile = CATALOGUE[model]
-    workers = max(1, int(num_gpus))
+    workers = int(num_gpus)
     cap = max(workers, mapping.elastic_cap)
     if allreduce:
         architecture, requested_ps, max_ps = Architecture.ALLREDUCE, 0, 0

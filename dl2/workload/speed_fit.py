@@ -33,9 +33,7 @@ FEATURE_NAMES = ("t0/w", "t1", "t2/p", "t3*w/p", "t4*w", "t5*p")
 
 def _features(num_ps: np.ndarray, num_workers: np.ndarray) -> np.ndarray:
     ones = np.ones_like(num_ps)
-    return np.column_stack(
-        [1 / num_workers, ones, 1 / num_ps, num_workers / num_ps, num_workers, num_ps]
-    )
+    return np.column_stack([1 / num_workers, ones, 1 / num_ps, num_workers / num_ps, num_workers, num_ps])
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +51,9 @@ class FittedModel:
 
     def inverse_speed(self, num_ps: float, num_workers: float, kappa: float = 1.0) -> float:
         t0, t1, t2, t3, t4, t5 = self.coefficients
-        return t0 / num_workers + t1 + kappa * (t2 / num_ps + t3 * num_workers / num_ps) + t4 * num_workers + t5 * num_ps
+        return (
+            t0 / num_workers + t1 + kappa * (t2 / num_ps + t3 * num_workers / num_ps) + t4 * num_workers + t5 * num_ps
+        )
 
 
 def fit_model(model: str) -> FittedModel:

@@ -1,0 +1,46 @@
+# dl2: two commands do all set-up on a fresh machine.
+#   make demo   create .venv if missing, install from the pins, run the main job end to end
+#   make test   same bootstrap, then lint (ruff), types (mypy on dl2/) and the test suite
+SHELL := /bin/bash
+VENV := .venv
+PYTHON := $(VENV)/bin/python
+INSTALLED := $(VENV)/.installed
+WHEELS ?= $(or $(PIP_FIND_LINKS),/opt/wheels)
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint typecheck unit bench clean
+
+$(INSTALLED): requirements/requirements.txt requirements/constraints.txt pyproject.toml
+	@test -x $(PYTHON) || python3.11 -m venv $(VENV)
+	@$(PYTHON) -m pip install -q --disable-pip-version-check pip==26.3 uv==0.13.9 2>&1 | grep -v "is ignored" || true
+	@# uv ignores pip.conf: name the local wheel folder that holds torch 2.13.0+cpu; compile .pyc once
+	@# (PYTHONDONTWRITEBYTECODE=1 on these machines would otherwise make every import slow forever)
+	$(VENV)/bin/uv pip install --python $(PYTHON) --find-links "$(WHEELS)" --compile-bytecode -q \
+		-r requirements/requirements.txt -c requirements/constraints.txt
+	$(VENV)/bin/uv pip install --python $(PYTHON) --no-deps --compile-bytecode -q -e .
+	@touch $@
+
+demo: $(INSTALLED)
+	@echo "== 1/2 The DL2 authors' contended setting (compatibility mode, their 10 small workloads) =="
+	$(VENV)/bin/dl2 compare --workload dl2-official-small --mode compat --out results/demo/compat-small
+	@echo "== 2/2 A week of Microsoft Philly on 352 8-GPU servers (realistic mode) =="
+	$(VENV)/bin/dl2 compare --workload philly --mode realistic --out results/demo/philly
+
+test: $(INSTALLED) lint typecheck unit
+
+lint: $(INSTALLED)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(INSTALLED)
+	$(VENV)/bin/mypy
+
+unit: $(INSTALLED)
+	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
+
+bench: $(INSTALLED)
+	$(PYTHON) benchmarks/bench_compat_speed.py
+	$(PYTHON) benchmarks/bench_realistic_speed.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache results

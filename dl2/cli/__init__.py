@@ -1,0 +1,1 @@
+"""The `dl2` command-line tool."""

@@ -1,0 +1,121 @@
+"""Options and helpers shared by the `dl2` subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from dl2.core import Dl2Error, InputError, Workload
+from dl2.schedulers.registry import COMPAT_SCHEDULERS, PLACERS, SCHEDULERS, make_scheduler
+from dl2.sim.config import Mode, RescaleCost, RescaleKind, SimConfig
+from dl2.sim.run import SchedulerBuilder
+
+
+class UsageError(Dl2Error):
+    """A command-line value that makes no sense (reported as one line, exit status 2)."""
+
+
+def add_workload_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--workload",
+        "-w",
+        required=True,
+        metavar="NAME_OR_FILE",
+        help="a workload name (see `dl2 workloads`), a CSV in the common trace schema, or a JSON reference file",
+    )
+
+
+def add_sim_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--mode", choices=[m.value for m in Mode], default=Mode.REALISTIC.value, help="simulator fidelity"
+    )
+    parser.add_argument("--placer", choices=sorted(PLACERS), default="load-balance", help="realistic-mode placement")
+    parser.add_argument("--slot-s", type=float, default=None, help="scheduling interval (default: the workload's)")
+    parser.add_argument(
+        "--rescale",
+        choices=[k.value for k in RescaleKind],
+        default=None,
+        help="rescaling cost (realistic default: hot)",
+    )
+    parser.add_argument("--speed-noise", type=float, default=None, help="per-slot speed noise e: x(1+e U(-1,1))")
+    parser.add_argument("--epoch-error", type=float, default=None, help="declared-epoch error e (DL2 §6.4)")
+    parser.add_argument("--no-interference", action="store_true", help="turn co-location interference off")
+
+
+def sim_config(args: argparse.Namespace, seed: int) -> SimConfig:
+    mode = Mode(args.mode)
+    config = SimConfig.for_mode(mode, seed)
+    overrides: dict[str, Any] = {}
+    if args.slot_s is not None:
+        if args.slot_s <= 0:
+            raise UsageError(f"--slot-s must be positive, got {args.slot_s}")
+        overrides["slot_s"] = args.slot_s
+    if mode is Mode.COMPAT:
+        extra = [
+            flag
+            for flag, value in (
+                ("--rescale", args.rescale),
+                ("--speed-noise", args.speed_noise),
+                ("--epoch-error", args.epoch_error),
+            )
+            if value is not None
+        ]
+        if extra or args.no_interference:
+            raise UsageError(f"{', '.join(extra) or '--no-interference'} only apply to --mode realistic")
+    else:
+        if args.rescale is not None:
+            overrides["rescale"] = RescaleCost(kind=RescaleKind(args.rescale))
+        for name in ("speed_noise", "epoch_error"):
+            value = getattr(args, name)
+            if value is not None:
+                if not 0 <= value < 1:
+                    raise UsageError(f"--{name.replace('_', '-')} must be in [0, 1), got {value}")
+                overrides[name] = value
+        if args.no_interference:
+            overrides["interference"] = False
+    return replace(config, **overrides)
+
+
+def scheduler_builder(name: str, placer: str, mode: Mode) -> SchedulerBuilder:
+    """A builder for a heuristic by name (checked now, so a typo fails before any work)."""
+    if name not in SCHEDULERS:
+        raise UsageError(f"unknown scheduler '{name}'; known: {', '.join(SCHEDULERS)}")
+    if mode is Mode.COMPAT and name not in COMPAT_SCHEDULERS:
+        raise UsageError(
+            f"scheduler '{name}' has no compatibility-mode version; use one of {', '.join(COMPAT_SCHEDULERS)}"
+        )
+    return lambda speed, compat: make_scheduler(name, speed, compat, placer)
+
+
+def load(name_or_path: str, seed: int) -> tuple[Workload, ...]:
+    from dl2.workload.registry import load_workloads
+
+    return load_workloads(name_or_path, seed=seed)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON next to `path` and rename it into place, so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w") as stream:
+            json.dump(data, stream, indent=2, sort_keys=True)
+            stream.write("\n")
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, sort_keys=True)
+    sys.stdout.write("\n")
+
+
+__all__ = ["InputError", "UsageError"]

@@ -1,0 +1,101 @@
+"""`dl2 simulate`: one scheduler on one workload (or on every workload of a file), as a table or as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from dl2.cli.common import add_sim_options, add_workload_options, load, print_json, scheduler_builder, sim_config
+from dl2.sim.config import Mode
+from dl2.sim.metrics import RunMetrics, summarize
+from dl2.sim.run import run_one
+
+HEADLINE = (
+    "avg_jct_s",
+    "median_jct_s",
+    "p95_jct_s",
+    "p99_jct_s",
+    "makespan_s",
+    "avg_queueing_s",
+    "avg_gpu_utilisation",
+    "total_rescales",
+    "avg_ftf_rho",
+)
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "simulate",
+        help="run one scheduler on a workload",
+        description="Run one scheduler on a workload and report JCT statistics. A file holding several workloads "
+        "(as the DL2 reference files do) reports their mean and a per-workload list.",
+    )
+    add_workload_options(parser)
+    parser.add_argument(
+        "--scheduler", "-s", required=True, help="scheduler name (drf, fifo, srtf, optimus, optimus-fitted, tiresias)"
+    )
+    add_sim_options(parser)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the workload mapping and of the simulation")
+    parser.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = sim_config(args, args.seed)
+    build = scheduler_builder(args.scheduler, args.placer, Mode(args.mode))
+    workloads = load(args.workload, args.seed)
+    compat = config.mode is Mode.COMPAT
+    metrics: list[RunMetrics] = []
+    progress = tqdm(
+        workloads,
+        desc=f"{args.scheduler} on {args.workload}",
+        unit="workload",
+        disable=args.json or len(workloads) == 1,
+        file=sys.stderr,
+    )
+    for workload in progress:
+        metrics.append(summarize(run_one(workload, build, config)))
+    report = aggregate(metrics, compat)
+    if args.json:
+        print_json(report)
+    else:
+        print_table(report, args.scheduler, args.workload, config.mode)
+    return 0
+
+
+def aggregate(metrics: list[RunMetrics], compat: bool) -> dict[str, Any]:
+    """One run's metrics, or the mean over several workloads plus `per_workload`."""
+    if len(metrics) == 1:
+        return metrics[0].to_json_dict(compat)
+    per_workload = [m.to_json_dict(compat) for m in metrics]
+    report: dict[str, Any] = {}
+    for key, value in per_workload[0].items():
+        if isinstance(value, int | float) and not isinstance(value, bool) and key not in ("seed",):
+            report[key] = float(np.mean([entry[key] for entry in per_workload]))
+        else:
+            report[key] = value
+    report["num_jobs"] = sum(m.num_jobs for m in metrics)
+    report["workload"] = metrics[0].workload.rsplit("/", 1)[0]
+    report["num_workloads"] = len(metrics)
+    report["per_workload"] = per_workload
+    return report
+
+
+def print_table(report: dict[str, Any], scheduler: str, workload: str, mode: Mode) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    title = f"{scheduler} on {workload} ({mode.value} mode"
+    title += f", mean of {report['num_workloads']} workloads)" if "per_workload" in report else ")"
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key in ("num_jobs", *HEADLINE, "avg_jct_slots", "makespan_slots", "wall_s"):
+        if key in report:
+            value = report[key]
+            table.add_row(key, f"{value:,.3f}" if isinstance(value, float) else str(value))
+    Console().print(table)

@@ -1,0 +1,1 @@
+"""Heuristic schedulers and placers behind the `Scheduler` protocol; one policy per module."""

@@ -1,0 +1,1 @@
+"""The trace-driven cluster simulator (compatibility and realistic modes) and its metrics."""

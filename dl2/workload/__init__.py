@@ -1,0 +1,1 @@
+"""Workloads: job catalogue, speed models, interference, trace loaders and synthetic generators."""

@@ -1,0 +1,101 @@
+"""Hand-computed two- and three-job cases with exact JCTs."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import LinearSpeed, make_job, one_node_workload
+
+from dl2.core import Allocation, InvalidAllocationError, JobAllocation
+from dl2.schedulers.drf import DRF
+from dl2.schedulers.fifo import FIFO
+from dl2.sim.config import Mode, RescaleCost, RescaleKind, SimConfig
+from dl2.sim.simulator import Simulation, simulate
+
+QUIET = SimConfig(mode=Mode.REALISTIC, rescale=RescaleCost(kind=RescaleKind.NONE), interference=False)
+
+
+def jcts(result: object) -> dict[str, float]:
+    return {job.job_id: job.jct_s for job in result.jobs}  # type: ignore[attr-defined]
+
+
+def test_drf_compat_two_jobs_share_one_node_then_the_survivor_doubles() -> None:
+    # One node fits two worker+PS bundles. Slot 0-1: A and B one bundle each (1 epoch/s each).
+    # A needs 150 epochs: done at 150 s. B has 200 after slot 1; from slot 2 it holds both bundles
+    # (2 epochs/s) and needs 100 more: done at 250 s. Decisions only at slot boundaries (A's bundle idles 150-200 s).
+    workload = one_node_workload(make_job("A", 150), make_job("B", 300))
+    result = simulate(workload, DRF(compat=True), SimConfig.compat(), LinearSpeed())
+    assert jcts(result) == pytest.approx({"A": 150.0, "B": 250.0})
+    assert result.num_slots == 3
+
+
+def test_fifo_gives_the_first_job_everything_it_can_take() -> None:
+    # FIFO: A takes both bundles (2 epochs/s), B waits. A: 300 epochs -> 150 s. B from slot 2 (200 s): 2 epochs/s,
+    # 100 epochs -> 250 s.
+    workload = one_node_workload(make_job("A", 300), make_job("B", 100))
+    result = simulate(workload, FIFO(compat=True), SimConfig.compat(), LinearSpeed())
+    assert jcts(result) == pytest.approx({"A": 150.0, "B": 250.0})
+    queueing = {job.job_id: job.queueing_s for job in result.jobs}
+    assert queueing == {"A": 0.0, "B": 200.0}
+
+
+def test_late_arrival_waits_for_the_next_boundary_and_idle_time_is_skipped() -> None:
+    # C arrives at 1,030 s, long after A finished at 50 s: the run jumps to slot 11 (1,100 s); JCT = 70 + 100 / 2.
+    workload = one_node_workload(make_job("A", 100), make_job("C", 100, arrival_s=1030.0))
+    result = simulate(workload, DRF(compat=True), SimConfig.compat(), LinearSpeed())
+    assert jcts(result) == pytest.approx({"A": 50.0, "C": 120.0})
+    assert result.num_slots == 2
+
+
+def test_checkpoint_restart_costs_are_paid_on_start_and_on_every_change() -> None:
+    # Restore takes exactly 30 s, stopping a running job 60 s. Slot 0: both start, paused to 30 s -> 70 epochs each.
+    # Slot 1: A needs 80 more -> done at 180 s; B reaches 170. Slot 2: B grows to two bundles, pays 60 + 30 s,
+    # runs 290-300 s at 2/s -> 190. Slot 3: needs 110 at 2/s -> done at 355 s.
+    cost = RescaleCost(kind=RescaleKind.CHECKPOINT, stop_s=60.0, restore_min_s=30.0, restore_max_s=30.0)
+    config = SimConfig(mode=Mode.REALISTIC, rescale=cost, interference=False)
+    workload = one_node_workload(make_job("A", 150), make_job("B", 300))
+    result = simulate(workload, DRF(), config, LinearSpeed())
+    assert jcts(result) == pytest.approx({"A": 180.0, "B": 355.0})
+    assert {job.job_id: job.num_rescales for job in result.jobs} == {"A": 0, "B": 1}
+
+
+def test_three_jobs_realistic_backfill_and_exact_finish_times() -> None:
+    # Two nodes, caps of one bundle per job: A, B and C each get one bundle (2 nodes x 2 bundles),
+    # so all run at 1 epoch/s from 0 s and finish at exactly their epochs.
+    jobs = [make_job(name, epochs, max_tasks=1) for name, epochs in (("A", 40), ("B", 90), ("C", 130))]
+    result = simulate(one_node_workload(*jobs, num_nodes=2), DRF(), QUIET, LinearSpeed())
+    assert jcts(result) == pytest.approx({"A": 40.0, "B": 90.0, "C": 130.0})
+
+
+def test_epoch_error_changes_true_epochs_deterministically() -> None:
+    workload = one_node_workload(make_job("A", 1000), make_job("B", 1000))
+    config = SimConfig(
+        mode=Mode.REALISTIC, rescale=RescaleCost(kind=RescaleKind.NONE), interference=False, epoch_error=0.2, seed=7
+    )
+    first = jcts(simulate(workload, DRF(), config, LinearSpeed()))
+    again = jcts(simulate(workload, DRF(), config, LinearSpeed()))
+    assert first == again
+    exact = jcts(simulate(workload, DRF(), QUIET, LinearSpeed()))
+    assert first != exact
+    for job_id in first:  # +-20% epochs at 1-2 epochs/s moves the finish by at most 20% of the work
+        assert abs(first[job_id] - exact[job_id]) <= 0.2 * 1000 + 100
+
+
+def test_over_capacity_allocation_is_rejected() -> None:
+    workload = one_node_workload(make_job("A", 100))
+    simulation = Simulation(workload, SimConfig.compat(), LinearSpeed())
+    simulation.begin_slot()
+    too_much = Allocation({"A": JobAllocation((0, 0, 0), (0,))})  # three 4-GPU workers on an 8-GPU node
+    with pytest.raises(InvalidAllocationError, match="node 0 over capacity"):
+        simulation.apply(too_much)
+
+
+def test_allocation_for_unknown_job_or_over_limit_is_rejected() -> None:
+    workload = one_node_workload(make_job("A", 100, max_tasks=1))
+    simulation = Simulation(workload, SimConfig.compat(), LinearSpeed())
+    simulation.begin_slot()
+    with pytest.raises(InvalidAllocationError, match="not active"):
+        simulation.apply(Allocation({"Z": JobAllocation((0,), (0,))}))
+    with pytest.raises(InvalidAllocationError, match="limits"):
+        simulation.apply(Allocation({"A": JobAllocation((0, 0), (0,))}))
+    with pytest.raises(InvalidAllocationError, match="outside nodes"):
+        simulation.apply(Allocation({"A": JobAllocation((3,), (0,))}))
