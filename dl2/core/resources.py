@@ -6,7 +6,7 @@ In compatibility mode the units are the DL2 authors' "slots" (a server has 8 CPU
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +19,11 @@ class Resources:
     """CPU cores (or CPU slots in compatibility mode)."""
     mem_gb: float = 0.0
     """Memory in GB (unused in compatibility mode)."""
+    _tuple: tuple[float, float, float] = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        # schedulers read demands as plain tuples in their inner loops; build it once
+        object.__setattr__(self, "_tuple", (self.gpu, self.cpu, self.mem_gb))
 
     def __add__(self, other: Resources) -> Resources:
         return Resources(self.gpu + other.gpu, self.cpu + other.cpu, self.mem_gb + other.mem_gb)
@@ -37,7 +42,7 @@ class Resources:
         )
 
     def as_tuple(self) -> tuple[float, float, float]:
-        return (self.gpu, self.cpu, self.mem_gb)
+        return self._tuple
 
     def dominant_share(self, total: Resources) -> float:
         """max over resource types of self / total (DRF's dominant share); types with zero total are skipped."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 from dl2.core import Allocation, ClusterView
 from dl2.schedulers.fill import fill_first_failure, fill_with_placer
 from dl2.schedulers.load_balance import LoadBalancePlacer
 from dl2.schedulers.placement import Placer
-from dl2.schedulers.requests import Counts, RequestStream
+from dl2.schedulers.requests import Counts, RequestStream, RoleDemands, role_demands
 
 
 class HeuristicScheduler:
@@ -26,10 +28,27 @@ class HeuristicScheduler:
         self.placer = placer or LoadBalancePlacer()
         self._memo_key: tuple[str, ...] | None = None
         self._memo: Allocation | None = None
+        self._demands: dict[str, RoleDemands] = {}
+        self._smallest = [math.inf, math.inf, math.inf]
 
     def reset(self) -> None:
         self._memo_key = None
         self._memo = None
+        self._demands = {}
+        self._smallest = [math.inf, math.inf, math.inf]
+
+    def _role_demands(self, view: ClusterView) -> list[RoleDemands]:
+        """Per rank, the job's worker/PS/bundle demands (computed once per job and run)."""
+        cache = self._demands
+        demands = []
+        for job in view.jobs:
+            entry = cache.get(job.spec.job_id)
+            if entry is None:
+                entry = cache[job.spec.job_id] = role_demands(job.spec)
+                for demand in entry[:2]:
+                    self._smallest = [min(a, b) for a, b in zip(self._smallest, demand, strict=True)]
+            demands.append(entry)
+        return demands
 
     def requests(self, view: ClusterView, counts: Counts) -> RequestStream:
         raise NotImplementedError
@@ -41,10 +60,11 @@ class HeuristicScheduler:
                 return self._memo
         counts: Counts = [[0, 0] for _ in view.jobs]
         stream = self.requests(view, counts)
+        demands = self._role_demands(view)
         if self.compat:
-            allocation = fill_first_failure(view, stream, counts)
+            allocation = fill_first_failure(view, stream, counts, demands)
         else:
-            allocation = fill_with_placer(view, stream, counts, self.placer)
+            allocation = fill_with_placer(view, stream, counts, demands, self.placer, tuple(self._smallest))
         if self.progress_oblivious:
             self._memo_key, self._memo = key, allocation
         return allocation

@@ -8,22 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
-from dl2.schedulers.placement import fitting_nodes
+from dl2.schedulers.placement import Demand, NodeState
 
 
 class BinPackPlacer:
     name = "binpack"
 
-    def choose(self, free: np.ndarray, capacity: np.ndarray, demand: np.ndarray, job_nodes: Sequence[int]) -> int:
-        fits = fitting_nodes(free, demand)
-        if not fits.any():
-            return -1
-        for node in job_nodes:
-            if fits[node]:
-                return int(node)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            used = np.where(capacity > 0, 1.0 - free / capacity, 0.0)
-        load = np.where(fits, used.sum(axis=1), -np.inf)
-        return int(np.argmax(load))
+    def choose(self, state: NodeState, demand: Demand, job_nodes: Sequence[int]) -> int:
+        for node in dict.fromkeys(job_nodes):
+            if state.fits(node, demand):
+                return node
+        return state.best("most-loaded", lambda node: -state.utilisation(node), demand)

@@ -9,19 +9,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from dl2.core import Allocation, ClusterView, JobAllocation
 from dl2.schedulers.least_loaded import LeastLoadedNodes
 from dl2.schedulers.placement import Placer, place_sticky
-from dl2.schedulers.requests import Counts, RequestStream, Role, role_demands
+from dl2.schedulers.requests import Counts, RequestStream, Role, RoleDemands
 
 _PS = Role.PS
 _WORKER = Role.WORKER
 
 
-def fill_first_failure(view: ClusterView, stream: RequestStream, counts: Counts) -> Allocation:
+def fill_first_failure(
+    view: ClusterView, stream: RequestStream, counts: Counts, demands: Sequence[RoleDemands]
+) -> Allocation:
+    """`demands[rank]`: the job's worker, PS and bundle demands (`role_demands`)."""
     nodes = LeastLoadedNodes(view.cluster)
     jobs = view.jobs
-    demands = [role_demands(job.spec) for job in jobs]
     has_ps = [job.spec.max_ps > 0 for job in jobs]
     workers: list[list[int]] = [[] for _ in jobs]
     ps: list[list[int]] = [[] for _ in jobs]
@@ -53,11 +57,20 @@ def fill_first_failure(view: ClusterView, stream: RequestStream, counts: Counts)
     )
 
 
-def fill_with_placer(view: ClusterView, stream: RequestStream, counts: Counts, placer: Placer) -> Allocation:
+def fill_with_placer(
+    view: ClusterView,
+    stream: RequestStream,
+    counts: Counts,
+    demands: Sequence[RoleDemands],
+    placer: Placer,
+    smallest: tuple[float, float, float] = (0.0, 0.0, 0.0),
+) -> Allocation:
+    """`smallest`: per resource, a lower bound on any job's worker or PS demand. Once the free budget falls below
+    it in some resource, no further request can be granted and the stream is cut short (a long queue of
+    waiting jobs would otherwise each be asked and refused)."""
     total = view.cluster.total_capacity
     free_gpu, free_cpu, free_mem = total.as_tuple()
     jobs = view.jobs
-    demands = [role_demands(job.spec) for job in jobs]
     has_ps = [job.spec.max_ps > 0 for job in jobs]
     try:
         rank, role = next(stream)
@@ -73,6 +86,8 @@ def fill_with_placer(view: ClusterView, stream: RequestStream, counts: Counts, p
                     count[0] += 1
                 if role == _PS or (role != _WORKER and has_ps[rank]):
                     count[1] += 1
+                if free_gpu < smallest[0] or free_cpu < smallest[1] or free_mem < smallest[2]:
+                    break
             rank, role = stream.send(granted)
     except StopIteration:
         pass

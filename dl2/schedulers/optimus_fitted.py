@@ -54,6 +54,8 @@ class OptimusFitted(HeuristicScheduler):
         super().reset()
         self.observed: dict[str, dict[tuple[int, int], tuple[float, int]]] = defaultdict(dict)
         self.coefficients: dict[str, np.ndarray] = {}
+        self._estimates: dict[str, dict[tuple[int, int], float]] = {}
+        """Per model, estimated throughput per (PS, workers), dropped whenever that model is refitted."""
 
     def _observe(self, view: ClusterView) -> None:
         changed: set[str] = set()
@@ -70,6 +72,7 @@ class OptimusFitted(HeuristicScheduler):
             self._refit(model)
 
     def _refit(self, model: str) -> None:
+        self._estimates.pop(model, None)
         samples = {key: total / count for key, (total, count) in self.observed[model].items() if key[0] > 0}
         if len(samples) >= MIN_DISTINCT_CONFIGS:
             features = np.array([_features(p, w) for p, w in samples])
@@ -87,12 +90,17 @@ class OptimusFitted(HeuristicScheduler):
     def _estimate(self, spec: JobSpec, num_ps: int, num_workers: int) -> float:
         if num_workers <= 0:
             return 0.0
-        coefficients = self.coefficients.get(spec.model, self.prior)
         # all-reduce jobs have no PS term: evaluate the curve as if communication went through one ideal PS
         ps = num_ps if spec.architecture is Architecture.PS else max(num_workers, 1)
         if ps <= 0:
             return 0.0
-        return 1.0 / float(np.dot(coefficients, _features(ps, num_workers)))
+        estimates = self._estimates.setdefault(spec.model, {})
+        value = estimates.get((ps, num_workers))
+        if value is None:
+            t0, t1, t2, t3, t4, t5 = self.coefficients.get(spec.model, self.prior)
+            inverse = t0 / num_workers + t1 + t2 / ps + t3 * num_workers / ps + t4 * num_workers + t5 * ps
+            value = estimates[(ps, num_workers)] = 1.0 / inverse
+        return value
 
     def requests(self, view: ClusterView, counts: Counts) -> RequestStream:
         self._observe(view)

@@ -1,28 +1,106 @@
 """Placement in realistic mode: placers choose a node per task; placement is sticky across slots.
 
-A `Placer` scores the nodes that can host one more task. `place_sticky` turns per-job targets (workers, PS)
-into an allocation: each job keeps the tasks it already has, up to its new target (moving a running task costs
-a restart, DL2 §5), and new tasks go where the placer says. A task that fits nowhere is dropped, and a PS job
-left without a worker or without a PS gets nothing this slot.
+A `Placer` picks the node for one task from a `NodeState` (free resources per node during one placement
+round). `place_sticky` turns per-job targets (workers, PS) into an allocation: each job keeps the tasks it
+already has, up to its new target (moving a running task costs a restart, DL2 §5), and new tasks go where the
+placer says. A task that fits nowhere is dropped, and a PS job left without a worker or without a PS gets
+nothing this slot.
+
+Placers rank nodes through lazily updated heaps (`NodeState.best`), so choosing a node costs O(log n) instead
+of a scan of the cluster: a week of Philly places hundreds of thousands of tasks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import heapq
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
 
-from dl2.core import (
-    Allocation,
-    Architecture,
-    ClusterSpec,
-    ClusterView,
-    JobAllocation,
-    Resources,
-)
+from dl2.core import Allocation, Architecture, ClusterSpec, ClusterView, JobAllocation
+
+Demand = tuple[float, float, float]
+NodeKey = Callable[[int], float]
+"""Ranks a node: the lowest key is the best node."""
 
 _EPS = 1e-9
+
+
+class NodeState:
+    """Free resources of every node during one placement round, with heaps of nodes ranked by placer keys.
+
+    Each ranking is kept per demand vector and holds only nodes that could host that demand when they were
+    last pushed: a node found too full is dropped from that heap and comes back only when its resources change.
+    So a nearly full cluster does not make every placement scan every node.
+    """
+
+    def __init__(self, cluster: ClusterSpec, used: dict[Demand, list[int]] | None = None) -> None:
+        """`used`: nodes of the tasks already placed, grouped by their demand (one entry per task)."""
+        capacity = np.array([node.capacity.as_tuple() for node in cluster.nodes], dtype=float).reshape(-1, 3)
+        free = capacity.copy()
+        for demand, nodes in (used or {}).items():
+            if nodes:
+                free -= np.outer(np.bincount(np.asarray(nodes, dtype=np.int64), minlength=len(free)), demand)
+        self.capacity: list[tuple[float, float, float]] = [tuple(row) for row in capacity.tolist()]  # type: ignore[misc]
+        self.free: list[list[float]] = free.tolist()
+        # 1 / capacity per resource (0 where the node has none of it) for the utilisation key
+        inverse = np.divide(1.0, capacity, out=np.zeros_like(capacity), where=capacity > 0)
+        self._inverse: list[list[float]] = inverse.tolist()
+        self.version = [0] * len(self.capacity)
+        self._heaps: dict[tuple[object, Demand], tuple[NodeKey, list[tuple[float, int, int]]]] = {}
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.capacity)
+
+    def fits(self, node: int, demand: Demand) -> bool:
+        free = self.free[node]
+        return demand[0] <= free[0] + _EPS and demand[1] <= free[1] + _EPS and demand[2] <= free[2] + _EPS
+
+    def take(self, node: int, demand: Demand, count: int = 1) -> None:
+        free = self.free[node]
+        free[0] -= demand[0] * count
+        free[1] -= demand[1] * count
+        free[2] -= demand[2] * count
+        self.version[node] += 1
+        version = self.version[node]
+        for (_, heap_demand), (key, heap) in self._heaps.items():
+            if self.fits(node, heap_demand):
+                heapq.heappush(heap, (key(node), node, version))
+
+    def give(self, node: int, demand: Demand, count: int = 1) -> None:
+        self.take(node, demand, -count)
+
+    def utilisation(self, node: int) -> float:
+        """Dominant utilisation: max over resource types of used / capacity."""
+        free, inverse = self.free[node], self._inverse[node]
+        # used / capacity = 1 - free / capacity; a resource the node lacks counts as unused
+        return max(
+            1.0 - free[0] * inverse[0] if inverse[0] else 0.0,
+            1.0 - free[1] * inverse[1] if inverse[1] else 0.0,
+            1.0 - free[2] * inverse[2] if inverse[2] else 0.0,
+        )
+
+    def best(self, name: object, key: NodeKey, demand: Demand) -> int:
+        """The node with the lowest `key` that fits `demand` (ties: lowest index), or -1.
+
+        `name` identifies the ranking; its heap for this demand is built on first use and kept up to date lazily
+        (an entry is stale once its node's version moves on).
+        """
+        entry = self._heaps.get((name, demand))
+        if entry is None:
+            heap = [(key(node), node, self.version[node]) for node in range(self.num_nodes) if self.fits(node, demand)]
+            heapq.heapify(heap)
+            self._heaps[(name, demand)] = (key, heap)
+        else:
+            heap = entry[1]
+        while heap:
+            _, node, version = heap[0]
+            if version == self.version[node] and self.fits(node, demand):
+                return node
+            heapq.heappop(heap)  # stale, or too full for this demand until its resources change
+        return -1
 
 
 class Placer(Protocol):
@@ -30,58 +108,49 @@ class Placer(Protocol):
 
     name: str
 
-    def choose(self, free: np.ndarray, capacity: np.ndarray, demand: np.ndarray, job_nodes: Sequence[int]) -> int:
+    def choose(self, state: NodeState, demand: Demand, job_nodes: Sequence[int]) -> int:
         """Index of the node for a task of `demand`, or -1 if none fits.
 
-        `free` and `capacity` are (num_nodes, 3) arrays of (gpu, cpu, mem_gb); `job_nodes` are the nodes that
-        already host this job's tasks (for placers that keep a job together).
+        `job_nodes` are the nodes that already host this job's tasks (for placers that keep a job together).
         """
         ...
 
 
-def fitting_nodes(free: np.ndarray, demand: np.ndarray) -> np.ndarray:
-    """Boolean mask of the nodes with room for `demand`."""
-    mask: np.ndarray = np.all(free >= demand - _EPS, axis=1)
-    return mask
-
-
-def capacity_matrix(cluster: ClusterSpec) -> np.ndarray:
-    return np.array([node.capacity.as_tuple() for node in cluster.nodes], dtype=float)
-
-
-def _vector(resources: Resources) -> np.ndarray:
-    return np.array(resources.as_tuple(), dtype=float)
-
-
 def place_sticky(view: ClusterView, targets: Sequence[tuple[int, int]], placer: Placer) -> Allocation:
     """Allocation giving job `view.jobs[r]` up to `targets[r]` = (workers, PS), keeping existing tasks in place."""
-    capacity = capacity_matrix(view.cluster)
-    free = capacity.copy()
+    # only jobs that hold tasks or will: a long queue of waiting jobs costs nothing here
+    relevant = [
+        (job, workers, ps)
+        for job, (workers, ps) in zip(view.jobs, targets, strict=True)
+        if workers or ps or not job.allocation.is_empty
+    ]
     kept: list[tuple[list[int], list[int]]] = []
-    for job, (workers, ps) in zip(view.jobs, targets, strict=True):
+    used: dict[Demand, list[int]] = {}
+    for job, workers, ps in relevant:
         old = job.allocation
         keep_workers = list(old.worker_nodes[:workers])
         keep_ps = list(old.ps_nodes[:ps])
-        for nodes, demand in ((keep_workers, job.spec.worker_demand), (keep_ps, job.spec.ps_demand)):
-            if nodes:
-                np.subtract.at(free, nodes, _vector(demand))
+        used.setdefault(job.spec.worker_demand.as_tuple(), []).extend(keep_workers)
+        used.setdefault(job.spec.ps_demand.as_tuple(), []).extend(keep_ps)
         kept.append((keep_workers, keep_ps))
+    state = NodeState(view.cluster, used)
     jobs: dict[str, JobAllocation] = {}
-    for job, (workers, ps), (worker_nodes, ps_nodes) in zip(view.jobs, targets, kept, strict=True):
+    for (job, workers, ps), (worker_nodes, ps_nodes) in zip(relevant, kept, strict=True):
         spec = job.spec
-        for count, nodes, demand in ((workers, worker_nodes, spec.worker_demand), (ps, ps_nodes, spec.ps_demand)):
-            vector = _vector(demand)
+        worker_demand, ps_demand = spec.worker_demand.as_tuple(), spec.ps_demand.as_tuple()
+        for count, nodes, demand in ((workers, worker_nodes, worker_demand), (ps, ps_nodes, ps_demand)):
             while len(nodes) < count:
-                node = placer.choose(free, capacity, vector, worker_nodes + ps_nodes)
+                node = placer.choose(state, demand, worker_nodes + ps_nodes)
                 if node < 0:
                     break
-                free[node] -= vector
+                state.take(node, demand)
                 nodes.append(node)
         runnable = bool(worker_nodes) and (spec.architecture is Architecture.ALLREDUCE or bool(ps_nodes))
         if not runnable:
-            for nodes, demand in ((worker_nodes, spec.worker_demand), (ps_nodes, spec.ps_demand)):
-                if nodes:
-                    np.add.at(free, nodes, _vector(demand))
+            for node in worker_nodes:
+                state.give(node, worker_demand)
+            for node in ps_nodes:
+                state.give(node, ps_demand)
             continue
         old = job.allocation
         if tuple(worker_nodes) == old.worker_nodes and tuple(ps_nodes) == old.ps_nodes:

@@ -31,7 +31,11 @@ Counts = list[list[int]]
 """Per rank: [workers, parameter servers] granted so far in this slot."""
 
 
-def role_demands(spec: JobSpec) -> tuple[Demand, Demand, Demand]:
+RoleDemands = tuple[Demand, Demand, Demand]
+"""A job's demand per `Role`: worker, PS, bundle."""
+
+
+def role_demands(spec: JobSpec) -> RoleDemands:
     """Demand of a worker, a PS and a bundle of this job, indexed by `Role`."""
     worker = spec.worker_demand.as_tuple()
     ps = spec.ps_demand.as_tuple()

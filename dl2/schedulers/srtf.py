@@ -13,13 +13,9 @@ class SRTF(HeuristicScheduler):
     name = "srtf"
 
     def requests(self, view: ClusterView, counts: Counts) -> RequestStream:
-        jobs = view.jobs
-        order = sorted(
-            range(len(jobs)),
-            key=lambda rank: (
-                1.0 - jobs[rank].progress_epochs / jobs[rank].spec.declared_epochs,
-                jobs[rank].spec.arrival_s,
-                rank,
-            ),
-        )
-        return bundles_in_order(view, counts, order)
+        keys = [
+            (1.0 - job.progress_epochs / job.spec.declared_epochs, job.spec.arrival_s, rank)
+            for rank, job in enumerate(view.jobs)
+        ]
+        keys.sort()
+        return bundles_in_order(view, counts, [key[2] for key in keys])

@@ -9,20 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
-from dl2.schedulers.placement import fitting_nodes
+from dl2.schedulers.placement import Demand, NodeState
 
 
 class TetrisPlacer:
     name = "tetris"
 
-    def choose(self, free: np.ndarray, capacity: np.ndarray, demand: np.ndarray, job_nodes: Sequence[int]) -> int:
-        fits = fitting_nodes(free, demand)
-        if not fits.any():
-            return -1
-        with np.errstate(divide="ignore", invalid="ignore"):
-            free_share = np.where(capacity > 0, free / capacity, 0.0)
-            demand_share = np.where(capacity > 0, demand / capacity, 0.0)
-        score = np.where(fits, (free_share * demand_share).sum(axis=1), -np.inf)
-        return int(np.argmax(score))
+    def choose(self, state: NodeState, demand: Demand, job_nodes: Sequence[int]) -> int:
+        def negative_alignment(node: int) -> float:
+            free, capacity = state.free[node], state.capacity[node]
+            return -sum(f / c * d / c for f, c, d in zip(free, capacity, demand, strict=True) if c > 0)
+
+        # one ranking per distinct demand vector (a handful: one per job type and role)
+        return state.best(("tetris", demand), negative_alignment, demand)

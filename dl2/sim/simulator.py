@@ -142,7 +142,12 @@ class Simulation:
         self._capacity_array = np.array(self._capacity, dtype=float).reshape(-1, 3)
         # a PS on an all-reduce job is refused by its max_ps of 0, so the demand check covers every role
         self._demands = [(spec.worker_demand.as_tuple(), spec.ps_demand.as_tuple()) for spec in self.specs]
-        self._views: dict[int, tuple[float, JobView]] = {}
+        self._throughput_cache: dict[int, tuple[float, JobAllocation]] = {}
+        self._slowdowns: dict[int, float] | None = None
+        self._view_cache: dict[int, JobView] = {}
+        self._node_sets: dict[int, tuple[JobAllocation, list[int]]] = {}
+        if self.interference is not None:
+            self._slowdown_table = np.array(self.interference.table, dtype=float)
 
     # -- the loop -------------------------------------------------------------------------------------------
 
@@ -170,11 +175,17 @@ class Simulation:
         while self.next_arrival < len(self.specs) and self.specs[self.next_arrival].arrival_s <= now + _EPS:
             self.active.append(self.next_arrival)
             self.next_arrival += 1
-        return ClusterView(
-            now, self.slot, self.slot_s, self.cluster, tuple(self._view(i) for i in self.active), self.previous
-        )
+        # a job's view is reused while nothing about it changes (a queued job stays the same for many slots)
+        cache = self._view_cache
+        views = []
+        for i in self.active:
+            view = cache.get(i)
+            if view is None:
+                view = cache[i] = self._new_view(i)
+            views.append(view)
+        return ClusterView(now, self.slot, self.slot_s, self.cluster, tuple(views), self.previous)
 
-    def _view(self, i: int) -> JobView:
+    def _new_view(self, i: int) -> JobView:
         return JobView(
             self.specs[i],
             self.progress[i],
@@ -193,7 +204,7 @@ class Simulation:
         end = start + self.slot_s
         active = self.active
         changed = self._apply_changes(allocation, start)
-        throughputs = self._throughputs(active, changed or allocation is not self.previous)
+        throughputs = self._throughputs(active, changed)
         progressed: dict[str, float] = {}
         finished: list[str] = []
         allocated_units = 0.0
@@ -204,6 +215,8 @@ class Simulation:
             if not self._gpu_based:
                 units += spec.ps_demand.cpu * job_allocation.num_ps
             allocated_units += units
+            if throughput > 0.0 or self.last_throughput[i] != throughput:
+                self._view_cache.pop(i, None)
             self.last_throughput[i] = throughput
             if throughput <= 0.0:
                 continue
@@ -229,6 +242,7 @@ class Simulation:
         if finished:
             self.num_finished += len(finished)
             self.active = [i for i in active if self.finish_s[i] is None]
+            self._slowdowns = None  # finished jobs no longer interfere from the next slot on
         fraction = allocated_units / self._total_units if self._total_units else 0.0
         self.slot_start_s.append(start)
         self.allocated_gpu_fraction.append(fraction)
@@ -247,6 +261,7 @@ class Simulation:
             old = self.allocation[i]
             if new is old or (new.worker_nodes == old.worker_nodes and new.ps_nodes == old.ps_nodes):
                 continue
+            self._view_cache.pop(i, None)
             if new.same_placement(old):
                 self.allocation[i] = new
                 continue
@@ -260,7 +275,7 @@ class Simulation:
             self.paused_until[i] = start + self.config.rescale.pause_s(self.rng, was_running)
         return changed
 
-    def _throughputs(self, active: list[int], recompute: bool) -> list[float]:
+    def _throughputs(self, active: list[int], changed: bool) -> list[float]:
         """Throughput of each active job this slot: placement, interference and noise."""
         specs, allocation, speed = self.specs, self.allocation, self.speed
         if self.config.mode is Mode.COMPAT:
@@ -270,46 +285,52 @@ class Simulation:
         else:
             values = [self._base_throughput(i) for i in active]
             if self.interference is not None:
-                factors = self._interference_factors(active)
-                values = [v / f for v, f in zip(values, factors, strict=True)]
+                if changed or self._slowdowns is None:
+                    self._slowdowns = self._interference_factors(active)
+                values = [v / self._slowdowns.get(i, 1.0) for v, i in zip(values, active, strict=True)]
         if self.config.speed_noise > 0 and values:
             noise = 1.0 + self.config.speed_noise * self.rng.uniform(-1.0, 1.0, len(values))
             values = [v * float(e) for v, e in zip(values, noise, strict=True)]
         return values
 
     def _base_throughput(self, i: int) -> float:
+        """Placement-aware throughput, cached while the job keeps the same allocation object."""
         job_allocation = self.allocation[i]
         if not job_allocation.worker_nodes:
             return 0.0
-        cached = self._views.get(i)
-        if cached is not None and cached[1] is job_allocation:  # type: ignore[comparison-overlap]
+        cached = self._throughput_cache.get(i)
+        if cached is not None and cached[1] is job_allocation:
             return cached[0]
         value = self.speed.placed_throughput(self.specs[i], job_allocation)
-        self._views[i] = (value, job_allocation)  # type: ignore[assignment]
+        self._throughput_cache[i] = (value, job_allocation)
         return value
 
-    def _interference_factors(self, active: list[int]) -> list[float]:
+    def _interference_factors(self, active: list[int]) -> dict[int, float]:
+        """Per job, the largest slowdown another job inflicts on it on any of its nodes (see interference.py)."""
         assert self.interference is not None
-        table = self.interference.table
-        index = self.interference.model_index
-        jobs_on_node: dict[int, set[int]] = {}
+        table = self._slowdown_table
+        model_index = self.interference.model_index
+        placed: list[tuple[int, int, list[int]]] = []
         for i in active:
             job_allocation = self.allocation[i]
-            for node in set(job_allocation.worker_nodes) | set(job_allocation.ps_nodes):
-                jobs_on_node.setdefault(node, set()).add(i)
-        factors = []
-        for i in active:
-            job_allocation = self.allocation[i]
-            victim = table[index[self.specs[i].model]]
-            worst = 1.0
-            for node in set(job_allocation.worker_nodes) | set(job_allocation.ps_nodes):
-                neighbours = jobs_on_node[node]
-                if len(neighbours) > 1:
-                    for k in neighbours:
-                        if k != i:
-                            worst = max(worst, victim[index[self.specs[k].model]])
-            factors.append(worst)
-        return factors
+            if job_allocation.is_empty:
+                continue
+            cached = self._node_sets.get(i)
+            if cached is None or cached[0] is not job_allocation:
+                nodes = sorted(set(job_allocation.worker_nodes + job_allocation.ps_nodes))
+                cached = self._node_sets[i] = (job_allocation, nodes)
+            placed.append((i, model_index[self.specs[i].model], cached[1]))
+        if not placed:
+            return {}
+        num_types = table.shape[0]
+        # jobs_of_type[n, t]: distinct jobs of type t on node n
+        jobs_of_type = np.zeros((len(self._capacity), num_types), dtype=np.int32)
+        for _, kind, nodes in placed:
+            jobs_of_type[nodes, kind] += 1
+        # another job of the victim's own type counts only when two jobs of that type share the node
+        others = (jobs_of_type[:, None, :] - np.eye(num_types, dtype=np.int32)[None, :, :]) > 0
+        worst = np.where(others, table[None, :, :], 1.0).max(axis=2)  # [node, victim type]
+        return {i: float(worst[nodes, kind].max()) for i, kind, nodes in placed}
 
     def _validate(self, allocation: Allocation) -> None:
         """Reject unknown or inactive jobs, limits exceeded, bad node ids and over-full nodes."""
