@@ -29,13 +29,13 @@ class HeuristicScheduler:
         self._memo_key: tuple[str, ...] | None = None
         self._memo: Allocation | None = None
         self._demands: dict[str, RoleDemands] = {}
-        self._smallest = [math.inf, math.inf, math.inf]
+        self._smallest: tuple[float, float, float] = (math.inf, math.inf, math.inf)
 
     def reset(self) -> None:
         self._memo_key = None
         self._memo = None
         self._demands = {}
-        self._smallest = [math.inf, math.inf, math.inf]
+        self._smallest = (math.inf, math.inf, math.inf)
 
     def _role_demands(self, view: ClusterView) -> list[RoleDemands]:
         """Per rank, the job's worker/PS/bundle demands (computed once per job and run)."""
@@ -45,8 +45,9 @@ class HeuristicScheduler:
             entry = cache.get(job.spec.job_id)
             if entry is None:
                 entry = cache[job.spec.job_id] = role_demands(job.spec)
-                for demand in entry[:2]:
-                    self._smallest = [min(a, b) for a, b in zip(self._smallest, demand, strict=True)]
+                (wg, wc, wm), (pg, pc, pm) = entry[:2]
+                sg, sc, sm = self._smallest
+                self._smallest = (min(sg, wg, pg), min(sc, wc, pc), min(sm, wm, pm))
             demands.append(entry)
         return demands
 
@@ -64,7 +65,7 @@ class HeuristicScheduler:
         if self.compat:
             allocation = fill_first_failure(view, stream, counts, demands)
         else:
-            allocation = fill_with_placer(view, stream, counts, demands, self.placer, tuple(self._smallest))
+            allocation = fill_with_placer(view, stream, counts, demands, self.placer, self._smallest)
         if self.progress_oblivious:
             self._memo_key, self._memo = key, allocation
         return allocation

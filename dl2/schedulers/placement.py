@@ -42,7 +42,7 @@ class NodeState:
         for demand, nodes in (used or {}).items():
             if nodes:
                 free -= np.outer(np.bincount(np.asarray(nodes, dtype=np.int64), minlength=len(free)), demand)
-        self.capacity: list[tuple[float, float, float]] = [tuple(row) for row in capacity.tolist()]  # type: ignore[misc]
+        self.capacity: list[Demand] = [(row[0], row[1], row[2]) for row in capacity.tolist()]
         self.free: list[list[float]] = free.tolist()
         # 1 / capacity per resource (0 where the node has none of it) for the utilisation key
         inverse = np.divide(1.0, capacity, out=np.zeros_like(capacity), where=capacity > 0)
