@@ -19,7 +19,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from dl2.cli import compare, simulate, workloads
+    from dl2.cli import compare, simulate, speed, workloads
 
     parser = OneLineParser(
         prog="dl2",
@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"dl2 {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     subparsers.required = True
-    for module in (simulate, compare, workloads):
+    for module in (simulate, compare, workloads, speed):
         module.add_parser(subparsers)
     return parser
 

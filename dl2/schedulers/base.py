@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import math
 
 from dl2.core import Allocation, ClusterView
@@ -19,14 +21,11 @@ class HeuristicScheduler:
     """
 
     name = "heuristic"
-    progress_oblivious = False
-    """True when the decision depends only on which jobs are active, not on their progress: the last
-    allocation can then be reused while the set of jobs is unchanged."""
 
     def __init__(self, compat: bool = False, placer: Placer | None = None) -> None:
         self.compat = compat
         self.placer = placer or LoadBalancePlacer()
-        self._memo_key: tuple[str, ...] | None = None
+        self._memo_key: Hashable | None = None
         self._memo: Allocation | None = None
         self._demands: dict[str, RoleDemands] = {}
         self._smallest: tuple[float, float, float] = (math.inf, math.inf, math.inf)
@@ -54,11 +53,18 @@ class HeuristicScheduler:
     def requests(self, view: ClusterView, counts: Counts) -> RequestStream:
         raise NotImplementedError
 
+    def decision_key(self, view: ClusterView) -> Hashable | None:
+        """What this slot's decision depends on besides the cluster and the previous allocation, if that is
+        cheap to state (e.g. the ordered job ids for DRF, FIFO and SRTF); None when it depends on more.
+
+        While the key and the previous allocation are unchanged, the last allocation is reused: a slot in
+        which no job arrives or finishes costs almost nothing."""
+        return None
+
     def schedule(self, view: ClusterView) -> Allocation:
-        if self.progress_oblivious:
-            key = tuple(job.spec.job_id for job in view.jobs)
-            if key == self._memo_key and self._memo is view.previous:
-                return self._memo
+        key = self.decision_key(view)
+        if key is not None and key == self._memo_key and self._memo is view.previous:
+            return self._memo
         counts: Counts = [[0, 0] for _ in view.jobs]
         stream = self.requests(view, counts)
         demands = self._role_demands(view)
@@ -66,6 +72,5 @@ class HeuristicScheduler:
             allocation = fill_first_failure(view, stream, counts, demands)
         else:
             allocation = fill_with_placer(view, stream, counts, demands, self.placer, self._smallest)
-        if self.progress_oblivious:
-            self._memo_key, self._memo = key, allocation
+        self._memo_key, self._memo = key, allocation
         return allocation

@@ -6,6 +6,8 @@ arrival, then workload order) receives one worker+PS bundle, until it reaches it
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import heapq
 import math
 
@@ -16,7 +18,10 @@ from dl2.schedulers.requests import Counts, RequestStream, Role, below_caps
 
 class DRF(HeuristicScheduler):
     name = "drf"
-    progress_oblivious = True
+
+    def decision_key(self, view: ClusterView) -> Hashable:
+        # every job starts each slot at share 0: only which jobs are active matters, not their progress
+        return tuple(job.spec.job_id for job in view.jobs)
 
     def requests(self, view: ClusterView, counts: Counts) -> RequestStream:
         # a resource the cluster lacks contributes no share: dividing by infinity gives 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 from dl2.core import ClusterView
 from dl2.schedulers.base import HeuristicScheduler
 from dl2.schedulers.requests import Counts, RequestStream, Role, below_caps
@@ -19,7 +21,9 @@ def bundles_in_order(view: ClusterView, counts: Counts, order: list[int]) -> Req
 
 class FIFO(HeuristicScheduler):
     name = "fifo"
-    progress_oblivious = True
+
+    def decision_key(self, view: ClusterView) -> Hashable:
+        return tuple(job.spec.job_id for job in view.jobs)
 
     def requests(self, view: ClusterView, counts: Counts) -> RequestStream:
         return bundles_in_order(view, counts, list(range(len(view.jobs))))

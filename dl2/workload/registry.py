@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dl2.core import InputError, Workload
-from dl2.paths import reference_dir
+from dl2.paths import REPO_ROOT, reference_dir
 from dl2.workload.reference import load_reference_workloads
 from dl2.workload.synthetic import PRESETS, generate
 from dl2.workload.traces import alibaba_cluster, load_alibaba, load_philly, load_trace_csv, philly_cluster
@@ -63,7 +63,7 @@ def describe_available() -> list[dict[str, Any]]:
                 "workloads": 1,
                 "jobs": spec.num_jobs,
                 "nodes": spec.num_nodes,
-                "gpus": spec.num_nodes * spec.node_capacity.gpu,
+                "gpus": round(spec.num_nodes * spec.node_capacity.gpu),
                 "source": spec.source,
             }
         )
@@ -93,6 +93,14 @@ def _describe_loaded(name: str, kind: str) -> dict[str, Any]:
         "workloads": len(workloads),
         "jobs": sum(workload.num_jobs for workload in workloads),
         "nodes": cluster.num_nodes,
-        "gpus": gpus / GPU_SLOTS_PER_GPU if kind == "reference" else gpus,
-        "source": workloads[0].source,
+        "gpus": round(gpus / GPU_SLOTS_PER_GPU if kind == "reference" else gpus),
+        "source": _relative(workloads[0].source),
     }
+
+
+def _relative(source: str) -> str:
+    """A source path relative to the repository when it lies inside it (shorter in tables)."""
+    try:
+        return str(Path(source).resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return source
