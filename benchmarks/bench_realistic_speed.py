@@ -61,8 +61,9 @@ def main() -> None:
                     str(metrics.num_slots),
                 ]
             )  # type: ignore[attr-defined]
+        title = f"A week of Philly: {philly.num_jobs} jobs on {philly.cluster.num_nodes} servers"
         print_table(
-            f"A week of Philly: {philly.num_jobs} jobs on {philly.cluster.num_nodes} servers (realistic, one core #{core}; load {load_s:.2f} s)",
+            f"{title} (realistic, one core #{core}; load {load_s:.2f} s)",
             ["scheduler", "seconds", f"<= {PHILLY_BAR_S:.0f} s", "avg JCT (h)", "slots"],
             rows,
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -22,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     from dl2.workload.speed_fit import FEATURE_NAMES, ParametricSpeedModel
 
     model = ParametricSpeedModel()
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "model": fit.model,
             "rows": fit.num_rows,

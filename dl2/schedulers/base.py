@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-
 import math
+from collections.abc import Hashable
 
 from dl2.core import Allocation, ClusterView
 from dl2.schedulers.fill import fill_first_failure, fill_with_placer

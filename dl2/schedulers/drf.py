@@ -6,10 +6,9 @@ arrival, then workload order) receives one worker+PS bundle, until it reaches it
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-
 import heapq
 import math
+from collections.abc import Hashable
 
 from dl2.core import ClusterView
 from dl2.schedulers.base import HeuristicScheduler
