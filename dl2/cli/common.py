@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -48,13 +49,27 @@ def add_sim_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-interference", action="store_true", help="turn co-location interference off")
 
 
+def check_seed(seed: int) -> int:
+    if seed < 0:
+        raise UsageError(f"seeds must be non-negative integers, got {seed}")
+    return seed
+
+
+def console() -> Any:
+    """A rich console; wide when stdout is not a terminal, so piped tables are not squeezed to 80 columns."""
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 200)
+
+
 def sim_config(args: argparse.Namespace, seed: int) -> SimConfig:
+    check_seed(seed)
     mode = Mode(args.mode)
     config = SimConfig.for_mode(mode, seed)
     overrides: dict[str, Any] = {}
     if args.slot_s is not None:
-        if args.slot_s <= 0:
-            raise UsageError(f"--slot-s must be positive, got {args.slot_s}")
+        if not (math.isfinite(args.slot_s) and args.slot_s > 0):
+            raise UsageError(f"--slot-s must be a positive number of seconds, got {args.slot_s}")
         overrides["slot_s"] = args.slot_s
     if mode is Mode.COMPAT:
         extra = [
@@ -103,6 +118,9 @@ def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON next to `path` and rename it into place, so a reader never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes it private; the result is an ordinary file
     try:
         with os.fdopen(handle, "w") as stream:
             json.dump(data, stream, indent=2, sort_keys=True)

@@ -13,6 +13,8 @@ from dl2.cli.common import (
     UsageError,
     add_sim_options,
     add_workload_options,
+    check_seed,
+    console,
     load,
     scheduler_builder,
     sim_config,
@@ -51,14 +53,19 @@ def parse_seeds(text: str) -> list[int]:
     try:
         if "," not in text and text.strip().isdigit() and int(text) > 1:
             return list(range(int(text)))
-        return [int(part) for part in text.split(",") if part.strip()]
+        seeds = [check_seed(int(part)) for part in text.split(",") if part.strip()]
     except ValueError:
         raise UsageError(f"--seeds must be integers separated by commas or a count, got '{text}'") from None
+    if not seeds:
+        raise UsageError("--seeds names no seed")
+    return seeds
 
 
 def run(args: argparse.Namespace) -> int:
     mode = Mode(args.mode)
     names = [n.strip() for n in (args.schedulers or DEFAULT_SCHEDULERS[mode]).split(",") if n.strip()]
+    if not names:
+        raise UsageError("--schedulers names no scheduler")
     builders = {name: scheduler_builder(name, args.placer, mode) for name in names}
     seeds = parse_seeds(args.seeds)
     config = sim_config(args, seeds[0])
@@ -122,7 +129,6 @@ def summarize_runs(runs: list[GridRun], names: list[str], mode: Mode, workload: 
 
 
 def print_summary(summary: dict[str, Any], mode: Mode) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     rows = summary["schedulers"]
@@ -161,4 +167,4 @@ def print_summary(summary: dict[str, Any], mode: Mode) -> None:
             f"{row['avg_ftf_rho']:.2f}",
             f"{row['jct_vs_first']:.3f}",
         )
-    Console().print(table)
+    console().print(table)

@@ -9,7 +9,16 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from dl2.cli.common import add_sim_options, add_workload_options, load, print_json, scheduler_builder, sim_config
+from dl2.cli.common import (
+    add_sim_options,
+    add_workload_options,
+    check_seed,
+    console,
+    load,
+    print_json,
+    scheduler_builder,
+    sim_config,
+)
 from dl2.sim.config import Mode
 from dl2.sim.metrics import RunMetrics, summarize
 from dl2.sim.run import run_one
@@ -47,7 +56,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def run(args: argparse.Namespace) -> int:
     config = sim_config(args, args.seed)
     build = scheduler_builder(args.scheduler, args.placer, Mode(args.mode))
-    workloads = load(args.workload, args.seed)
+    workloads = load(args.workload, check_seed(args.seed))
     compat = config.mode is Mode.COMPAT
     metrics: list[RunMetrics] = []
     progress = tqdm(
@@ -86,7 +95,6 @@ def aggregate(metrics: list[RunMetrics], compat: bool) -> dict[str, Any]:
 
 
 def print_table(report: dict[str, Any], scheduler: str, workload: str, mode: Mode) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     title = f"{scheduler} on {workload} ({mode.value} mode"
@@ -98,4 +106,4 @@ def print_table(report: dict[str, Any], scheduler: str, workload: str, mode: Mod
         if key in report:
             value = report[key]
             table.add_row(key, f"{value:,.3f}" if isinstance(value, float) else str(value))
-    Console().print(table)
+    console().print(table)

@@ -38,8 +38,9 @@ def run(args: argparse.Namespace) -> int:
         json.dump(rows, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    from rich.console import Console
     from rich.table import Table
+
+    from dl2.cli.common import console
 
     table = Table(title="Realistic speed model: fit to the authors' measurements (relative error of throughput)")
     for column in ("model", "rows", "MAPE", "p90 error", "fastest (PS, workers) <= 32"):
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
             f"{100 * row['p90_ape']:.1f}%",
             str(row["best_config_ps_workers"]),
         )
-    Console().print(table)
+    console().print(table)
     return 0
 
 

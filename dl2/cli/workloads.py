@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from dl2.cli.common import load
+from dl2.cli.common import check_seed, console, load
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             _print_rows("workloads", rows)
         return 0
-    workloads = load(args.name, args.seed)
+    workloads = load(args.name, check_seed(args.seed))
     descriptions = [describe(w) for w in workloads]
     if args.json:
         json.dump(descriptions if len(descriptions) > 1 else descriptions[0], sys.stdout, indent=2)
@@ -46,18 +46,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_rows(title: str, rows: list[dict[str, object]]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=title)
     if not rows:
-        Console().print(table)
+        console().print(table)
         return
     for column in rows[0]:
         table.add_column(str(column))
     for row in rows:
         table.add_row(*(_format(value) for value in row.values()))
-    Console().print(table)
+    console().print(table)
 
 
 def _format(value: object) -> str:

@@ -27,16 +27,22 @@ def _time_left(remaining: float, epochs_per_s: float) -> float:
     return remaining / epochs_per_s if epochs_per_s != 0.0 else math.inf
 
 
-def marginal_gain_requests(view: ClusterView, counts: Counts, throughput: ThroughputFunction) -> RequestStream:
-    """The greedy loop shared by the oracle and the fitted variant."""
+def marginal_gain_requests(
+    view: ClusterView, counts: Counts, throughput: ThroughputFunction, bundle_first: bool = False
+) -> RequestStream:
+    """The greedy loop shared by the oracle and the fitted variant.
+
+    `bundle_first`: a PS job's first worker and first PS are asked for together (realistic mode). The authors'
+    code asks for them one after the other; when capacity is short that grants workers whose PS never comes.
+    """
     jobs = view.jobs
 
     def candidate(rank: int) -> tuple[float, Role]:
         spec = jobs[rank].spec
         workers, ps = counts[rank]
-        if workers == 0:
-            return _FIRST, Role.WORKER
         allreduce = spec.architecture is Architecture.ALLREDUCE
+        if workers == 0:
+            return _FIRST, Role.BUNDLE if bundle_first and not allreduce and ps == 0 else Role.WORKER
         if not allreduce and ps == 0:
             return _FIRST, Role.PS
         remaining = jobs[rank].remaining_epochs
@@ -58,7 +64,7 @@ def marginal_gain_requests(view: ClusterView, counts: Counts, throughput: Throug
             return
         spec = jobs[rank].spec
         workers, ps = counts[rank]
-        if (role is Role.WORKER and workers >= spec.max_workers) or (role is Role.PS and ps >= spec.max_ps):
+        if (role is not Role.PS and workers >= spec.max_workers) or (role is not Role.WORKER and ps >= spec.max_ps):
             continue  # the job leaves the queue
         granted = yield rank, role
         if not granted:
@@ -77,4 +83,4 @@ class OptimusOracle(HeuristicScheduler):
         return self.speed.throughput(spec.model, num_ps, num_workers)
 
     def requests(self, view: ClusterView, counts: Counts) -> RequestStream:
-        return marginal_gain_requests(view, counts, self._throughput)
+        return marginal_gain_requests(view, counts, self._throughput, bundle_first=not self.compat)

@@ -104,4 +104,4 @@ class OptimusFitted(HeuristicScheduler):
 
     def requests(self, view: ClusterView, counts: Counts) -> RequestStream:
         self._observe(view)
-        return marginal_gain_requests(view, counts, self._estimate)
+        return marginal_gain_requests(view, counts, self._estimate, bundle_first=not self.compat)

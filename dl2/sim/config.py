@@ -68,6 +68,9 @@ class SimConfig:
     """Seed of the run's one random generator (noise, estimate errors, restore times)."""
     max_slots: int = 200_000
     """Safety stop: a run that has not finished after this many slots is an error."""
+    stall_slots: int = 2_000
+    """A run in which no job progresses for this many consecutive slots while jobs wait is an error (a scheduler
+    that starves everyone would otherwise spin until `max_slots`)."""
 
     @classmethod
     def compat(cls, seed: int = 0) -> SimConfig:

@@ -32,7 +32,8 @@ class RunMetrics:
     makespan_s: float
     """Last finish time minus first arrival."""
     avg_queueing_s: float
-    """Mean time from arrival to first progress."""
+    """Mean time from arrival to the start of the first slot in which the job held tasks (a restore pause in that
+    slot is not counted as queueing)."""
     avg_gpu_utilisation: float
     """Mean over slots of allocated GPUs / cluster GPUs."""
     total_rescales: int

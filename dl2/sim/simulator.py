@@ -24,9 +24,11 @@ from dl2.core import (
     Allocation,
     Architecture,
     ClusterView,
+    Dl2Error,
     InvalidAllocationError,
     JobAllocation,
     JobView,
+    Resources,
     Scheduler,
     Workload,
 )
@@ -37,8 +39,8 @@ from dl2.workload.speed import SpeedModel
 _EPS = 1e-9
 
 
-class SimulationError(RuntimeError):
-    """The run could not finish (e.g. a scheduler starved a job for `max_slots` slots)."""
+class SimulationError(Dl2Error):
+    """The run cannot finish: a job fits on no node, or no job progressed for `SimConfig.stall_slots` slots."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +137,8 @@ class Simulation:
         self.num_finished = 0
         self.slot_start_s: list[float] = []
         self.allocated_gpu_fraction: list[float] = []
+        self._idle_slots = 0
+        self._check_every_job_fits()
         total = self.cluster.total_capacity
         self._gpu_based = total.gpu > 0
         self._total_units = total.gpu if self._gpu_based else total.cpu
@@ -243,6 +247,12 @@ class Simulation:
             self.num_finished += len(finished)
             self.active = [i for i in active if self.finish_s[i] is None]
             self._slowdowns = None  # finished jobs no longer interfere from the next slot on
+        self._idle_slots = 0 if progressed else self._idle_slots + 1
+        if self._idle_slots >= self.config.stall_slots:
+            raise SimulationError(
+                f"{self.workload.name}: no job progressed for {self._idle_slots} slots while "
+                f"{len(self.active)} waited; the scheduler starves them"
+            )
         fraction = allocated_units / self._total_units if self._total_units else 0.0
         self.slot_start_s.append(start)
         self.allocated_gpu_fraction.append(fraction)
@@ -252,6 +262,23 @@ class Simulation:
         return outcome
 
     # -- pieces of a slot -----------------------------------------------------------------------------------
+
+    def _check_every_job_fits(self) -> None:
+        """A job whose worker (or PS) fits on no node could never run: say so now, not after `max_slots`."""
+        capacities = {node.capacity for node in self.cluster.nodes}  # a few kinds of servers
+        fits: dict[Resources, bool] = {}
+        for spec in self.specs:
+            roles = [("worker", spec.worker_demand)]
+            if spec.architecture is Architecture.PS:
+                roles.append(("parameter server", spec.ps_demand))
+            for role, demand in roles:
+                if demand not in fits:
+                    fits[demand] = any(demand.fits_in(capacity) for capacity in capacities)
+                if not fits[demand]:
+                    raise SimulationError(
+                        f"{self.workload.name}: job {spec.job_id} can never run: its {role} needs "
+                        f"gpu={demand.gpu:g} cpu={demand.cpu:g} mem_gb={demand.mem_gb:g}, more than any node offers"
+                    )
 
     def _apply_changes(self, allocation: Allocation, start: float) -> bool:
         """Record each job's new tasks; a change pays the rescale pause. Returns whether anything changed."""

@@ -8,6 +8,7 @@ The file holds the cluster settings at the top and `traces`: a list of workloads
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +50,14 @@ def load_reference_workloads(path: Path, name: str | None = None) -> tuple[Workl
     if not isinstance(traces, list) or not traces:
         raise InputError(where, "no workloads", field="traces")
     slots = document["slots_per_node"]
-    capacity = Resources(gpu=float(_number(slots, "gpu", where, None)), cpu=float(_number(slots, "cpu", where, None)))
-    cluster = ClusterSpec.homogeneous(int(document["num_nodes"]), capacity, kind="dl2-slots", name=path.stem)
-    slot_s = float(document["slot_seconds"])
-    max_workers = int(document["max_workers_per_job"])
-    max_ps = int(document["max_ps_per_job"])
+    capacity = Resources(gpu=_number(slots, "gpu", where, None), cpu=_number(slots, "cpu", where, None))
+    num_nodes = _positive_int(document, "num_nodes", where)
+    cluster = ClusterSpec.homogeneous(num_nodes, capacity, kind="dl2-slots", name=path.stem)
+    slot_s = _number(document, "slot_seconds", where, None)
+    if not slot_s > 0:
+        raise InputError(where, "must be positive", field="slot_seconds")
+    max_workers = _positive_int(document, "max_workers_per_job", where)
+    max_ps = _positive_int(document, "max_ps_per_job", where)
     base = name or path.stem
     workloads = []
     row = 0
@@ -72,14 +76,21 @@ def load_reference_workloads(path: Path, name: str | None = None) -> tuple[Workl
     return tuple(workloads)
 
 
+def _positive_int(record: dict[str, Any], field: str, where: str) -> int:
+    value = record[field]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(where, f"expected a positive integer, got {value!r}", field=field)
+    return value
+
+
 def _number(record: Any, field: str, where: str, row: int | None) -> float:
     if not isinstance(record, dict) or field not in record:
         raise InputError(where, "missing", row=row, field=field)
     value = record[field]
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InputError(where, f"expected a number, got {value!r}", row=row, field=field)
-    if value < 0:
-        raise InputError(where, f"must not be negative, got {value}", row=row, field=field)
+    if not math.isfinite(value) or value < 0:
+        raise InputError(where, f"must be a finite, non-negative number, got {value}", row=row, field=field)
     return float(value)
 
 
