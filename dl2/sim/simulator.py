@@ -76,6 +76,10 @@ class SlotOutcome:
     progress_epochs: dict[str, float]
     finished: list[str]
     allocated_gpu_fraction: float
+    job_seconds: float
+    """Seconds jobs spent in the system during the slot, summed over jobs (waiting ones included): summed over
+    slots it is the sum of all JCTs, less the waits before the first boundary after an idle period (which no
+    scheduler can change). An average-JCT reward is its negative."""
 
 
 @dataclass(slots=True)
@@ -257,11 +261,24 @@ class Simulation:
         self.slot_start_s.append(start)
         self.allocated_gpu_fraction.append(fraction)
         self.previous = allocation
-        outcome = SlotOutcome(self.slot, start, progressed, finished, fraction)
+        outcome = SlotOutcome(self.slot, start, progressed, finished, fraction, self._job_seconds(active, start, end))
         self.slot += 1
         return outcome
 
     # -- pieces of a slot -----------------------------------------------------------------------------------
+
+    def _job_seconds(self, active: list[int], start: float, end: float) -> float:
+        """Time jobs spent in the system in [start, end): the active ones until they finished, plus those that
+        arrived during the slot and wait for the next boundary."""
+        total = 0.0
+        for i in active:
+            finish = self.finish_s[i]
+            total += (finish if finish is not None else end) - start
+        upcoming = self.next_arrival
+        while upcoming < len(self.specs) and self.specs[upcoming].arrival_s < end:
+            total += end - max(self.specs[upcoming].arrival_s, start)
+            upcoming += 1
+        return total
 
     def _check_every_job_fits(self) -> None:
         """A job whose worker (or PS) fits on no node could never run: say so now, not after `max_slots`."""

@@ -1,0 +1,197 @@
+"""One slot's allocation, decided one task at a time (DL2 §4.1).
+
+The active jobs are shown in windows of J (arrival order; DL2 §6.4 schedules more than J jobs in batches of J).
+For the jobs of the current window an action adds a worker, a PS or both to one job; a stop action closes the
+window and moves to the next; after the last window the slot's allocation is final. Action `3 c + r` is role
+`r` (0 worker, 1 PS, 2 bundle) for the job in column `c`; action `3 J` is stop.
+
+Resources follow the simulator's mode. In compatibility mode each task goes to the least-loaded server, as
+in the authors' environment, and an action is possible only if that server can host it. In realistic mode an
+action is possible if the cluster's free capacity in total can host it, and the finished targets are placed
+by a placer, sticky across slots (`dl2.schedulers.placement`). The teachers, the environment and
+`LearnedScheduler` all drive this same object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from dl2.core import Allocation, Architecture, ClusterView, JobAllocation
+from dl2.schedulers.least_loaded import LeastLoadedNodes
+from dl2.schedulers.placement import Placer, place_sticky
+from dl2.schedulers.requests import Role, RoleDemands, role_demands
+
+ROLES_PER_JOB = 3
+_EPS = 1e-9
+
+
+def action_count(window: int) -> int:
+    return ROLES_PER_JOB * window + 1
+
+
+def stop_action(window: int) -> int:
+    return ROLES_PER_JOB * window
+
+
+def encode_action(column: int, role: Role) -> int:
+    return ROLES_PER_JOB * column + int(role)
+
+
+class SlotDecision:
+    """The state of one slot's task-by-task allocation."""
+
+    def __init__(
+        self,
+        view: ClusterView,
+        window: int,
+        compat: bool,
+        placer: Placer | None = None,
+        demands: Sequence[RoleDemands] | None = None,
+    ) -> None:
+        if not compat and placer is None:
+            raise ValueError("realistic mode needs a placer")
+        self.view = view
+        self.jobs = view.jobs
+        self.window = window
+        self.compat = compat
+        self.placer = placer
+        n = len(self.jobs)
+        role_table = list(demands) if demands is not None else [role_demands(job.spec) for job in self.jobs]
+        self.demands = role_table
+        # per job: demand of each role (n, 3 roles, 3 resources); caps; whether it has PS
+        self.demand_array = np.array(role_table, dtype=float).reshape(n, 3, 3)
+        self.is_ps = np.array([job.spec.architecture is Architecture.PS for job in self.jobs], dtype=bool)
+        self.caps = np.array([(job.spec.max_workers, job.spec.max_ps) for job in self.jobs], dtype=np.int64).reshape(
+            n, 2
+        )
+        self.counts = np.zeros((n, 2), dtype=np.int64)
+        if compat:
+            self.nodes = LeastLoadedNodes(view.cluster)
+            self.worker_nodes: list[list[int]] = [[] for _ in self.jobs]
+            self.ps_nodes: list[list[int]] = [[] for _ in self.jobs]
+        else:
+            self.free = np.array(view.cluster.total_capacity.as_tuple(), dtype=float)
+        self.batch = 0
+        self.num_batches = max(1, -(-n // window))
+        self.done = False
+        self.num_actions = 0
+        self._skip_impossible_windows()
+
+    # -- the current window -------------------------------------------------------------------------------------
+
+    @property
+    def first_rank(self) -> int:
+        return self.batch * self.window
+
+    def column_ranks(self) -> range:
+        """Ranks (positions in `view.jobs`) of the jobs in the current window."""
+        return range(self.first_rank, min(self.first_rank + self.window, len(self.jobs)))
+
+    def next_free(self) -> np.ndarray:
+        """What the next task can use: the least-loaded server's free resources (compatibility mode) or the
+        cluster's free capacity in total (realistic mode)."""
+        if self.compat:
+            nodes = self.nodes
+            node = nodes.heap[0] % nodes.num_nodes
+            return np.array((nodes.free_gpu[node], nodes.free_cpu[node], nodes.free_mem[node]))
+        return self.free
+
+    def _window_possible(self) -> np.ndarray:
+        """(jobs in window, 3 roles) booleans: within caps and fitting what is free."""
+        ranks = self.column_ranks()
+        window = slice(ranks.start, ranks.stop)
+        counts, caps, is_ps = self.counts[window], self.caps[window], self.is_ps[window]
+        fits = np.all(self.demand_array[window] <= self.next_free() + _EPS, axis=2)
+        worker_room = counts[:, 0] < caps[:, 0]
+        ps_room = is_ps & (counts[:, 1] < caps[:, 1])
+        return fits & np.column_stack([worker_room, ps_room, worker_room & ps_room])
+
+    def mask(self) -> np.ndarray:
+        """Which actions are possible now (stop always is)."""
+        mask = np.zeros(action_count(self.window), dtype=np.int8)
+        mask[-1] = 1
+        if not self.done:
+            possible = self._window_possible()
+            mask[: possible.size] = possible.ravel()
+        return mask
+
+    def _possible(self, rank: int, role: Role) -> bool:
+        workers, ps = self.counts[rank]
+        max_workers, max_ps = self.caps[rank]
+        if role is Role.WORKER:
+            allowed = workers < max_workers
+        elif role is Role.PS:
+            allowed = bool(self.is_ps[rank]) and ps < max_ps
+        else:  # a bundle is a worker plus a PS (all-reduce jobs have no bundle)
+            allowed = bool(self.is_ps[rank]) and workers < max_workers and ps < max_ps
+        return bool(allowed) and bool(np.all(self.demand_array[rank, role] <= self.next_free() + _EPS))
+
+    def _skip_impossible_windows(self) -> None:
+        """Close windows in which nothing is possible (no decision is needed there)."""
+        while not self.done and not self._window_possible().any():
+            self._close_window()
+
+    def _close_window(self) -> None:
+        self.batch += 1
+        if self.batch >= self.num_batches:
+            self.done = True
+
+    # -- acting --------------------------------------------------------------------------------------------------
+
+    def step(self, action: int) -> bool:
+        """Apply one action; returns whether a task was granted. Stop (or an impossible action) closes the window."""
+        if self.done:
+            raise RuntimeError("the slot's allocation is already final")
+        self.num_actions += 1
+        if action != stop_action(self.window):
+            column, role_index = divmod(int(action), ROLES_PER_JOB)
+            rank = self.first_rank + column
+            if 0 <= column < self.window and rank < len(self.jobs):
+                role = Role(role_index)
+                if self._possible(rank, role):
+                    self._grant(rank, role)
+                    self._skip_impossible_windows()
+                    return True
+        self._close_window()
+        self._skip_impossible_windows()
+        return False
+
+    def request(self, rank: int, role: Role) -> bool:
+        """Grant a task to the job at `rank` if possible, whichever window it is in (teachers use this)."""
+        if self.done or not self._possible(rank, role):
+            return False
+        self._grant(rank, role)
+        return True
+
+    def _grant(self, rank: int, role: Role) -> None:
+        adds_worker = role is not Role.PS
+        adds_ps = role is Role.PS or (role is Role.BUNDLE and bool(self.is_ps[rank]))
+        if self.compat:
+            node = self.nodes.place(self.demands[rank][role])
+            if adds_worker:
+                self.worker_nodes[rank].append(node)
+            if adds_ps:
+                self.ps_nodes[rank].append(node)
+        else:
+            self.free = self.free - self.demand_array[rank, role]
+        self.counts[rank, 0] += adds_worker
+        self.counts[rank, 1] += adds_ps
+
+    def finish(self) -> None:
+        """Close every remaining window."""
+        self.done = True
+
+    def allocation(self) -> Allocation:
+        """The slot's final allocation (a PS job without a worker or without a PS gets nothing)."""
+        if self.compat:
+            return Allocation(
+                {
+                    job.spec.job_id: JobAllocation(tuple(self.worker_nodes[rank]), tuple(self.ps_nodes[rank]))
+                    for rank, job in enumerate(self.jobs)
+                    if self.worker_nodes[rank] or self.ps_nodes[rank]
+                }
+            )
+        assert self.placer is not None
+        return place_sticky(self.view, [(int(w), int(p)) for w, p in self.counts], self.placer)

@@ -1,0 +1,155 @@
+"""What the policy sees (DL2 §4.1), normalised to [0, 1].
+
+Per job of the current window (zero-padded), in columns:
+  job type one-hot (8), all-reduce flag, time since arrival (log-scaled slots), remaining fraction of declared
+  epochs, remaining declared epochs (log-scaled), workers and PS held in the previous slot (/ cap), presence
+  flag, then what changes with every action: workers and PS granted so far this slot (/ cap) and the job's
+  dominant share of the cluster.
+Then cluster-wide: free GPU and CPU fractions (what is left to grant), the same two for where the next task
+would go (compatibility mode: the least-loaded server; realistic: the cluster), jobs in the system and jobs
+outside the window (/ 4 J, capped), and the window index.
+
+The per-job static columns are built once per window; an action only changes three numbers, so observing is
+cheap. DL2's code fed raw, unnormalised values with the type as an integer; `raw_dl2=True` reproduces their six
+rows (type id, slots since arrival, remaining fraction, dominant share, workers, PS) for comparison.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from dl2.env.decision import SlotDecision
+from dl2.workload.catalogue import CATALOGUE, MODEL_NAMES
+
+NUM_TYPES = len(MODEL_NAMES)
+STATIC_FEATURES = NUM_TYPES + 7
+DYNAMIC_FEATURES = 3
+JOB_FEATURES = STATIC_FEATURES + DYNAMIC_FEATURES
+GLOBAL_FEATURES = 7
+RAW_JOB_FEATURES = 6
+_LOG_SLOTS = math.log1p(1000.0)  # a job 1,000 slots old reads 1.0
+_LOG_EPOCHS = math.log1p(1e6)
+
+
+@dataclass(frozen=True, slots=True)
+class ObservationConfig:
+    """Shape of the policy's input."""
+
+    window: int = 20
+    """J: jobs shown at once (DL2 uses 20 in its experiments, 40 in its default parameters)."""
+    raw_dl2: bool = False
+    """Feed the authors' six raw rows per job instead of normalised features (for comparison only)."""
+
+    @property
+    def size(self) -> int:
+        if self.raw_dl2:
+            return RAW_JOB_FEATURES * self.window
+        return JOB_FEATURES * self.window + GLOBAL_FEATURES
+
+
+class Observer:
+    """Builds observations of a `SlotDecision`, reusing the static part while the window stays the same."""
+
+    def __init__(self, config: ObservationConfig) -> None:
+        self.config = config
+        self._key: tuple[int, int] | None = None
+        self._static = np.zeros((config.window, STATIC_FEATURES), dtype=np.float32)
+        self._totals: tuple[float, float] = (0.0, 0.0)
+
+    def __call__(self, decision: SlotDecision) -> np.ndarray:
+        if self.config.raw_dl2:
+            return _observe_raw(decision, self.config.window)
+        key = (id(decision), decision.batch)
+        if key != self._key:
+            self._key = key
+            self._fill_static(decision)
+        window = self.config.window
+        ranks = decision.column_ranks()
+        size = len(ranks)
+        dynamic = np.zeros((window, DYNAMIC_FEATURES), dtype=np.float32)
+        if size:
+            rows = slice(ranks.start, ranks.stop)
+            counts = decision.counts[rows]
+            caps = decision.caps[rows]
+            dynamic[:size, 0] = counts[:, 0] / caps[:, 0]
+            dynamic[:size, 1] = np.divide(counts[:, 1], caps[:, 1], out=np.zeros(size), where=caps[:, 1] > 0)
+            held = counts[:, 0:1] * decision.demand_array[rows, 0] + counts[:, 1:2] * decision.demand_array[rows, 1]
+            dynamic[:size, 2] = np.minimum((held * self._inverse_total).max(axis=1), 1.0)
+        features = np.concatenate([self._static, dynamic], axis=1)
+        return np.concatenate([features.ravel(), self._global(decision)])
+
+    def _fill_static(self, decision: SlotDecision) -> None:
+        view = decision.view
+        total = np.array(view.cluster.total_capacity.as_tuple())
+        self._inverse_total = np.divide(1.0, total, out=np.zeros(3), where=total > 0)
+        self._totals = (float(total[0]), float(total[1]))
+        static = self._static
+        static.fill(0.0)
+        for column, rank in enumerate(decision.column_ranks()):
+            job = decision.jobs[rank]
+            spec = job.spec
+            row = static[column]
+            row[CATALOGUE[spec.model].type_index] = 1.0
+            row[NUM_TYPES] = float(not decision.is_ps[rank])
+            row[NUM_TYPES + 1] = min(math.log1p(max(view.time_s - spec.arrival_s, 0.0) / view.slot_s) / _LOG_SLOTS, 1.0)
+            row[NUM_TYPES + 2] = job.remaining_fraction
+            row[NUM_TYPES + 3] = min(math.log1p(job.remaining_epochs) / _LOG_EPOCHS, 1.0)
+            row[NUM_TYPES + 4] = min(job.allocation.num_workers / spec.max_workers, 1.0)
+            row[NUM_TYPES + 5] = min(job.allocation.num_ps / spec.max_ps, 1.0) if spec.max_ps else 0.0
+            row[NUM_TYPES + 6] = 1.0
+        if decision.compat:
+            capacity = view.cluster.nodes[0].capacity  # the authors' servers are all alike
+            self._node_capacity = (capacity.gpu, capacity.cpu)
+
+    def _global(self, decision: SlotDecision) -> np.ndarray:
+        total_gpu, total_cpu = self._totals
+        if decision.compat:
+            nodes = decision.nodes
+            free_gpu, free_cpu = sum(nodes.free_gpu), sum(nodes.free_cpu)
+            node = nodes.heap[0] % nodes.num_nodes
+            node_gpu, node_cpu = self._node_capacity
+            next_gpu = nodes.free_gpu[node] / node_gpu if node_gpu else 0.0
+            next_cpu = nodes.free_cpu[node] / node_cpu if node_cpu else 0.0
+        else:
+            free_gpu, free_cpu = float(decision.free[0]), float(decision.free[1])
+            next_gpu = free_gpu / total_gpu if total_gpu else 0.0
+            next_cpu = free_cpu / total_cpu if total_cpu else 0.0
+        window = self.config.window
+        num_jobs = len(decision.jobs)
+        outside = max(num_jobs - (decision.first_rank + window), 0)
+        return np.array(
+            [
+                free_gpu / total_gpu if total_gpu else 0.0,
+                free_cpu / total_cpu if total_cpu else 0.0,
+                next_gpu,
+                next_cpu,
+                min(num_jobs / (4 * window), 1.0),
+                min(outside / (4 * window), 1.0),
+                min(decision.batch / 10.0, 1.0),
+            ],
+            dtype=np.float32,
+        )
+
+
+def _observe_raw(decision: SlotDecision, window: int) -> np.ndarray:
+    """The authors' state: 6 x J raw values (type 1-8, slots since arrival, remaining fraction, dominant share,
+    workers, PS)."""
+    view = decision.view
+    total = view.cluster.total_capacity.as_tuple()
+    state = np.zeros((RAW_JOB_FEATURES, window), dtype=np.float32)
+    for column, rank in enumerate(decision.column_ranks()):
+        job = decision.jobs[rank]
+        workers, ps = (int(c) for c in decision.counts[rank])
+        worker_demand, ps_demand = decision.demands[rank][0], decision.demands[rank][1]
+        state[0, column] = CATALOGUE[job.spec.model].type_index + 1
+        state[1, column] = (view.time_s - job.spec.arrival_s) / view.slot_s
+        state[2, column] = job.remaining_fraction
+        state[3, column] = max(
+            (workers * w + ps * p) / t for w, p, t in zip(worker_demand, ps_demand, total, strict=True) if t > 0
+        )
+        state[4, column] = workers
+        state[5, column] = ps
+    return state.ravel()
