@@ -106,7 +106,8 @@ class SlotDecision:
         fits = np.all(self.demand_array[window] <= self.next_free() + _EPS, axis=2)
         worker_room = counts[:, 0] < caps[:, 0]
         ps_room = is_ps & (counts[:, 1] < caps[:, 1])
-        return fits & np.column_stack([worker_room, ps_room, worker_room & ps_room])
+        possible: np.ndarray = fits & np.column_stack([worker_room, ps_room, worker_room & ps_room])
+        return possible
 
     def mask(self) -> np.ndarray:
         """Which actions are possible now (stop always is)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium
 import numpy as np
@@ -55,7 +55,7 @@ class EnvConfig:
 
 
 class Dl2Env(gymnasium.Env[np.ndarray, np.int64]):
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    metadata = {"render_modes": []}  # noqa: RUF012 (Gymnasium declares it as an instance variable)
 
     def __init__(self, workloads: WorkloadSource, config: EnvConfig | None = None) -> None:
         self.config = config or EnvConfig()
