@@ -67,16 +67,22 @@ class SlotDecision:
             n, 2
         )
         self.counts = np.zeros((n, 2), dtype=np.int64)
+        self.total = np.array(view.cluster.total_capacity.as_tuple(), dtype=float)
+        self.free_total = self.total.copy()
+        """The cluster's free capacity in total (what is left to grant)."""
         if compat:
             self.nodes = LeastLoadedNodes(view.cluster)
             self.worker_nodes: list[list[int]] = [[] for _ in self.jobs]
             self.ps_nodes: list[list[int]] = [[] for _ in self.jobs]
-        else:
-            self.free = np.array(view.cluster.total_capacity.as_tuple(), dtype=float)
         self.batch = 0
         self.num_batches = max(1, -(-n // window))
         self.done = False
         self.num_actions = 0
+        self.version = 0
+        """Counts changes of state (grants and closed windows); observers use it to update incrementally."""
+        self.last_granted = -1
+        """Rank of the job that received the latest task (-1: none yet in this window)."""
+        self._possible_cache: tuple[int, np.ndarray] | None = None
         self._skip_impossible_windows()
 
     # -- the current window -------------------------------------------------------------------------------------
@@ -96,17 +102,25 @@ class SlotDecision:
             nodes = self.nodes
             node = nodes.heap[0] % nodes.num_nodes
             return np.array((nodes.free_gpu[node], nodes.free_cpu[node], nodes.free_mem[node]))
-        return self.free
+        return self.free_total
 
     def _window_possible(self) -> np.ndarray:
-        """(jobs in window, 3 roles) booleans: within caps and fitting what is free."""
+        """(jobs in window, 3 roles) booleans: within caps and fitting what is free (cached per state)."""
+        cached = self._possible_cache
+        if cached is not None and cached[0] == self.version:
+            return cached[1]
         ranks = self.column_ranks()
         window = slice(ranks.start, ranks.stop)
         counts, caps, is_ps = self.counts[window], self.caps[window], self.is_ps[window]
         fits = np.all(self.demand_array[window] <= self.next_free() + _EPS, axis=2)
         worker_room = counts[:, 0] < caps[:, 0]
         ps_room = is_ps & (counts[:, 1] < caps[:, 1])
-        possible: np.ndarray = fits & np.column_stack([worker_room, ps_room, worker_room & ps_room])
+        room = np.empty((len(ranks), 3), dtype=bool)
+        room[:, 0] = worker_room
+        room[:, 1] = ps_room
+        room[:, 2] = worker_room & ps_room
+        possible: np.ndarray = fits & room
+        self._possible_cache = (self.version, possible)
         return possible
 
     def mask(self) -> np.ndarray:
@@ -119,6 +133,9 @@ class SlotDecision:
         return mask
 
     def _possible(self, rank: int, role: Role) -> bool:
+        first = self.first_rank
+        if first <= rank < first + self.window:
+            return bool(self._window_possible()[rank - first, role])
         workers, ps = self.counts[rank]
         max_workers, max_ps = self.caps[rank]
         if role is Role.WORKER:
@@ -135,6 +152,8 @@ class SlotDecision:
             self._close_window()
 
     def _close_window(self) -> None:
+        self.version += 1
+        self.last_granted = -1
         self.batch += 1
         if self.batch >= self.num_batches:
             self.done = True
@@ -175,10 +194,11 @@ class SlotDecision:
                 self.worker_nodes[rank].append(node)
             if adds_ps:
                 self.ps_nodes[rank].append(node)
-        else:
-            self.free = self.free - self.demand_array[rank, role]
+        self.free_total = self.free_total - self.demand_array[rank, role]
         self.counts[rank, 0] += adds_worker
         self.counts[rank, 1] += adds_ps
+        self.version += 1
+        self.last_granted = rank
 
     def finish(self) -> None:
         """Close every remaining window."""

@@ -9,8 +9,7 @@ Then cluster-wide: free GPU and CPU fractions (what is left to grant), the same 
 would go (compatibility mode: the least-loaded server; realistic: the cluster), jobs in the system and jobs
 outside the window (/ 4 J, capped), and the window index.
 
-The per-job static columns are built once per window; an action only changes three numbers, so observing is
-cheap. DL2's code fed raw, unnormalised values with the type as an integer; `raw_dl2=True` reproduces their six
+A window's columns are built once; an action only changes three numbers, so observing is cheap. DL2's code fed raw, unnormalised values with the type as an integer; `raw_dl2=True` reproduces their six
 rows (type id, slots since arrival, remaining fraction, dominant share, workers, PS) for comparison.
 """
 
@@ -51,47 +50,42 @@ class ObservationConfig:
 
 
 class Observer:
-    """Builds observations of a `SlotDecision`, reusing the static part while the window stays the same."""
+    """Builds observations of a `SlotDecision` incrementally: a window's columns are filled once, and each later
+    action only rewrites the three numbers of the job that received a task and the cluster-wide tail."""
 
     def __init__(self, config: ObservationConfig) -> None:
         self.config = config
-        self._key: tuple[int, int] | None = None
-        self._static = np.zeros((config.window, STATIC_FEATURES), dtype=np.float32)
-        self._totals: tuple[float, float] = (0.0, 0.0)
+        self._window_key: tuple[int, int] | None = None
+        self._version = -1
+        window = config.window
+        self._jobs = np.zeros((window, JOB_FEATURES), dtype=np.float32)
+        self._tail = np.zeros(GLOBAL_FEATURES, dtype=np.float32)
+        self._inverse_total = np.zeros(3)
 
     def __call__(self, decision: SlotDecision) -> np.ndarray:
+        """The observation of the decision's current state (a fresh array)."""
         if self.config.raw_dl2:
             return _observe_raw(decision, self.config.window)
         key = (id(decision), decision.batch)
-        if key != self._key:
-            self._key = key
-            self._fill_static(decision)
-        window = self.config.window
-        ranks = decision.column_ranks()
-        size = len(ranks)
-        dynamic = np.zeros((window, DYNAMIC_FEATURES), dtype=np.float32)
-        if size:
-            rows = slice(ranks.start, ranks.stop)
-            counts = decision.counts[rows]
-            caps = decision.caps[rows]
-            dynamic[:size, 0] = counts[:, 0] / caps[:, 0]
-            dynamic[:size, 1] = np.divide(counts[:, 1], caps[:, 1], out=np.zeros(size), where=caps[:, 1] > 0)
-            held = counts[:, 0:1] * decision.demand_array[rows, 0] + counts[:, 1:2] * decision.demand_array[rows, 1]
-            dynamic[:size, 2] = np.minimum((held * self._inverse_total).max(axis=1), 1.0)
-        features = np.concatenate([self._static, dynamic], axis=1)
-        return np.concatenate([features.ravel(), self._global(decision)])
+        if key != self._window_key:
+            self._window_key = key
+            self._fill_window(decision)
+        elif decision.version != self._version and decision.last_granted >= 0:
+            self._update_job(decision, decision.last_granted)
+        self._version = decision.version
+        self._fill_tail(decision)
+        return np.concatenate([self._jobs.ravel(), self._tail])
 
-    def _fill_static(self, decision: SlotDecision) -> None:
+    def _fill_window(self, decision: SlotDecision) -> None:
         view = decision.view
-        total = np.array(view.cluster.total_capacity.as_tuple())
+        total = decision.total
         self._inverse_total = np.divide(1.0, total, out=np.zeros(3), where=total > 0)
-        self._totals = (float(total[0]), float(total[1]))
-        static = self._static
-        static.fill(0.0)
+        jobs = self._jobs
+        jobs.fill(0.0)
         for column, rank in enumerate(decision.column_ranks()):
             job = decision.jobs[rank]
             spec = job.spec
-            row = static[column]
+            row = jobs[column]
             row[CATALOGUE[spec.model].type_index] = 1.0
             row[NUM_TYPES] = float(not decision.is_ps[rank])
             row[NUM_TYPES + 1] = min(math.log1p(max(view.time_s - spec.arrival_s, 0.0) / view.slot_s) / _LOG_SLOTS, 1.0)
@@ -100,38 +94,42 @@ class Observer:
             row[NUM_TYPES + 4] = min(job.allocation.num_workers / spec.max_workers, 1.0)
             row[NUM_TYPES + 5] = min(job.allocation.num_ps / spec.max_ps, 1.0) if spec.max_ps else 0.0
             row[NUM_TYPES + 6] = 1.0
-        if decision.compat:
-            capacity = view.cluster.nodes[0].capacity  # the authors' servers are all alike
-            self._node_capacity = (capacity.gpu, capacity.cpu)
+            self._update_job(decision, rank)
 
-    def _global(self, decision: SlotDecision) -> np.ndarray:
-        total_gpu, total_cpu = self._totals
+    def _update_job(self, decision: SlotDecision, rank: int) -> None:
+        column = rank - decision.first_rank
+        if not 0 <= column < self.config.window:
+            return
+        workers, ps = decision.counts[rank]
+        max_workers, max_ps = decision.caps[rank]
+        row = self._jobs[column]
+        row[STATIC_FEATURES] = workers / max_workers
+        row[STATIC_FEATURES + 1] = ps / max_ps if max_ps else 0.0
+        held = workers * decision.demand_array[rank, 0] + ps * decision.demand_array[rank, 1]
+        row[STATIC_FEATURES + 2] = min(float((held * self._inverse_total).max()), 1.0)
+
+    def _fill_tail(self, decision: SlotDecision) -> None:
+        total_gpu, total_cpu, _ = decision.total
+        free_gpu, free_cpu, _ = decision.free_total
         if decision.compat:
             nodes = decision.nodes
-            free_gpu, free_cpu = sum(nodes.free_gpu), sum(nodes.free_cpu)
             node = nodes.heap[0] % nodes.num_nodes
-            node_gpu, node_cpu = self._node_capacity
-            next_gpu = nodes.free_gpu[node] / node_gpu if node_gpu else 0.0
-            next_cpu = nodes.free_cpu[node] / node_cpu if node_cpu else 0.0
+            capacity = decision.view.cluster.nodes[node].capacity
+            next_gpu = nodes.free_gpu[node] / capacity.gpu if capacity.gpu else 0.0
+            next_cpu = nodes.free_cpu[node] / capacity.cpu if capacity.cpu else 0.0
         else:
-            free_gpu, free_cpu = float(decision.free[0]), float(decision.free[1])
             next_gpu = free_gpu / total_gpu if total_gpu else 0.0
             next_cpu = free_cpu / total_cpu if total_cpu else 0.0
         window = self.config.window
         num_jobs = len(decision.jobs)
-        outside = max(num_jobs - (decision.first_rank + window), 0)
-        return np.array(
-            [
-                free_gpu / total_gpu if total_gpu else 0.0,
-                free_cpu / total_cpu if total_cpu else 0.0,
-                next_gpu,
-                next_cpu,
-                min(num_jobs / (4 * window), 1.0),
-                min(outside / (4 * window), 1.0),
-                min(decision.batch / 10.0, 1.0),
-            ],
-            dtype=np.float32,
-        )
+        tail = self._tail
+        tail[0] = free_gpu / total_gpu if total_gpu else 0.0
+        tail[1] = free_cpu / total_cpu if total_cpu else 0.0
+        tail[2] = next_gpu
+        tail[3] = next_cpu
+        tail[4] = min(num_jobs / (4 * window), 1.0)
+        tail[5] = min(max(num_jobs - (decision.first_rank + window), 0) / (4 * window), 1.0)
+        tail[6] = min(decision.batch / 10.0, 1.0)
 
 
 def _observe_raw(decision: SlotDecision, window: int) -> np.ndarray:

@@ -1,0 +1,155 @@
+"""Supervised warm-up data (DL2 §4.2): (observation, action mask, action) triples from a teacher's decisions.
+
+A teacher runs in the simulator and its decisions are replayed, task by task, through the same `SlotDecision`
+the policy will drive, so the recorded observations are exactly what the policy sees. A heuristic built on
+request streams (DRF, FIFO, SRTF, Optimus) is replayed request by request within each window of J jobs, and
+its end of window is recorded as stop (DL2's code never recorded stop, so its policy never learned to stop).
+Any other scheduler (Tiresias, a decision log) is replayed from its targets: per job, bundles first, then the
+remaining workers or PS, then stop. The slot then runs with the allocation the replay produced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from dl2.core import ClusterView, Scheduler, Workload
+from dl2.env.decision import SlotDecision, encode_action, stop_action
+from dl2.env.observation import ObservationConfig, Observer
+from dl2.schedulers.base import HeuristicScheduler
+from dl2.schedulers.placement import Placer
+from dl2.schedulers.requests import Role
+from dl2.sim.config import Mode, SimConfig
+from dl2.sim.run import interference_model, speed_model
+from dl2.sim.simulator import Simulation
+
+
+@dataclass(slots=True)
+class Demonstrations:
+    """Arrays of equal length: observations (n, d) float32, masks (n, a) int8, actions (n,) int64."""
+
+    observations: np.ndarray
+    masks: np.ndarray
+    actions: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+    @classmethod
+    def concatenate(cls, parts: Iterable[Demonstrations]) -> Demonstrations:
+        parts = list(parts)
+        return cls(
+            np.concatenate([p.observations for p in parts]),
+            np.concatenate([p.masks for p in parts]),
+            np.concatenate([p.actions for p in parts]),
+        )
+
+
+def _window_view(view: ClusterView, decision: SlotDecision) -> ClusterView:
+    ranks = decision.column_ranks()
+    return ClusterView(
+        view.time_s, view.slot, view.slot_s, view.cluster, view.jobs[ranks.start : ranks.stop], view.previous
+    )
+
+
+def replay_stream(decision: SlotDecision, teacher: HeuristicScheduler) -> Iterator[int]:
+    """Actions of a request-stream heuristic, window by window; the caller applies each with `decision.step`."""
+    view = decision.view
+    while not decision.done:
+        batch = decision.batch
+        window = _window_view(view, decision)
+        first = decision.first_rank
+        counts = decision.counts[first : first + len(window.jobs)]  # a view: the stream sees grants live
+        teacher.decision_key(window)  # some policies prepare their order there
+        stream = teacher.requests(window, counts)  # type: ignore[arg-type]
+        try:
+            column, role = next(stream)
+            while decision.batch == batch and not decision.done:
+                action = encode_action(column, role)
+                granted = bool(decision.mask()[action])
+                if granted:
+                    yield action
+                column, role = stream.send(granted)
+        except StopIteration:
+            pass
+        finally:
+            stream.close()
+        if decision.batch == batch and not decision.done:
+            yield stop_action(decision.window)
+
+
+def replay_targets(decision: SlotDecision, targets: dict[str, tuple[int, int]]) -> Iterator[int]:
+    """Actions reaching per-job (workers, PS) targets: bundles first, then workers, then PS; stop per window."""
+    view = decision.view
+    while not decision.done:
+        batch = decision.batch
+        for column, rank in enumerate(decision.column_ranks()):
+            want_workers, want_ps = targets.get(view.jobs[rank].spec.job_id, (0, 0))
+            while decision.batch == batch and not decision.done:
+                workers, ps = (int(c) for c in decision.counts[rank])
+                if workers < want_workers and ps < want_ps:
+                    role = Role.BUNDLE
+                elif workers < want_workers:
+                    role = Role.WORKER
+                elif ps < want_ps:
+                    role = Role.PS
+                else:
+                    break
+                action = encode_action(column, role)
+                if not decision.mask()[action]:
+                    break
+                yield action
+            if decision.batch != batch or decision.done:
+                break
+        if decision.batch == batch and not decision.done:
+            yield stop_action(decision.window)
+
+
+def record(
+    workload: Workload,
+    teacher: Scheduler,
+    sim: SimConfig,
+    observation: ObservationConfig,
+    placer: Placer,
+    every: int = 1,
+) -> tuple[Demonstrations, float]:
+    """Demonstrations of `teacher` on `workload` (every `every`-th slot recorded), and the replayed run's
+    average JCT in seconds (how good the replayed teacher is)."""
+    compat = sim.mode is Mode.COMPAT
+    speed = speed_model(sim.mode)
+    simulation = Simulation(workload, sim, speed, interference_model())
+    observer = Observer(observation)
+    teacher.reset()
+    observations: list[np.ndarray] = []
+    masks: list[np.ndarray] = []
+    actions: list[int] = []
+    slot = 0
+    while not simulation.done:
+        view = simulation.begin_slot()
+        decision = SlotDecision(view, observation.window, compat, placer)
+        keep = slot % every == 0
+        if isinstance(teacher, HeuristicScheduler):
+            replay = replay_stream(decision, teacher)
+        else:
+            allocation = teacher.schedule(view)
+            targets = {job_id: (a.num_workers, a.num_ps) for job_id, a in allocation.jobs.items()}
+            replay = replay_targets(decision, targets)
+        for action in replay:
+            if keep:
+                observations.append(observer(decision))
+                masks.append(decision.mask())
+                actions.append(action)
+            decision.step(action)
+        simulation.apply(decision.allocation())
+        slot += 1
+    result = simulation.result(teacher.name)
+    average_jct = float(np.mean([job.jct_s for job in result.jobs]))
+    size = observation.size
+    data = Demonstrations(
+        np.array(observations, dtype=np.float32).reshape(-1, size),
+        np.array(masks, dtype=np.int8).reshape(len(actions), -1),
+        np.array(actions, dtype=np.int64),
+    )
+    return data, average_jct

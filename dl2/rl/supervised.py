@@ -1,0 +1,87 @@
+"""Supervised warm-up (DL2 §4.2): train the policy to imitate a teacher with cross-entropy over masked logits."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from dl2.rl.demonstrations import Demonstrations
+from dl2.rl.networks import NetworkConfig, PolicyNetwork
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisedConfig:
+    """Warm-up hyper-parameters."""
+
+    epochs: int = 10
+    """Passes over the demonstrations."""
+    batch_size: int = 256
+    """Mini-batch size (DL2: 256)."""
+    learning_rate: float = 1e-3
+    """Adam step size (DL2's code: 5e-3)."""
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    """Policy network shape."""
+    seed: int = 0
+    """Seeds weight initialisation and mini-batch order."""
+
+
+@dataclass(slots=True)
+class SupervisedHistory:
+    """Per epoch: mean training loss and accuracy on the held-out demonstrations."""
+
+    train_loss: list[float] = field(default_factory=list)
+    held_out_accuracy: list[float] = field(default_factory=list)
+
+
+def accuracy(policy: PolicyNetwork, data: Demonstrations, batch_size: int = 4096) -> float:
+    """Share of states where the policy's most likely possible action is the teacher's."""
+    if len(data) == 0:
+        return float("nan")
+    correct = 0
+    with torch.no_grad():
+        for start in range(0, len(data), batch_size):
+            observations = torch.from_numpy(data.observations[start : start + batch_size])
+            masks = torch.from_numpy(data.masks[start : start + batch_size])
+            predicted = policy.masked_logits(observations, masks).argmax(dim=1).numpy()
+            correct += int((predicted == data.actions[start : start + batch_size]).sum())
+    return correct / len(data)
+
+
+def train_supervised(
+    train: Demonstrations,
+    held_out: Demonstrations,
+    config: SupervisedConfig,
+    policy: PolicyNetwork | None = None,
+    on_epoch: Callable[[int, float, float], None] | None = None,
+) -> tuple[PolicyNetwork, SupervisedHistory]:
+    torch.manual_seed(config.seed)
+    rng = np.random.default_rng(config.seed)
+    if policy is None:
+        policy = PolicyNetwork(train.observations.shape[1], train.masks.shape[1], config.network)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
+    loss_function = nn.CrossEntropyLoss()
+    history = SupervisedHistory()
+    observations = torch.from_numpy(train.observations)
+    masks = torch.from_numpy(train.masks)
+    actions = torch.from_numpy(train.actions)
+    for epoch in range(config.epochs):
+        order = torch.from_numpy(rng.permutation(len(train)))
+        total, batches = 0.0, 0
+        for start in range(0, len(train), config.batch_size):
+            batch = order[start : start + config.batch_size]
+            logits = policy.masked_logits(observations[batch], masks[batch])
+            loss = loss_function(logits, actions[batch])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            total += float(loss)
+            batches += 1
+        history.train_loss.append(total / max(batches, 1))
+        history.held_out_accuracy.append(accuracy(policy, held_out))
+        if on_epoch is not None:
+            on_epoch(epoch, history.train_loss[-1], history.held_out_accuracy[-1])
+    return policy, history
