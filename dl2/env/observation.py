@@ -9,8 +9,9 @@ Then cluster-wide: free GPU and CPU fractions (what is left to grant), the same 
 would go (compatibility mode: the least-loaded server; realistic: the cluster), jobs in the system and jobs
 outside the window (/ 4 J, capped), and the window index.
 
-A window's columns are built once; an action only changes three numbers, so observing is cheap. DL2's code fed raw, unnormalised values with the type as an integer; `raw_dl2=True` reproduces their six
-rows (type id, slots since arrival, remaining fraction, dominant share, workers, PS) for comparison.
+A window's columns are built once; an action only changes three numbers, so observing is cheap. DL2's code fed
+raw, unnormalised values with the type as an integer; `raw_dl2=True` reproduces their six rows (type id, slots
+since arrival, remaining fraction, dominant share, workers, PS) for comparison.
 """
 
 from __future__ import annotations

@@ -49,7 +49,8 @@ class NumpyPolicy:
         if rng is None:
             action = int(np.argmax(logits))
         else:
-            action = int(min(np.searchsorted(np.cumsum(probabilities), rng.random(), side="right"), len(logits) - 1))
+            drawn = int(np.searchsorted(np.cumsum(probabilities), rng.random(), side="right"))
+            action = min(drawn, len(logits) - 1)
             if mask[action] == 0:  # rounding at the very end of the cumulative sum
                 action = int(np.argmax(logits))
         return action, float(np.log(max(probabilities[action], 1e-30)))
@@ -57,5 +58,5 @@ class NumpyPolicy:
 
 def _array(value: object) -> np.ndarray:
     if hasattr(value, "detach"):
-        return value.detach().cpu().numpy()  # type: ignore[no-any-return, attr-defined]
+        return value.detach().cpu().numpy()  # type: ignore[no-any-return]
     return np.asarray(value)
