@@ -97,10 +97,18 @@ def sim_config(args: argparse.Namespace, seed: int) -> SimConfig:
     return replace(config, **overrides)
 
 
-def scheduler_builder(name: str, placer: str, mode: Mode) -> SchedulerBuilder:
-    """A builder for a heuristic by name (checked now, so a typo fails before any work)."""
+def scheduler_builder(name: str, placer: str, mode: Mode, greedy: bool = True, seed: int = 0) -> SchedulerBuilder:
+    """A builder for a heuristic by name or a trained policy by model folder (checked now, so a typo fails before
+    any work)."""
+    from dl2.rl.model_io import is_model_dir
+
+    if is_model_dir(name):
+        from dl2.rl.learned import LearnedScheduler
+
+        LearnedScheduler.from_dir(name)  # fail now on a broken model, not after loading workloads
+        return lambda speed, compat: LearnedScheduler.from_dir(name, greedy=greedy, seed=seed, compat=compat)
     if name not in SCHEDULERS:
-        raise UsageError(f"unknown scheduler '{name}'; known: {', '.join(SCHEDULERS)}")
+        raise UsageError(f"unknown scheduler '{name}'; known: {', '.join(SCHEDULERS)}, or a model folder")
     if mode is Mode.COMPAT and name not in COMPAT_SCHEDULERS:
         raise UsageError(
             f"scheduler '{name}' has no compatibility-mode version; use one of {', '.join(COMPAT_SCHEDULERS)}"

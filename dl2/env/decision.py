@@ -14,6 +14,7 @@ by a placer, sticky across slots (`dl2.schedulers.placement`). The teachers, the
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -42,6 +43,8 @@ def encode_action(column: int, role: Role) -> int:
 class SlotDecision:
     """The state of one slot's task-by-task allocation."""
 
+    _serials = itertools.count()
+
     def __init__(
         self,
         view: ClusterView,
@@ -49,9 +52,14 @@ class SlotDecision:
         compat: bool,
         placer: Placer | None = None,
         demands: Sequence[RoleDemands] | None = None,
+        work_conserving: bool = False,
     ) -> None:
+        """`work_conserving`: stop is not allowed while the slot has granted nothing and something fits (an
+        empty slot never shortens any job; a policy that stops there could starve every job forever)."""
         if not compat and placer is None:
             raise ValueError("realistic mode needs a placer")
+        self.serial = next(SlotDecision._serials)
+        """Unique per decision object (unlike `id()`, never reused), so observers can tell decisions apart."""
         self.view = view
         self.jobs = view.jobs
         self.window = window
@@ -78,6 +86,9 @@ class SlotDecision:
         self.num_batches = max(1, -(-n // window))
         self.done = False
         self.num_actions = 0
+        self.work_conserving = work_conserving
+        self.granted = 0
+        """Tasks granted in this slot so far."""
         self.version = 0
         """Counts changes of state (grants and closed windows); observers use it to update incrementally."""
         self.last_granted = -1
@@ -130,6 +141,8 @@ class SlotDecision:
         if not self.done:
             possible = self._window_possible()
             mask[: possible.size] = possible.ravel()
+            if self.work_conserving and self.granted == 0 and possible.any():
+                mask[-1] = 0
         return mask
 
     def _possible(self, rank: int, role: Role) -> bool:
@@ -197,6 +210,7 @@ class SlotDecision:
         self.free_total = self.free_total - self.demand_array[rank, role]
         self.counts[rank, 0] += adds_worker
         self.counts[rank, 1] += adds_ps
+        self.granted += 1
         self.version += 1
         self.last_granted = rank
 

@@ -46,8 +46,10 @@ class EnvConfig:
     """'progress' (DL2 §4.3) or 'jct' (minus job-time in the system)."""
     reward_scale: float = 10.0
     """Divides the 'jct' reward so that a slot's reward is of order one."""
-    max_slots: int = 5_000
+    max_slots: int = 3_000
     """Episodes are truncated after this many slots."""
+    work_conserving: bool = True
+    """Forbid stopping before the slot has granted anything while something fits (see `SlotDecision`)."""
 
     @property
     def window(self) -> int:
@@ -84,7 +86,10 @@ class Dl2Env(gymnasium.Env[np.ndarray, np.int64]):
         super().reset(seed=seed)
         workload = self._draw_workload(options or {})
         sim_seed = int(self.np_random.integers(2**31 - 1))
-        config = replace(self.config.sim, seed=sim_seed)
+        # a policy that starves every job is truncated at max_slots, not stopped by the simulator's stall guard
+        config = replace(
+            self.config.sim, seed=sim_seed, stall_slots=max(self.config.sim.stall_slots, self.config.max_slots + 1)
+        )
         self.simulation = Simulation(workload, config, speed_model(config.mode), interference_model())
         self.slots = 0
         self.slot_rewards: list[float] = []
@@ -124,7 +129,9 @@ class Dl2Env(gymnasium.Env[np.ndarray, np.int64]):
                 self.decision = None
                 return reward, False, True
             view = self.simulation.begin_slot()
-            self.decision = SlotDecision(view, self.config.window, self.compat, self.placer)
+            self.decision = SlotDecision(
+                view, self.config.window, self.compat, self.placer, work_conserving=self.config.work_conserving
+            )
             if not self.decision.done:
                 return reward, False, False
             reward += self._run_slot()

@@ -35,6 +35,19 @@ _LOG_EPOCHS = math.log1p(1e6)
 
 
 @dataclass(frozen=True, slots=True)
+class InputShape:
+    """How an observation vector is laid out: `window` rows of `job_features`, then `global_features`."""
+
+    window: int
+    job_features: int
+    global_features: int
+
+    @property
+    def size(self) -> int:
+        return self.window * self.job_features + self.global_features
+
+
+@dataclass(frozen=True, slots=True)
 class ObservationConfig:
     """Shape of the policy's input."""
 
@@ -44,10 +57,14 @@ class ObservationConfig:
     """Feed the authors' six raw rows per job instead of normalised features (for comparison only)."""
 
     @property
-    def size(self) -> int:
+    def shape(self) -> InputShape:
         if self.raw_dl2:
-            return RAW_JOB_FEATURES * self.window
-        return JOB_FEATURES * self.window + GLOBAL_FEATURES
+            return InputShape(self.window, RAW_JOB_FEATURES, 0)
+        return InputShape(self.window, JOB_FEATURES, GLOBAL_FEATURES)
+
+    @property
+    def size(self) -> int:
+        return self.shape.size
 
 
 class Observer:
@@ -67,7 +84,7 @@ class Observer:
         """The observation of the decision's current state (a fresh array)."""
         if self.config.raw_dl2:
             return _observe_raw(decision, self.config.window)
-        key = (id(decision), decision.batch)
+        key = (decision.serial, decision.batch)
         if key != self._window_key:
             self._window_key = key
             self._fill_window(decision)
@@ -134,21 +151,21 @@ class Observer:
 
 
 def _observe_raw(decision: SlotDecision, window: int) -> np.ndarray:
-    """The authors' state: 6 x J raw values (type 1-8, slots since arrival, remaining fraction, dominant share,
-    workers, PS)."""
+    """The authors' state: per job, 6 raw values (type 1-8, slots since arrival, remaining fraction, dominant
+    share, workers, PS); laid out job by job (theirs was feature by feature; same numbers)."""
     view = decision.view
     total = view.cluster.total_capacity.as_tuple()
-    state = np.zeros((RAW_JOB_FEATURES, window), dtype=np.float32)
+    state = np.zeros((window, RAW_JOB_FEATURES), dtype=np.float32)
     for column, rank in enumerate(decision.column_ranks()):
         job = decision.jobs[rank]
         workers, ps = (int(c) for c in decision.counts[rank])
         worker_demand, ps_demand = decision.demands[rank][0], decision.demands[rank][1]
-        state[0, column] = CATALOGUE[job.spec.model].type_index + 1
-        state[1, column] = (view.time_s - job.spec.arrival_s) / view.slot_s
-        state[2, column] = job.remaining_fraction
-        state[3, column] = max(
+        state[column, 0] = CATALOGUE[job.spec.model].type_index + 1
+        state[column, 1] = (view.time_s - job.spec.arrival_s) / view.slot_s
+        state[column, 2] = job.remaining_fraction
+        state[column, 3] = max(
             (workers * w + ps * p) / t for w, p, t in zip(worker_demand, ps_demand, total, strict=True) if t > 0
         )
-        state[4, column] = workers
-        state[5, column] = ps
+        state[column, 4] = workers
+        state[column, 5] = ps
     return state.ravel()

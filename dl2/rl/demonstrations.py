@@ -6,12 +6,16 @@ request streams (DRF, FIFO, SRTF, Optimus) is replayed request by request within
 its end of window is recorded as stop (DL2's code never recorded stop, so its policy never learned to stop).
 Any other scheduler (Tiresias, a decision log) is replayed from its targets: per job, bundles first, then the
 remaining workers or PS, then stop. The slot then runs with the allocation the replay produced.
+
+Imitating only the teacher's own trajectories leaves the student lost in states the teacher never visits (a
+student that once skips a worker may go on adding PS forever); `record_on_policy` adds DAgger rounds, in which
+the student drives and the teacher labels.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -149,7 +153,83 @@ def record(
     size = observation.size
     data = Demonstrations(
         np.array(observations, dtype=np.float32).reshape(-1, size),
-        np.array(masks, dtype=np.int8).reshape(len(actions), -1),
+        np.array(masks, dtype=np.int8).reshape(-1, 3 * observation.window + 1),
         np.array(actions, dtype=np.int64),
     )
     return data, average_jct
+
+
+def teacher_action(decision: SlotDecision, teacher: Scheduler, targets: dict[str, tuple[int, int]] | None) -> int:
+    """What the teacher would do next from the decision's current state (for DAgger labels).
+
+    A request-stream heuristic is restarted on the current window with the counts granted so far and its
+    first possible request is the answer; a target-based teacher answers with the next step towards `targets`
+    (its allocation for the slot). Stop when the teacher has nothing more to ask for in this window.
+    """
+    if isinstance(teacher, HeuristicScheduler):
+        window = _window_view(decision.view, decision)
+        first = decision.first_rank
+        counts = decision.counts[first : first + len(window.jobs)].copy()  # the stream must not change the state
+        mask = decision.mask()
+        teacher.decision_key(window)
+        stream = teacher.requests(window, counts)  # type: ignore[arg-type]
+        try:
+            column, role = next(stream)
+            while True:
+                action = encode_action(column, role)
+                if mask[action]:
+                    return action
+                column, role = stream.send(False)
+        except StopIteration:
+            return stop_action(decision.window)
+        finally:
+            stream.close()
+    assert targets is not None
+    return next(replay_targets(decision, targets), stop_action(decision.window))
+
+
+def record_on_policy(
+    workload: Workload,
+    student: Callable[[np.ndarray, np.ndarray], int],
+    teacher: Scheduler,
+    sim: SimConfig,
+    observation: ObservationConfig,
+    placer: Placer,
+    every: int = 1,
+    max_slots: int = 3_000,
+) -> Demonstrations:
+    """DAgger (Ross et al. 2011): the student drives, the teacher labels the states the student visits."""
+    compat = sim.mode is Mode.COMPAT
+    simulation = Simulation(
+        workload, replace(sim, stall_slots=max_slots + 1), speed_model(sim.mode), interference_model()
+    )
+    observer = Observer(observation)
+    teacher.reset()
+    observations: list[np.ndarray] = []
+    masks: list[np.ndarray] = []
+    actions: list[int] = []
+    slot = 0
+    while not simulation.done and slot < max_slots:
+        view = simulation.begin_slot()
+        decision = SlotDecision(view, observation.window, compat, placer, work_conserving=True)
+        targets = None
+        if not isinstance(teacher, HeuristicScheduler):
+            allocation = teacher.schedule(view)
+            targets = {job_id: (a.num_workers, a.num_ps) for job_id, a in allocation.jobs.items()}
+        while not decision.done:
+            state = observer(decision)
+            mask = decision.mask()
+            if slot % every == 0:
+                label = teacher_action(decision, teacher, targets)
+                observations.append(state)
+                masks.append(np.maximum(mask, np.eye(1, len(mask), label, dtype=np.int8)[0]))
+                actions.append(label)
+            decision.step(student(state, mask))
+        simulation.apply(decision.allocation())
+        slot += 1
+    size = observation.size
+    return Demonstrations(
+        np.array(observations, dtype=np.float32).reshape(-1, size),
+        np.array(masks, dtype=np.int8).reshape(-1, 3 * observation.window + 1),
+        np.array(actions, dtype=np.int64),
+    )

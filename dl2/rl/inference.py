@@ -1,4 +1,4 @@
-"""Torch-free inference for the policy network: the same MLP evaluated with NumPy.
+"""Torch-free inference for the policy network: the same computation with NumPy.
 
 At batch size one a NumPy forward pass is several times cheaper than a torch call, which matters when a slot
 takes a hundred decisions (DL2 §6.3 reports decisions in milliseconds), and rollout workers need no torch.
@@ -10,33 +10,81 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from dl2.rl.networks import MASKED_LOGIT
+from dl2.env.observation import InputShape
+from dl2.rl.networks import MASKED_LOGIT, NetworkConfig
+
+Layers = list[tuple[np.ndarray, np.ndarray]]
+"""(weight as inputs x outputs, bias) per linear layer."""
+
+
+def _dense(x: np.ndarray, layers: Layers, final_activation: bool) -> np.ndarray:
+    last = len(layers) - 1
+    for index, (weight, bias) in enumerate(layers):
+        x = x @ weight + bias
+        if index < last or final_activation:
+            np.maximum(x, 0.0, out=x)
+    return x
+
+
+def _linear_layers(state: Mapping[str, object], prefix: str) -> Layers:
+    """The Linear layers of an `nn.Sequential` at `prefix` (indices 0, 2, 4, ...), in order."""
+    indices = sorted(
+        {int(key[len(prefix) :].split(".")[0]) for key in state if key.startswith(prefix) and key.endswith(".weight")}
+    )
+    return [
+        (
+            _array(state[f"{prefix}{i}.weight"]).T.astype(np.float32),
+            _array(state[f"{prefix}{i}.bias"]).astype(np.float32),
+        )
+        for i in indices
+    ]
 
 
 class NumpyPolicy:
-    """Policy network weights as NumPy arrays: (weight, bias) per layer, ReLU between layers."""
+    """A `PolicyNetwork` evaluated with NumPy."""
 
-    def __init__(self, layers: list[tuple[np.ndarray, np.ndarray]]) -> None:
-        self.layers = [(np.ascontiguousarray(w.T, dtype=np.float32), b.astype(np.float32)) for w, b in layers]
+    def __init__(self, kind: str, shape: InputShape, parts: dict[str, Layers]) -> None:
+        self.kind = kind
+        self.shape = shape
+        self.parts = {name: [(np.ascontiguousarray(w), b) for w, b in layers] for name, layers in parts.items()}
 
     @classmethod
-    def from_state_dict(cls, state: Mapping[str, object]) -> NumpyPolicy:
-        """From a `PolicyNetwork` state dict (tensors or arrays): trunk.0, trunk.2, ..., head."""
-        names = sorted(
-            {key.rsplit(".", 1)[0] for key in state if key.startswith("trunk.")}, key=lambda n: int(n.split(".")[1])
-        )
-        names.append("head")
-        layers = [(_array(state[f"{name}.weight"]), _array(state[f"{name}.bias"])) for name in names]
-        return cls(layers)
+    def from_state_dict(cls, state: Mapping[str, object], shape: InputShape, config: NetworkConfig) -> NumpyPolicy:
+        if config.kind == "mlp":
+            parts = {"trunk": _linear_layers(state, "trunk."), "head": _single(state, "head")}
+        else:
+            parts = {
+                "encoder": _linear_layers(state, "jobs.encoder."),
+                "context": _linear_layers(state, "jobs.context."),
+                "job_head": _linear_layers(state, "job_head."),
+                "stop_head": _single(state, "stop_head"),
+            }
+        return cls(config.kind, shape, parts)
+
+    @property
+    def input_size(self) -> int:
+        if self.kind == "mlp":
+            return int(self.parts["trunk"][0][0].shape[0])
+        return self.shape.size
 
     def logits(self, observation: np.ndarray) -> np.ndarray:
         x = observation.astype(np.float32, copy=False)
-        last = len(self.layers) - 1
-        for index, (weight, bias) in enumerate(self.layers):
-            x = x @ weight + bias
-            if index < last:
-                np.maximum(x, 0.0, out=x)
-        return x
+        parts = self.parts
+        if self.kind == "mlp":
+            return _dense(_dense(x, parts["trunk"], True), parts["head"], False)
+        shape = self.shape
+        split = shape.window * shape.job_features
+        jobs = x[:split].reshape(shape.window, shape.job_features)
+        tail = x[split:]
+        rows = np.concatenate([jobs, np.broadcast_to(tail, (shape.window, shape.global_features))], axis=1)
+        embeddings = _dense(rows, parts["encoder"], True)
+        occupied = jobs.any(axis=1)
+        pooled = embeddings[occupied].mean(axis=0) if occupied.any() else np.zeros(embeddings.shape[1], np.float32)
+        context = _dense(np.concatenate([pooled, tail]), parts["context"], True)
+        paired = np.concatenate([embeddings, np.broadcast_to(context, embeddings.shape)], axis=1)
+        job_logits = _dense(paired, parts["job_head"], False).ravel()
+        stop = _dense(context, parts["stop_head"], False)
+        return np.concatenate([job_logits, stop])
 
     def act(
         self, observation: np.ndarray, mask: np.ndarray, rng: np.random.Generator | None = None
@@ -54,6 +102,10 @@ class NumpyPolicy:
             if mask[action] == 0:  # rounding at the very end of the cumulative sum
                 action = int(np.argmax(logits))
         return action, float(np.log(max(probabilities[action], 1e-30)))
+
+
+def _single(state: Mapping[str, object], name: str) -> Layers:
+    return [(_array(state[f"{name}.weight"]).T.astype(np.float32), _array(state[f"{name}.bias"]).astype(np.float32))]
 
 
 def _array(value: object) -> np.ndarray:

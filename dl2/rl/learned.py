@@ -44,8 +44,11 @@ class LearnedScheduler:
         cls, directory: str | Path, greedy: bool = True, seed: int = 0, compat: bool | None = None
     ) -> LearnedScheduler:
         config, _ = load_config(Path(directory))
-        policy = NumpyPolicy.from_state_dict(load_state(Path(directory)))
-        if policy.layers[0][0].shape[0] != config.input_size:
+        try:
+            policy = NumpyPolicy.from_state_dict(load_state(Path(directory)), config.observation.shape, config.network)
+        except KeyError as error:
+            raise InputError(str(directory), f"weights do not match the configured network ({error})") from None
+        if policy.input_size != config.input_size:
             raise InputError(str(directory), "weights do not match the configured observation size")
         return cls(config, policy, greedy, seed, name=Path(directory).name, compat=compat)
 
@@ -54,7 +57,7 @@ class LearnedScheduler:
         self.decisions = 0
 
     def schedule(self, view: ClusterView) -> Allocation:
-        decision = SlotDecision(view, self.config.observation.window, self.compat, self.placer)
+        decision = SlotDecision(view, self.config.observation.window, self.compat, self.placer, work_conserving=True)
         while not decision.done:
             action, _ = self.policy.act(self.observer(decision), decision.mask(), self.rng)
             decision.step(action)

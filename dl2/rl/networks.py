@@ -1,7 +1,13 @@
-"""Policy and value networks of DL2's shape (§4.1): a fully connected trunk over the flattened window of jobs,
-a softmax over the 3J+1 actions for the policy and a single linear output for the value network, which has the
-same trunk shape with its own weights. Widths are configurable (DL2's code: 2 x 160, or 1 x 120 in its
-experiments). Impossible actions are masked out of the softmax.
+"""Policy and value networks.
+
+- `mlp` (DL2 §4.1, the paper's shape): a fully connected trunk over the flattened window of jobs, a softmax
+  over the 3J+1 actions; the value network has the same trunk shape with its own weights and one linear output.
+- `per-job` (ours, the default): the same per-job scorer is applied to every column (DeepSets-style weight
+  sharing), with the mean of the jobs' embeddings and the cluster-wide features as context; stop is scored from
+  the context. A decision such as "give the job with the largest marginal gain one more PS" is one function
+  applied to every job, which a flat MLP must learn separately for each of the J column positions.
+
+Impossible actions are masked out of the softmax.
 """
 
 from __future__ import annotations
@@ -11,48 +17,103 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from dl2.env.observation import InputShape
+
 MASKED_LOGIT = -1e9
+KINDS = ("per-job", "mlp")
 
 
 @dataclass(frozen=True, slots=True)
 class NetworkConfig:
     """Shape of the policy and value networks."""
 
-    hidden: tuple[int, ...] = (256, 256)
-    """Widths of the hidden layers (ReLU)."""
+    hidden: tuple[int, ...] = (128, 128)
+    """Widths of the hidden layers (ReLU); DL2's code used 2 x 160 (or 1 x 120 in its experiments)."""
+    kind: str = "per-job"
+    """'per-job' (shared per-job scorer) or 'mlp' (DL2's flat network)."""
 
 
-def _trunk(input_size: int, hidden: tuple[int, ...]) -> tuple[nn.Sequential, int]:
+def _mlp(sizes: list[int], final_activation: bool) -> nn.Sequential:
     layers: list[nn.Module] = []
-    width = input_size
-    for size in hidden:
-        layers += [nn.Linear(width, size), nn.ReLU()]
-        width = size
-    return nn.Sequential(*layers), width
+    for index, (inputs, outputs) in enumerate(zip(sizes, sizes[1:], strict=False)):
+        layers.append(nn.Linear(inputs, outputs))
+        if index < len(sizes) - 2 or final_activation:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class _PerJobTrunk(nn.Module):
+    """Per-job embeddings (shared weights) and a pooled context."""
+
+    def __init__(self, shape: InputShape, hidden: tuple[int, ...]) -> None:
+        super().__init__()
+        self.shape = shape
+        self.encoder = _mlp([shape.job_features + shape.global_features, *hidden], final_activation=True)
+        width = hidden[-1]
+        self.context = _mlp([width + shape.global_features, width], final_activation=True)
+        self.width = width
+
+    def forward(self, observations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        shape = self.shape
+        batch = observations.shape[0]
+        jobs = observations[:, : shape.window * shape.job_features].reshape(batch, shape.window, shape.job_features)
+        tail = observations[:, shape.window * shape.job_features :]
+        expanded = tail[:, None, :].expand(batch, shape.window, shape.global_features)
+        embeddings = self.encoder(torch.cat([jobs, expanded], dim=2))  # (batch, window, width)
+        occupied = (jobs.abs().sum(dim=2, keepdim=True) > 0).float()
+        pooled = (embeddings * occupied).sum(dim=1) / occupied.sum(dim=1).clamp(min=1.0)
+        context = self.context(torch.cat([pooled, tail], dim=1))
+        return embeddings, context
 
 
 class PolicyNetwork(nn.Module):
-    def __init__(self, input_size: int, num_actions: int, config: NetworkConfig) -> None:
+    def __init__(self, shape: InputShape, config: NetworkConfig) -> None:
         super().__init__()
-        self.trunk, width = _trunk(input_size, config.hidden)
-        self.head = nn.Linear(width, num_actions)
+        if config.kind not in KINDS:
+            raise ValueError(f"unknown network kind {config.kind!r}; known: {', '.join(KINDS)}")
+        self.kind = config.kind
+        self.shape = shape
+        num_actions = 3 * shape.window + 1
+        if config.kind == "mlp":
+            self.trunk = _mlp([shape.size, *config.hidden], final_activation=True)
+            self.head = nn.Linear(config.hidden[-1], num_actions)
+        else:
+            self.jobs = _PerJobTrunk(shape, config.hidden)
+            width = self.jobs.width
+            self.job_head = _mlp([2 * width, width, 3], final_activation=False)
+            self.stop_head = nn.Linear(width, 1)
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
-        """Unmasked logits, shape (batch, actions)."""
-        logits: torch.Tensor = self.head(self.trunk(observations))
-        return logits
+        """Unmasked logits, shape (batch, 3 J + 1)."""
+        if self.kind == "mlp":
+            logits: torch.Tensor = self.head(self.trunk(observations))
+            return logits
+        embeddings, context = self.jobs(observations)
+        batch, window, width = embeddings.shape
+        paired = torch.cat([embeddings, context[:, None, :].expand(batch, window, width)], dim=2)
+        job_logits = self.job_head(paired).reshape(batch, 3 * window)
+        return torch.cat([job_logits, self.stop_head(context)], dim=1)
 
     def masked_logits(self, observations: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
         return self.forward(observations).masked_fill(masks == 0, MASKED_LOGIT)
 
 
 class ValueNetwork(nn.Module):
-    def __init__(self, input_size: int, config: NetworkConfig) -> None:
+    def __init__(self, shape: InputShape, config: NetworkConfig) -> None:
         super().__init__()
-        self.trunk, width = _trunk(input_size, config.hidden)
-        self.head = nn.Linear(width, 1)
+        self.kind = config.kind
+        if config.kind == "mlp":
+            self.trunk = _mlp([shape.size, *config.hidden], final_activation=True)
+            self.head = nn.Linear(config.hidden[-1], 1)
+        else:
+            self.jobs = _PerJobTrunk(shape, config.hidden)
+            self.head = nn.Linear(self.jobs.width, 1)
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
         """Value estimates, shape (batch,)."""
-        value: torch.Tensor = self.head(self.trunk(observations)).squeeze(-1)
+        if self.kind == "mlp":
+            features = self.trunk(observations)
+        else:
+            _, features = self.jobs(observations)
+        value: torch.Tensor = self.head(features).squeeze(-1)
         return value

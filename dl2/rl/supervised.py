@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from dl2.env.observation import InputShape
 from dl2.rl.demonstrations import Demonstrations
 from dl2.rl.networks import NetworkConfig, PolicyNetwork
 
@@ -55,13 +56,14 @@ def train_supervised(
     train: Demonstrations,
     held_out: Demonstrations,
     config: SupervisedConfig,
+    shape: InputShape,
     policy: PolicyNetwork | None = None,
     on_epoch: Callable[[int, float, float], None] | None = None,
 ) -> tuple[PolicyNetwork, SupervisedHistory]:
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
     if policy is None:
-        policy = PolicyNetwork(train.observations.shape[1], train.masks.shape[1], config.network)
+        policy = PolicyNetwork(shape, config.network)
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
     loss_function = nn.CrossEntropyLoss()
     history = SupervisedHistory()
@@ -78,7 +80,7 @@ def train_supervised(
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            total += float(loss)
+            total += float(loss.detach())
             batches += 1
         history.train_loss.append(total / max(batches, 1))
         history.held_out_accuracy.append(accuracy(policy, held_out))

@@ -12,6 +12,7 @@ from dl2.schedulers.load_balance import LoadBalancePlacer
 from dl2.schedulers.optimus import OptimusOracle
 from dl2.schedulers.optimus_fitted import OptimusFitted
 from dl2.schedulers.placement import Placer
+from dl2.schedulers.srpt_knee import SRPTKnee
 from dl2.schedulers.srtf import SRTF
 from dl2.schedulers.tetris import TetrisPlacer
 from dl2.schedulers.tiresias import Tiresias
@@ -32,10 +33,11 @@ SCHEDULERS: dict[str, SchedulerFactory] = {
     "optimus": lambda speed, compat, placer: OptimusOracle(speed, compat, placer),
     "optimus-fitted": lambda speed, compat, placer: OptimusFitted(compat, placer),
     "tiresias": lambda speed, compat, placer: Tiresias(placer),
+    "srpt-knee": lambda speed, compat, placer: SRPTKnee(speed, compat, placer),
 }
 
-COMPAT_SCHEDULERS = ("drf", "fifo", "srtf", "optimus")
-"""The schedulers the authors' simulator has (compatibility mode runs only these)."""
+COMPAT_SCHEDULERS = ("drf", "fifo", "srtf", "optimus", "srpt-knee")
+"""Schedulers with a compatibility-mode version: the authors' four, and ours that uses their mechanism."""
 
 
 def make_scheduler(name: str, speed: SpeedModel, compat: bool, placer: str = "load-balance") -> Scheduler:

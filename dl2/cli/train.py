@@ -1,0 +1,279 @@
+"""`dl2 train-sl` (supervised warm-up, DL2 §4.2) and `dl2 train-rl` (online actor-critic RL, DL2 §4.3)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from dl2.cli.common import UsageError, check_seed, write_json_atomic
+
+
+def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sl = subparsers.add_parser(
+        "train-sl",
+        help="warm up a DL2 policy by imitating a heuristic",
+        description="Record a teacher's decisions in the simulator and train the policy network to imitate them "
+        "(cross-entropy). Writes a model folder: weights, config.json, MODEL_CARD.md, learning curve.",
+    )
+    sl.add_argument(
+        "--teacher", default="optimus", help="heuristic to imitate (drf, fifo, srtf, optimus, tiresias, ...)"
+    )
+    _add_common(sl)
+    sl.add_argument("--episodes", type=int, default=12, help="workloads the teacher is recorded on")
+    sl.add_argument("--record-every", type=int, default=2, help="record every n-th slot")
+    sl.add_argument("--epochs", type=int, default=10, help="passes over the demonstrations")
+    sl.add_argument("--learning-rate", type=float, default=1e-3)
+    sl.add_argument("--dagger-rounds", type=int, default=2, help="DAgger rounds after behaviour cloning")
+    sl.add_argument("--dagger-episodes", type=int, default=4, help="workloads per DAgger round")
+    sl.set_defaults(run=run_sl)
+
+    rl = subparsers.add_parser(
+        "train-rl",
+        help="improve a DL2 policy with actor-critic RL",
+        description="Online RL in the simulator (REINFORCE with a value baseline, entropy bonus, job-aware "
+        "exploration and experience replay), from a warmed-up model (--init) or from scratch. The checkpoint "
+        "with the best average JCT on the validation workloads is kept.",
+    )
+    rl.add_argument("--init", type=Path, default=None, help="model folder to start from (e.g. a train-sl output)")
+    _add_common(rl)
+    rl.add_argument("--iterations", type=int, default=100)
+    rl.add_argument("--episodes-per-iteration", type=int, default=4)
+    rl.add_argument("--workers", type=int, default=2, help="rollout worker processes (0: in this process)")
+    rl.add_argument("--backend", choices=["local", "ray"], default="local", help="where rollout workers run")
+    rl.add_argument("--reward", choices=["jct", "progress"], default="jct", help="'progress' is DL2's reward")
+    rl.add_argument("--gamma", type=float, default=0.99, help="discount per slot")
+    rl.add_argument("--myopic", action="store_true", help="each slot's own reward as return (DL2's code)")
+    rl.add_argument("--no-value-baseline", action="store_true", help="ablation: batch-mean baseline")
+    rl.add_argument("--no-exploration", action="store_true", help="ablation: no job-aware exploration")
+    rl.add_argument("--no-replay", action="store_true", help="ablation: no experience replay")
+    rl.add_argument("--learning-rate", type=float, default=3e-4)
+    rl.add_argument("--entropy-weight", type=float, default=0.01)
+    rl.add_argument("--clip", type=float, default=0.2, help="PPO-style ratio clip (0: plain REINFORCE)")
+    rl.add_argument("--epochs", type=int, default=2, help="passes over each iteration's decisions")
+    rl.add_argument("--validation-source", default=None, help="validation workloads (default: --source)")
+    rl.add_argument("--validation-seeds", default="5000,5001,5002,5003")
+    rl.add_argument("--validate-every", type=int, default=5)
+    rl.set_defaults(run=run_rl)
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mode", choices=["compat", "realistic"], default="compat")
+    parser.add_argument(
+        "--source", default="authors-small", help="training workloads (authors-small, synthetic-philly@900, ...)"
+    )
+    parser.add_argument("--window", type=int, default=40, help="J: jobs the policy sees at once")
+    parser.add_argument("--hidden", default="64,64", help="hidden layer widths")
+    parser.add_argument("--network", choices=["per-job", "mlp"], default="per-job", help="'mlp' is DL2's shape")
+    parser.add_argument("--placer", default="load-balance", help="realistic-mode placer")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, required=True, help="model folder to write")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing folder (kept as .previous)")
+
+
+def _network(args: argparse.Namespace) -> Any:
+    from dl2.rl.networks import NetworkConfig
+
+    try:
+        hidden = tuple(int(h) for h in args.hidden.split(",") if h.strip())
+    except ValueError:
+        raise UsageError(f"--hidden must be comma-separated integers, got '{args.hidden}'") from None
+    if not hidden or min(hidden) < 1:
+        raise UsageError(f"--hidden must name at least one positive width, got '{args.hidden}'")
+    return NetworkConfig(hidden=hidden, kind=args.network)
+
+
+def _check_out(args: argparse.Namespace) -> None:
+    check_seed(args.seed)
+    if args.out.exists() and not args.overwrite:
+        raise UsageError(f"{args.out} exists; pass --overwrite to replace it (the old one is kept as .previous)")
+    if args.window < 1:
+        raise UsageError("--window must be at least 1")
+
+
+def run_sl(args: argparse.Namespace) -> int:
+    _check_out(args)
+    from dl2.env.observation import ObservationConfig
+    from dl2.rl.plots import plot_warm_up
+    from dl2.rl.supervised import SupervisedConfig
+    from dl2.rl.training import WarmUpConfig, policy_config, save_trained, warm_up
+
+    network = _network(args)
+    config = WarmUpConfig(
+        teacher=args.teacher,
+        source=args.source,
+        mode=args.mode,
+        episodes=args.episodes,
+        record_every=args.record_every,
+        dagger_rounds=args.dagger_rounds,
+        dagger_episodes=args.dagger_episodes,
+        observation=ObservationConfig(window=args.window),
+        placer=args.placer,
+        supervised=SupervisedConfig(
+            epochs=args.epochs, learning_rate=args.learning_rate, network=network, seed=args.seed
+        ),
+    )
+    started = time.perf_counter()
+    print(
+        f"recording {args.teacher} on {args.episodes} workloads of {args.source} ({args.mode} mode)...", file=sys.stderr
+    )
+    bar = tqdm(total=args.epochs * (1 + args.dagger_rounds), desc="warm-up", unit="epoch", file=sys.stderr)
+
+    def on_epoch(epoch: int, loss: float, accuracy: float) -> None:
+        bar.set_postfix(loss=f"{loss:.3f}", held_out_accuracy=f"{accuracy:.3f}")
+        bar.update()
+
+    policy, history, facts = warm_up(config, on_epoch)
+    bar.close()
+    seconds = time.perf_counter() - started
+    metadata = {
+        "kind": "warm-up",
+        "warm_up": _jsonable(config),
+        "facts": facts,
+        "seconds": seconds,
+        "history": _jsonable(history),
+    }
+    card = _card(f"DL2 policy warmed up on {args.teacher}", metadata)
+    save_trained(
+        args.out,
+        policy_config(config.observation, network, args.mode, args.placer),
+        policy.state_dict(),
+        None,
+        card,
+        metadata,
+        args.overwrite,
+    )
+    plot_warm_up(history, args.out / "learning_curve.png", f"warm-up: imitating {args.teacher} ({args.source})")
+    print(json.dumps({"model": str(args.out), **facts, "seconds": round(seconds, 1)}))
+    return 0
+
+
+def run_rl(args: argparse.Namespace) -> int:
+    _check_out(args)
+    import torch
+
+    from dl2.env.env import EnvConfig
+    from dl2.env.observation import ObservationConfig
+    from dl2.rl.actor_critic import ReplayConfig, RLConfig
+    from dl2.rl.exploration import ExplorationConfig
+    from dl2.rl.model_io import load_config, load_state
+    from dl2.rl.networks import PolicyNetwork, ValueNetwork
+    from dl2.rl.plots import plot_rl
+    from dl2.rl.training import fine_tune, policy_config, save_trained, sim_config
+    from dl2.rl.workers import make_pool
+
+    policy = value = None
+    observation = ObservationConfig(window=args.window)
+    network = _network(args)
+    inherited: dict[str, Any] = {}
+    if args.init is not None:
+        loaded, inherited = load_config(args.init)
+        observation, network = loaded.observation, loaded.network
+        policy = PolicyNetwork(observation.shape, network)
+        policy.load_state_dict(load_state(args.init))
+        if (args.init / "value.pt").is_file():
+            value = ValueNetwork(observation.shape, network)
+            value.load_state_dict(load_state(args.init, "value.pt"))
+    try:
+        seeds = tuple(check_seed(int(s)) for s in args.validation_seeds.split(",") if s.strip())
+    except ValueError:
+        raise UsageError(f"--validation-seeds must be integers, got '{args.validation_seeds}'") from None
+    env = EnvConfig(observation=observation, sim=sim_config(args.mode), placer=args.placer, reward=args.reward)
+    config = RLConfig(
+        iterations=args.iterations,
+        episodes_per_iteration=args.episodes_per_iteration,
+        train_source=args.source,
+        validation_source=args.validation_source or args.source,
+        validation_seeds=seeds,
+        validate_every=args.validate_every,
+        learning_rate=args.learning_rate,
+        entropy_weight=args.entropy_weight,
+        gamma=args.gamma,
+        myopic=args.myopic,
+        value_baseline=not args.no_value_baseline,
+        exploration=ExplorationConfig(enabled=not args.no_exploration),
+        replay=ReplayConfig(enabled=not args.no_replay),
+        clip=args.clip or None,
+        epochs_per_iteration=args.epochs,
+        network=network,
+        seed=args.seed,
+    )
+    torch.manual_seed(args.seed)
+    started = time.perf_counter()
+    pool = make_pool(args.backend, args.workers)
+    bar = tqdm(total=args.iterations, desc="RL", unit="iter", file=sys.stderr)
+    unit_s = 1200.0 if args.mode == "compat" else 3600.0
+    unit = "slots" if args.mode == "compat" else "h"
+
+    def on_iteration(stats: Any) -> None:
+        postfix = {"train_jct": f"{stats.train_jct_s / unit_s:.2f}"}
+        if stats.validation_jct_s is not None:
+            postfix["validation_jct"] = f"{stats.validation_jct_s / unit_s:.2f}"
+        bar.set_postfix(postfix)
+        bar.update()
+
+    try:
+        _, state = fine_tune(env, config, pool, policy, value, on_iteration)
+    finally:
+        bar.close()
+        pool.close()
+    seconds = time.perf_counter() - started
+    metadata = {
+        "kind": "rl",
+        "initialised_from": str(args.init) if args.init else None,
+        "initial_metadata": inherited,
+        "rl": _jsonable(replace(config, network=network)),
+        "env": _jsonable(env),
+        "best_iteration": state.best_iteration,
+        "best_validation_avg_jct_s": state.best_validation_jct_s,
+        "seconds": seconds,
+        "history": [_jsonable(s) for s in state.history],
+    }
+    card = _card("DL2 policy trained with actor-critic RL", metadata)
+    save_trained(
+        args.out,
+        policy_config(observation, network, args.mode, args.placer),
+        state.best_policy,
+        state.best_value,
+        card,
+        metadata,
+        args.overwrite,
+    )
+    plot_rl(state.history, args.out / "learning_curve.png", f"RL on {args.source} ({args.mode})", unit_s, unit)
+    write_json_atomic(args.out / "history.json", metadata["history"])
+    print(
+        json.dumps(
+            {
+                "model": str(args.out),
+                "best_iteration": state.best_iteration,
+                f"best_validation_avg_jct_{unit}": state.best_validation_jct_s / unit_s,
+                "seconds": round(seconds, 1),
+            }
+        )
+    )
+    return 0
+
+
+def _jsonable(value: Any) -> Any:
+    from dataclasses import asdict, is_dataclass
+
+    if is_dataclass(value) and not isinstance(value, type):
+        return _jsonable(asdict(value))
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float | int | str | bool) or value is None:
+        return value
+    return str(value)
+
+
+def _card(title: str, metadata: dict[str, Any]) -> str:
+    summary = {k: v for k, v in metadata.items() if k not in ("history", "initial_metadata")}
+    return f"# {title}\n\nWritten by `dl2`; `config.json` holds the same facts as JSON.\n\n```json\n{json.dumps(summary, indent=2, default=str)}\n```\n"

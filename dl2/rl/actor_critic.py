@@ -1,0 +1,395 @@
+"""Online RL for the DL2 policy (§4.3): REINFORCE with a value-network baseline (actor-critic), entropy
+regularisation, job-aware exploration and experience replay, each a switch for the ablations of §6.5.
+
+Every iteration the rollout workers play `episodes_per_iteration` episodes with the current policy (sampled
+actions; a share replaced by job-aware exploration), the learner computes for each decision the return of its
+slot (discounted over slots, or DL2 code's myopic per-slot reward), the advantage against the value network
+(or against the batch mean when the baseline is off), and takes gradient steps on
+    - log pi(a|s) * A  -  entropy_weight * H(pi(.|s))        (policy)
+    (V(s) - G)^2                                               (value, on normalised returns)
+over the fresh decisions plus, with replay on, as many decisions drawn from a buffer of recent ones (their
+advantages recomputed with the current value network). Checkpoints are selected on validation workloads,
+which are disjoint from the test workloads.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from dl2.env.env import EnvConfig
+from dl2.rl.exploration import ExplorationConfig
+from dl2.rl.inference import NumpyPolicy
+from dl2.rl.networks import NetworkConfig, PolicyNetwork, ValueNetwork
+from dl2.rl.rollout import Episode, EpisodeTask
+from dl2.rl.workers import RolloutPool
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayConfig:
+    enabled: bool = True
+    """Switch (ablation: off)."""
+    capacity: int = 200_000
+    """Decisions kept (the oldest are dropped first)."""
+    ratio: float = 0.5
+    """Replayed decisions per fresh decision in each update."""
+
+
+@dataclass(frozen=True, slots=True)
+class RLConfig:
+    """Online RL hyper-parameters."""
+
+    iterations: int = 100
+    """Learner iterations."""
+    episodes_per_iteration: int = 4
+    """Episodes collected per iteration (spread over the workers)."""
+    train_source: str = "authors-small"
+    """Where training workloads come from (`dl2.rl.workload_source`)."""
+    train_seed_offset: int = 10_000
+    """Training workload seeds are offset + episode number (validation and test use other seeds)."""
+    validation_source: str = "authors-small"
+    validation_seeds: tuple[int, ...] = (5_000, 5_001, 5_002, 5_003)
+    """Validation workloads (checkpoint selection); never the test workloads."""
+    validate_every: int = 5
+    """Iterations between validations."""
+    learning_rate: float = 1e-4
+    value_learning_rate: float = 1e-3
+    entropy_weight: float = 0.001
+    gamma: float = 0.98
+    """Discount per slot."""
+    gae_lambda: float = 0.95
+    """GAE lambda over decision slots (1: Monte-Carlo returns, REINFORCE with the value baseline)."""
+    value_epochs: int = 4
+    """Passes of value regression over each iteration's slot-start states."""
+    myopic: bool = False
+    """Use each slot's own reward as the return (DL2's code) instead of the discounted sum."""
+    value_baseline: bool = True
+    """Switch: value network as the baseline (ablation: off, then the batch mean)."""
+    exploration: ExplorationConfig = field(default_factory=ExplorationConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    minibatch_size: int = 1024
+    epochs_per_iteration: int = 1
+    """Passes over each iteration's data."""
+    max_samples_per_iteration: int = 40_000
+    """Fresh decisions used per iteration (a random subset when episodes hold more)."""
+    clip: float | None = None
+    """PPO-style ratio clipping of the policy update (None: plain REINFORCE)."""
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    seed: int = 0
+
+
+class ReturnScale:
+    """Running mean and deviation of returns, so the value network learns numbers of order one."""
+
+    def __init__(self) -> None:
+        self.count, self.mean, self.m2 = 0, 0.0, 0.0
+
+    def update(self, values: np.ndarray) -> None:
+        batch_count = len(values)
+        if batch_count == 0:
+            return
+        batch_mean, batch_var = float(values.mean()), float(values.var())
+        delta = batch_mean - self.mean
+        total = self.count + batch_count
+        self.mean += delta * batch_count / total
+        self.m2 += batch_var * batch_count + delta**2 * self.count * batch_count / total
+        self.count = total
+
+    @property
+    def std(self) -> float:
+        return math.sqrt(self.m2 / self.count) if self.count > 1 and self.m2 > 0 else 1.0
+
+
+class ReplayBuffer:
+    def __init__(self, capacity: int, observation_size: int, num_actions: int) -> None:
+        self.capacity = capacity
+        self.observations = np.zeros((capacity, observation_size), dtype=np.float32)
+        self.masks = np.zeros((capacity, num_actions), dtype=np.int8)
+        self.actions = np.zeros(capacity, dtype=np.int64)
+        self.returns = np.zeros(capacity, dtype=np.float32)
+        self.size = 0
+        self.cursor = 0
+
+    def add(self, observations: np.ndarray, masks: np.ndarray, actions: np.ndarray, returns: np.ndarray) -> None:
+        for start in range(0, len(actions), self.capacity):
+            chunk = slice(start, min(start + self.capacity, len(actions)))
+            count = chunk.stop - chunk.start
+            positions = (self.cursor + np.arange(count)) % self.capacity
+            self.observations[positions] = observations[chunk]
+            self.masks[positions] = masks[chunk]
+            self.actions[positions] = actions[chunk]
+            self.returns[positions] = returns[chunk]
+            self.cursor = int((self.cursor + count) % self.capacity)
+            self.size = min(self.size + count, self.capacity)
+
+    def sample(self, count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        index = rng.integers(0, self.size, size=min(count, self.size))
+        return self.observations[index], self.masks[index], self.actions[index], self.returns[index]
+
+
+@dataclass(slots=True)
+class IterationStats:
+    iteration: int
+    train_jct_s: float
+    """Mean average JCT of the iteration's training episodes (exploration included)."""
+    mean_return: float
+    policy_loss: float
+    value_loss: float
+    entropy: float
+    decisions: int
+    seconds: float
+    validation_jct_s: float | None = None
+
+
+@dataclass(slots=True)
+class TrainingState:
+    """What training produced: the best and last policies and the learning curve."""
+
+    best_policy: dict[str, torch.Tensor]
+    best_value: dict[str, torch.Tensor]
+    best_validation_jct_s: float
+    best_iteration: int
+    history: list[IterationStats]
+
+
+class ActorCritic:
+    def __init__(
+        self,
+        env: EnvConfig,
+        config: RLConfig,
+        policy: PolicyNetwork | None = None,
+        value: ValueNetwork | None = None,
+    ) -> None:
+        torch.manual_seed(config.seed)
+        self.env = env
+        self.config = config
+        shape = env.observation.shape
+        size = shape.size
+        num_actions = 3 * env.window + 1
+        self.policy = policy or PolicyNetwork(shape, config.network)
+        self.value = value or ValueNetwork(shape, config.network)
+        self.policy_optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.learning_rate)
+        self.value_optimizer = torch.optim.Adam(self.value.parameters(), lr=config.value_learning_rate)
+        self.scale = ReturnScale()
+        self.replay = ReplayBuffer(config.replay.capacity, size, num_actions) if config.replay.enabled else None
+        self.rng = np.random.default_rng(config.seed)
+        self.episodes_played = 0
+
+    # -- acting --------------------------------------------------------------------------------------------------
+
+    def numpy_policy(self) -> NumpyPolicy:
+        """The current policy for NumPy inference in the rollout workers."""
+        return NumpyPolicy.from_state_dict(self.policy.state_dict(), self.env.observation.shape, self.config.network)
+
+    def training_tasks(self, iteration: int) -> list[EpisodeTask]:
+        epsilon = self.config.exploration.epsilon(iteration / max(self.config.iterations - 1, 1))
+        policy = self.numpy_policy()
+        tasks = []
+        for _ in range(self.config.episodes_per_iteration):
+            seed = self.config.train_seed_offset + self.episodes_played
+            self.episodes_played += 1
+            tasks.append(
+                EpisodeTask(
+                    policy,
+                    self.env,
+                    self.config.train_source,
+                    seed,
+                    int(self.rng.integers(2**31 - 1)),
+                    epsilon=epsilon,
+                    exploration=self.config.exploration,
+                )
+            )
+        return tasks
+
+    def validation_tasks(self) -> list[EpisodeTask]:
+        policy = self.numpy_policy()
+        return [
+            EpisodeTask(policy, self.env, self.config.validation_source, seed, seed, greedy=True, record=False)
+            for seed in self.config.validation_seeds
+        ]
+
+    # -- learning ------------------------------------------------------------------------------------------------
+
+    def update(self, episodes: list[Episode]) -> tuple[float, float, float, float]:
+        """One learner step on fresh episodes (plus replay). Returns mean return, policy loss, value loss, entropy."""
+        config = self.config
+        fresh = [self._targets(episode) for episode in episodes]
+        observations = np.concatenate([episode.observations for episode in episodes])
+        masks = np.concatenate([episode.masks for episode in episodes])
+        actions = np.concatenate([episode.actions for episode in episodes])
+        advantages = np.concatenate([f[0] for f in fresh])
+        returns = np.concatenate([f[1] for f in fresh])
+        starts = np.concatenate([f[2] for f in fresh])
+        start_targets = np.concatenate([f[3] for f in fresh])
+        if not config.value_baseline:  # ablation: the batch mean is the baseline
+            advantages = returns - returns.mean()
+        if len(actions) > config.max_samples_per_iteration:
+            keep = self.rng.choice(len(actions), config.max_samples_per_iteration, replace=False)
+            observations, masks, actions = observations[keep], masks[keep], actions[keep]
+            advantages, returns = advantages[keep], returns[keep]
+        if self.replay is not None and self.replay.size:
+            old = self.replay.sample(int(len(actions) * config.replay.ratio), self.rng)
+            baseline = self._values(old[0]) if config.value_baseline else returns.mean()
+            old_advantages = old[3] - baseline  # re-baselined with today's value network
+            batch = (
+                np.concatenate([observations, old[0]]),
+                np.concatenate([masks, old[1]]),
+                np.concatenate([actions, old[2]]),
+                np.concatenate([advantages, old_advantages]).astype(np.float32),
+            )
+        else:
+            batch = (observations, masks, actions, advantages.astype(np.float32))
+        if self.replay is not None:
+            self.replay.add(observations, masks, actions, returns.astype(np.float32))
+        policy_loss, entropy = self._policy_steps(*batch)
+        value_loss = self._value_steps(starts, start_targets) if config.value_baseline else 0.0
+        return float(returns.mean()), policy_loss, value_loss, entropy
+
+    def _values(self, observations: np.ndarray) -> np.ndarray:
+        """Value estimates in return units."""
+        with torch.no_grad():
+            normalised = self.value(torch.from_numpy(observations)).numpy()
+        values: np.ndarray = self.scale.mean + self.scale.std * normalised.astype(np.float64)
+        return values
+
+    def _targets(self, episode: Episode) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per decision: advantage and return; per decision slot: its first observation and value target.
+
+        Decisions of one slot form one allocation and share the slot's advantage. Slots the environment ran
+        without a decision fold their (discounted) rewards into the preceding decision slot.
+        """
+        config = self.config
+        slots, first = np.unique(episode.slot_of, return_index=True)
+        if len(slots) == 0:
+            empty = np.zeros(0)
+            return empty, empty, episode.observations[:0], empty
+        rewards = episode.slot_rewards
+        bounds = [*slots.tolist(), len(rewards)]
+        gaps = np.diff(bounds)
+        folded = np.array(
+            [sum(config.gamma**m * rewards[bounds[k] + m] for m in range(gaps[k])) for k in range(len(slots))]
+        )
+        discounts = config.gamma**gaps
+        if config.myopic:  # DL2's code: each decision gets its own slot's reward
+            returns_slot = rewards[slots].astype(np.float64)
+        else:
+            returns_slot = np.zeros(len(slots))
+            running = 0.0
+            for k in range(len(slots) - 1, -1, -1):
+                running = folded[k] + discounts[k] * running
+                returns_slot[k] = running
+        starts = episode.observations[first]
+        values = self._values(starts) if config.value_baseline else np.zeros(len(slots))
+        if config.myopic or config.gae_lambda >= 1.0:
+            advantage_slot = returns_slot - values
+            targets = returns_slot
+        else:  # GAE over decision slots (Schulman et al. 2016); lambda = 1 is the Monte-Carlo case above
+            advantage_slot = np.zeros(len(slots))
+            running = 0.0
+            for k in range(len(slots) - 1, -1, -1):
+                next_value = values[k + 1] if k + 1 < len(slots) else 0.0
+                delta = folded[k] + discounts[k] * next_value - values[k]
+                running = delta + config.gae_lambda * discounts[k] * running
+                advantage_slot[k] = running
+            targets = advantage_slot + values
+        self.scale.update(targets)
+        index = np.searchsorted(slots, episode.slot_of)
+        return advantage_slot[index], returns_slot[index], starts, targets
+
+    def _policy_steps(
+        self, observations: np.ndarray, masks: np.ndarray, actions: np.ndarray, advantages: np.ndarray
+    ) -> tuple[float, float]:
+        config = self.config
+        obs = torch.from_numpy(observations)
+        mask = torch.from_numpy(masks)
+        act = torch.from_numpy(actions)
+        adv = torch.from_numpy((advantages - advantages.mean()) / (advantages.std() + 1e-8)).float()
+        with torch.no_grad():
+            old = torch.log_softmax(self.policy.masked_logits(obs, mask), dim=1).gather(1, act[:, None]).squeeze(1)
+        losses, entropies = [], []
+        for _ in range(config.epochs_per_iteration):
+            order = torch.from_numpy(self.rng.permutation(len(act)))
+            for start in range(0, len(act), config.minibatch_size):
+                index = order[start : start + config.minibatch_size]
+                log_probs_all = torch.log_softmax(self.policy.masked_logits(obs[index], mask[index]), dim=1)
+                log_probs = log_probs_all.gather(1, act[index][:, None]).squeeze(1)
+                entropy = -(log_probs_all.exp() * log_probs_all).sum(dim=1).mean()
+                if config.clip is None:
+                    policy_loss = -(log_probs * adv[index]).mean()
+                else:  # PPO-style clipping keeps several passes over one batch from overshooting
+                    ratio = torch.exp(log_probs - old[index])
+                    clipped = torch.clamp(ratio, 1 - config.clip, 1 + config.clip)
+                    policy_loss = -torch.min(ratio * adv[index], clipped * adv[index]).mean()
+                loss = policy_loss - config.entropy_weight * entropy
+                self.policy_optimizer.zero_grad()
+                loss.backward()  # type: ignore[no-untyped-call]
+                torch.nn.utils.clip_grad_norm_(self.policy.parameters(), 1.0)
+                self.policy_optimizer.step()
+                losses.append(float(policy_loss.detach()))
+                entropies.append(float(entropy.detach()))
+        return float(np.mean(losses)), float(np.mean(entropies))
+
+    def _value_steps(self, observations: np.ndarray, targets: np.ndarray) -> float:
+        obs = torch.from_numpy(observations)
+        target = torch.from_numpy((targets - self.scale.mean) / self.scale.std).float()
+        losses = []
+        for _ in range(self.config.value_epochs):
+            order = torch.from_numpy(self.rng.permutation(len(target)))
+            for start in range(0, len(target), self.config.minibatch_size):
+                index = order[start : start + self.config.minibatch_size]
+                value_loss = torch.mean((self.value(obs[index]) - target[index]) ** 2)
+                self.value_optimizer.zero_grad()
+                value_loss.backward()  # type: ignore[no-untyped-call]
+                torch.nn.utils.clip_grad_norm_(self.value.parameters(), 1.0)
+                self.value_optimizer.step()
+                losses.append(float(value_loss.detach()))
+        return float(np.mean(losses)) if losses else 0.0
+
+    # -- the loop ------------------------------------------------------------------------------------------------
+
+    def train(self, pool: RolloutPool, on_iteration: Callable[[IterationStats], None] | None = None) -> TrainingState:
+        config = self.config
+        history: list[IterationStats] = []
+        # the starting policy (e.g. the warm-up) competes too: RL must beat it on validation to replace it
+        initial = self.validate(pool)
+        best = (initial, -1, self._snapshot(self.policy), self._snapshot(self.value))
+        self.initial_validation_jct_s = initial
+        for iteration in range(config.iterations):
+            started = time.perf_counter()
+            episodes = pool.run(self.training_tasks(iteration))
+            mean_return, policy_loss, value_loss, entropy = self.update(episodes)
+            finished = [e.avg_jct_s for e in episodes if math.isfinite(e.avg_jct_s)]
+            stats = IterationStats(
+                iteration,
+                float(np.mean(finished)) if finished else math.nan,
+                mean_return,
+                policy_loss,
+                value_loss,
+                entropy,
+                sum(e.num_decisions for e in episodes),
+                0.0,
+            )
+            last = iteration == config.iterations - 1
+            if iteration % config.validate_every == config.validate_every - 1 or last:
+                stats.validation_jct_s = self.validate(pool)
+                if stats.validation_jct_s < best[0]:
+                    best = (stats.validation_jct_s, iteration, self._snapshot(self.policy), self._snapshot(self.value))
+            stats.seconds = time.perf_counter() - started
+            history.append(stats)
+            if on_iteration is not None:
+                on_iteration(stats)
+        return TrainingState(best[2], best[3], best[0], best[1], history)
+
+    def validate(self, pool: RolloutPool) -> float:
+        """Mean average JCT (seconds) of the greedy policy on the validation workloads (inf if one is cut short)."""
+        results = [e.avg_jct_s for e in pool.run(self.validation_tasks())]
+        return float(np.mean(results)) if all(math.isfinite(r) for r in results) else math.inf
+
+    @staticmethod
+    def _snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+        return {key: value.detach().clone() for key, value in module.state_dict().items()}

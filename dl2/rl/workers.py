@@ -1,0 +1,75 @@
+"""Rollout workers: episodes run in parallel processes on this machine, or on a Ray cluster.
+
+The same picklable `EpisodeTask` goes to either backend, so training on several simulated clusters at once
+(DL2 §6.5: each worker may draw from a different cluster and workload source) is a matter of the tasks given.
+Workers need NumPy only; torch stays in the learner.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from dl2.rl.rollout import Episode, EpisodeTask, run_episode
+
+
+class RolloutPool(Protocol):
+    def run(self, tasks: Sequence[EpisodeTask]) -> list[Episode]: ...
+
+    def close(self) -> None: ...
+
+
+def _init_worker() -> None:
+    # one thread per worker: the policy is a small MLP and the machine's cores are the workers
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
+class LocalPool:
+    """`processes` worker processes (0: run in this process, for tests and debugging)."""
+
+    def __init__(self, processes: int) -> None:
+        self.processes = processes
+        self._pool: Any = None
+        if processes > 0:
+            context = multiprocessing.get_context("fork")
+            self._pool = context.Pool(processes, initializer=_init_worker, maxtasksperchild=50)
+
+    def run(self, tasks: Sequence[EpisodeTask]) -> list[Episode]:
+        if self._pool is None:
+            return [run_episode(task) for task in tasks]
+        return list(self._pool.map(run_episode, tasks, chunksize=1))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool.join()
+            self._pool = None
+
+
+class RayPool:
+    """Rollouts as Ray tasks (`pip install dl2[ray]`); `address=None` starts a local Ray instance."""
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+        self._remote = ray.remote(run_episode)
+        self._ray = ray
+
+    def run(self, tasks: Sequence[EpisodeTask]) -> list[Episode]:
+        return list(self._ray.get([self._remote.remote(task) for task in tasks]))
+
+    def close(self) -> None:
+        self._ray.shutdown()
+
+
+def make_pool(backend: str, processes: int) -> RolloutPool:
+    if backend == "local":
+        return LocalPool(processes)
+    if backend == "ray":
+        return RayPool(num_cpus=processes or None)
+    raise ValueError(f"unknown rollout backend {backend!r}; use 'local' or 'ray'")
