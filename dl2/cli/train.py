@@ -15,7 +15,7 @@ from tqdm import tqdm
 from dl2.cli.common import UsageError, check_seed, write_json_atomic
 
 
-def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parsers(subparsers: argparse._SubParsersAction[Any]) -> None:
     sl = subparsers.add_parser(
         "train-sl",
         help="warm up a DL2 policy by imitating a heuristic",
@@ -276,4 +276,5 @@ def _jsonable(value: Any) -> Any:
 
 def _card(title: str, metadata: dict[str, Any]) -> str:
     summary = {k: v for k, v in metadata.items() if k not in ("history", "initial_metadata")}
-    return f"# {title}\n\nWritten by `dl2`; `config.json` holds the same facts as JSON.\n\n```json\n{json.dumps(summary, indent=2, default=str)}\n```\n"
+    facts = json.dumps(summary, indent=2, default=str)
+    return f"# {title}\n\nWritten by `dl2`; `config.json` holds the same facts as JSON.\n\n```json\n{facts}\n```\n"

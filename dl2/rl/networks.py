@@ -12,6 +12,7 @@ Impossible actions are masked out of the softmax.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -35,7 +36,7 @@ class NetworkConfig:
 
 def _mlp(sizes: list[int], final_activation: bool) -> nn.Sequential:
     layers: list[nn.Module] = []
-    for index, (inputs, outputs) in enumerate(zip(sizes, sizes[1:], strict=False)):
+    for index, (inputs, outputs) in enumerate(itertools.pairwise(sizes)):
         layers.append(nn.Linear(inputs, outputs))
         if index < len(sizes) - 2 or final_activation:
             layers.append(nn.ReLU())

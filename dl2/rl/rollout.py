@@ -7,7 +7,7 @@ log-probability, the slot it belongs to and whether job-aware exploration chose 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -48,7 +48,7 @@ class EpisodeTask:
     episode_seed: int
     greedy: bool = False
     epsilon: float = 0.0
-    exploration: ExplorationConfig = ExplorationConfig(enabled=False)
+    exploration: ExplorationConfig = field(default_factory=lambda: ExplorationConfig(enabled=False))
     record: bool = True
 
 
@@ -89,7 +89,7 @@ def run_episode(task: EpisodeTask) -> Episode:
     size = env.config.observation.size
     return Episode(
         np.array(observations, dtype=np.float32).reshape(-1, size),
-        np.array(masks, dtype=np.int8).reshape(-1, int(env.action_space.n)),
+        np.array(masks, dtype=np.int8).reshape(-1, 3 * env.config.window + 1),
         np.array(actions, dtype=np.int64),
         np.array(log_probs, dtype=np.float32),
         np.array(slot_of, dtype=np.int64),
