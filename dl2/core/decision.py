@@ -1,12 +1,18 @@
 """Decision records: one per job per slot, as the Kubernetes controller and the simulator log them.
 
-The log is append-only JSON Lines; `dl2.rl` reads it for supervised warm-up and online fine-tuning.
+A record is self-contained: with the cluster it came from, the records of one slot rebuild the scheduler's
+view of that slot (the job's demands and limits are in the record), so the log can drive supervised warm-up
+(the applied decisions are a teacher) and online fine-tuning (the observed progress is the reward).
+The log itself (append-only, atomic segments) is `dl2.sim.decision_log`.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
+
+from dl2.core.job import Architecture, JobSpec
+from dl2.core.resources import Resources
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,27 +21,65 @@ class DecisionRecord:
 
     time_s: float
     """Slot start, seconds since the log's origin."""
+    slot_s: float
+    """Slot length."""
+    cluster: str
+    """Which cluster the record comes from."""
     job_id: str
     model: str
     """Job type (catalogue model name)."""
-    model_version: str
-    """Policy that proposed the decision (e.g. 'dl2-policy/3' or 'drf')."""
+    architecture: str
+    """'ps' or 'allreduce'."""
     arrival_s: float
     declared_epochs: float
+    samples_per_epoch: float
+    worker_gpu: float
+    worker_cpu: float
+    worker_mem_gb: float
+    ps_cpu: float
+    ps_mem_gb: float
+    max_workers: int
+    max_ps: int
     progress_epochs: float
     """Epochs done at the start of the slot."""
+    held_workers: int
+    """Workers the job held in the previous slot."""
+    held_ps: int
+    model_version: str
+    """Policy that proposed the decision (e.g. 'dl2-policy/3')."""
+    incumbent: str
+    """The scheduler the cluster would otherwise follow (e.g. 'drf')."""
     incumbent_workers: int
-    """Workers the incumbent scheduler would give."""
     incumbent_ps: int
     proposed_workers: int
-    """Workers the policy proposed."""
+    """What the policy proposed."""
     proposed_ps: int
     applied_workers: int
-    """Workers actually applied (after guardrails / mode)."""
+    """What was applied (after the mode and the guardrails)."""
     applied_ps: int
+    mode: str
+    """'shadow' (incumbent applied), 'canary' or 'active' (proposal applied where allowed), 'simulated'."""
     observed_epochs: float
     """Epoch progress observed during the slot."""
-    slot_s: float
 
     def to_json_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    def job_spec(self) -> JobSpec:
+        """The job as the scheduler saw it."""
+        return JobSpec(
+            job_id=self.job_id,
+            model=self.model,
+            arrival_s=self.arrival_s,
+            declared_epochs=self.declared_epochs,
+            samples_per_epoch=self.samples_per_epoch,
+            worker_demand=Resources(self.worker_gpu, self.worker_cpu, self.worker_mem_gb),
+            ps_demand=Resources(0.0, self.ps_cpu, self.ps_mem_gb),
+            max_workers=self.max_workers,
+            max_ps=self.max_ps,
+            architecture=Architecture(self.architecture),
+        )

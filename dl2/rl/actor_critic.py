@@ -393,3 +393,28 @@ class ActorCritic:
     @staticmethod
     def _snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:
         return {key: value.detach().clone() for key, value in module.state_dict().items()}
+
+
+def learn_from_feedback(trainer: ActorCritic, batch: object, steps: int = 1) -> tuple[float, float, float]:
+    """Advantage-weighted steps on logged decisions (`dl2.rl.feedback.FeedbackBatch`): the value network
+    learns the logged returns, and the logged actions are made likelier where they did better than it expected
+    (the logged behaviour's probabilities are unknown). Returns policy loss, value loss, entropy of the last
+    step."""
+    from dl2.rl.feedback import FeedbackBatch
+
+    assert isinstance(batch, FeedbackBatch)
+    if len(batch) == 0:
+        return 0.0, 0.0, 0.0
+    trainer.scale.update(batch.returns.astype(np.float64))
+    policy_loss = value_loss = entropy = 0.0
+    for _ in range(steps):
+        starts = batch.observations[batch.slot_starts]
+        value_loss = trainer._value_steps(starts, batch.returns[batch.slot_starts].astype(np.float64))
+        advantages = batch.returns.astype(np.float64) - trainer._values(batch.observations)
+        # the clip (if any) acts as a trust region around the current policy, which suits logged data too
+        policy_loss, entropy = trainer._policy_steps(
+            batch.observations, batch.masks, batch.actions, advantages.astype(np.float32)
+        )
+    if trainer.replay is not None:
+        trainer.replay.add(batch.observations, batch.masks, batch.actions, batch.returns)
+    return policy_loss, value_loss, entropy

@@ -204,6 +204,10 @@ class Simulation:
             self.num_rescales[i],
         )
 
+    def check(self, allocation: Allocation) -> None:
+        """Raise `InvalidAllocationError` if `allocation` breaks capacity or limits in the current slot."""
+        self._validate(allocation)
+
     def apply(self, allocation: Allocation) -> SlotOutcome:
         """Check the allocation, run one slot with it and move to the next boundary."""
         if allocation is not self.previous:
