@@ -60,6 +60,9 @@ def add_parsers(subparsers: argparse._SubParsersAction[Any]) -> None:
     rl.add_argument("--validation-source", default=None, help="validation workloads (default: --source)")
     rl.add_argument("--validation-seeds", default="5000,5001,5002,5003")
     rl.add_argument("--validate-every", type=int, default=5)
+    rl.add_argument("--episode-slots", type=int, default=3000, help="cut training episodes here (bootstrapped)")
+    rl.add_argument("--value-warmup", type=int, default=2, help="iterations in which only the critic learns")
+    rl.add_argument("--epsilon", type=float, default=0.1, help="initial rate of job-aware exploratory actions")
     rl.set_defaults(run=run_rl)
 
 
@@ -184,7 +187,13 @@ def run_rl(args: argparse.Namespace) -> int:
         seeds = tuple(check_seed(int(s)) for s in args.validation_seeds.split(",") if s.strip())
     except ValueError:
         raise UsageError(f"--validation-seeds must be integers, got '{args.validation_seeds}'") from None
-    env = EnvConfig(observation=observation, sim=sim_config(args.mode), placer=args.placer, reward=args.reward)
+    env = EnvConfig(
+        observation=observation,
+        sim=sim_config(args.mode),
+        placer=args.placer,
+        reward=args.reward,
+        max_slots=args.episode_slots,
+    )
     config = RLConfig(
         iterations=args.iterations,
         episodes_per_iteration=args.episodes_per_iteration,
@@ -197,7 +206,8 @@ def run_rl(args: argparse.Namespace) -> int:
         gamma=args.gamma,
         myopic=args.myopic,
         value_baseline=not args.no_value_baseline,
-        exploration=ExplorationConfig(enabled=not args.no_exploration),
+        exploration=ExplorationConfig(enabled=not args.no_exploration, epsilon_start=args.epsilon),
+        value_warmup_iterations=args.value_warmup,
         replay=ReplayConfig(enabled=not args.no_replay),
         clip=args.clip or None,
         epochs_per_iteration=args.epochs,

@@ -125,13 +125,12 @@ class Dl2Env(gymnasium.Env[np.ndarray, np.int64]):
         if self.decision is not None and self.decision.done:
             reward += self._run_slot()
         while not self.simulation.done:
-            if self.slots >= self.config.max_slots:
-                self.decision = None
-                return reward, False, True
             view = self.simulation.begin_slot()
             self.decision = SlotDecision(
                 view, self.config.window, self.compat, self.placer, work_conserving=self.config.work_conserving
             )
+            if self.slots >= self.config.max_slots:  # cut here; the observation shows the state it was cut in
+                return reward, False, True
             if not self.decision.done:
                 return reward, False, False
             reward += self._run_slot()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -57,6 +57,9 @@ class RLConfig:
     """Validation workloads (checkpoint selection); never the test workloads."""
     validate_every: int = 5
     """Iterations between validations."""
+    validation_max_slots: int = 20_000
+    """Validation episodes are cut here (a policy that never finishes a workload scores inf), never earlier than
+    the training episodes."""
     learning_rate: float = 1e-4
     value_learning_rate: float = 1e-3
     entropy_weight: float = 0.001
@@ -66,6 +69,8 @@ class RLConfig:
     """GAE lambda over decision slots (1: Monte-Carlo returns, REINFORCE with the value baseline)."""
     value_epochs: int = 4
     """Passes of value regression over each iteration's slot-start states."""
+    value_warmup_iterations: int = 2
+    """Iterations in which only the value network learns (its first estimates would make noise advantages)."""
     myopic: bool = False
     """Use each slot's own reward as the return (DL2's code) instead of the discounted sum."""
     value_baseline: bool = True
@@ -179,6 +184,7 @@ class ActorCritic:
         self.replay = ReplayBuffer(config.replay.capacity, size, num_actions) if config.replay.enabled else None
         self.rng = np.random.default_rng(config.seed)
         self.episodes_played = 0
+        self.updates = 0
 
     # -- acting --------------------------------------------------------------------------------------------------
 
@@ -208,8 +214,9 @@ class ActorCritic:
 
     def validation_tasks(self) -> list[EpisodeTask]:
         policy = self.numpy_policy()
+        whole = replace(self.env, max_slots=max(self.env.max_slots, self.config.validation_max_slots))
         return [
-            EpisodeTask(policy, self.env, self.config.validation_source, seed, seed, greedy=True, record=False)
+            EpisodeTask(policy, whole, self.config.validation_source, seed, seed, greedy=True, record=False)
             for seed in self.config.validation_seeds
         ]
 
@@ -219,11 +226,14 @@ class ActorCritic:
         """One learner step on fresh episodes (plus replay). Returns mean return, policy loss, value loss, entropy."""
         config = self.config
         fresh = [self._targets(episode) for episode in episodes]
-        observations = np.concatenate([episode.observations for episode in episodes])
-        masks = np.concatenate([episode.masks for episode in episodes])
-        actions = np.concatenate([episode.actions for episode in episodes])
-        advantages = np.concatenate([f[0] for f in fresh])
-        returns = np.concatenate([f[1] for f in fresh])
+        # exploratory decisions shape trajectories and returns, but their probability is not the policy's: the
+        # policy gradient uses the policy's own decisions only
+        own = np.concatenate([~episode.explored for episode in episodes])
+        observations = np.concatenate([episode.observations for episode in episodes])[own]
+        masks = np.concatenate([episode.masks for episode in episodes])[own]
+        actions = np.concatenate([episode.actions for episode in episodes])[own]
+        advantages = np.concatenate([f[0] for f in fresh])[own]
+        returns = np.concatenate([f[1] for f in fresh])[own]
         starts = np.concatenate([f[2] for f in fresh])
         start_targets = np.concatenate([f[3] for f in fresh])
         if not config.value_baseline:  # ablation: the batch mean is the baseline
@@ -246,8 +256,12 @@ class ActorCritic:
             batch = (observations, masks, actions, advantages.astype(np.float32))
         if self.replay is not None:
             self.replay.add(observations, masks, actions, returns.astype(np.float32))
-        policy_loss, entropy = self._policy_steps(*batch)
         value_loss = self._value_steps(starts, start_targets) if config.value_baseline else 0.0
+        if self.updates < config.value_warmup_iterations and config.value_baseline:
+            policy_loss, entropy = 0.0, float("nan")  # the critic learns first: a fresh critic's advantages are noise
+        else:
+            policy_loss, entropy = self._policy_steps(*batch)
+        self.updates += 1
         return float(returns.mean()), policy_loss, value_loss, entropy
 
     def _values(self, observations: np.ndarray) -> np.ndarray:
@@ -261,7 +275,8 @@ class ActorCritic:
         """Per decision: advantage and return; per decision slot: its first observation and value target.
 
         Decisions of one slot form one allocation and share the slot's advantage. Slots the environment ran
-        without a decision fold their (discounted) rewards into the preceding decision slot.
+        without a decision fold their (discounted) rewards into the preceding decision slot. A truncated episode
+        is bootstrapped from the value of the state it was cut in.
         """
         config = self.config
         slots, first = np.unique(episode.slot_of, return_index=True)
@@ -275,26 +290,29 @@ class ActorCritic:
             [sum(config.gamma**m * rewards[bounds[k] + m] for m in range(gaps[k])) for k in range(len(slots))]
         )
         discounts = config.gamma**gaps
+        starts = episode.observations[first]
+        values = self._values(starts) if config.value_baseline else np.zeros(len(slots))
+        tail = 0.0
+        if episode.truncated and episode.final_observation is not None and config.value_baseline:
+            tail = float(self._values(episode.final_observation[None])[0])
+        next_values = np.append(values[1:], tail)
         if config.myopic:  # DL2's code: each decision gets its own slot's reward
             returns_slot = rewards[slots].astype(np.float64)
         else:
             returns_slot = np.zeros(len(slots))
-            running = 0.0
+            running = tail
             for k in range(len(slots) - 1, -1, -1):
                 running = folded[k] + discounts[k] * running
                 returns_slot[k] = running
-        starts = episode.observations[first]
-        values = self._values(starts) if config.value_baseline else np.zeros(len(slots))
         if config.myopic or config.gae_lambda >= 1.0:
             advantage_slot = returns_slot - values
             targets = returns_slot
         else:  # GAE over decision slots (Schulman et al. 2016); lambda = 1 is the Monte-Carlo case above
+            deltas = folded + discounts * next_values - values
             advantage_slot = np.zeros(len(slots))
             running = 0.0
             for k in range(len(slots) - 1, -1, -1):
-                next_value = values[k + 1] if k + 1 < len(slots) else 0.0
-                delta = folded[k] + discounts[k] * next_value - values[k]
-                running = delta + config.gae_lambda * discounts[k] * running
+                running = deltas[k] + config.gae_lambda * discounts[k] * running
                 advantage_slot[k] = running
             targets = advantage_slot + values
         self.scale.update(targets)

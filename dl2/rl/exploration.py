@@ -25,7 +25,7 @@ class ExplorationConfig:
 
     enabled: bool = True
     """Switch (ablation: off)."""
-    epsilon_start: float = 0.2
+    epsilon_start: float = 0.1
     """Probability of an exploratory action at the start of training."""
     epsilon_end: float = 0.0
     """... and at the end (linear annealing over the iterations)."""
@@ -51,7 +51,7 @@ def exploratory_action(
                 action = encode_action(column, role)
                 if mask[action]:
                     return action
-    if rng.random() < config.stop_probability:
+    if mask[stop] and rng.random() < config.stop_probability:
         return stop
     candidates = [column for column in range(len(ranks)) if mask[3 * column : 3 * column + 3].any()]
     if not candidates:

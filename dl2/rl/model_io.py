@@ -55,7 +55,10 @@ class PolicyConfig:
         try:
             return cls(
                 observation=ObservationConfig(**data["observation"]),
-                network=NetworkConfig(hidden=tuple(int(h) for h in data["network"]["hidden"])),
+                network=NetworkConfig(
+                    hidden=tuple(int(h) for h in data["network"]["hidden"]),
+                    kind=str(data["network"].get("kind", "per-job")),
+                ),
                 mode=str(data["mode"]),
                 placer=str(data["placer"]),
             )

@@ -31,6 +31,9 @@ class Episode:
     """Average JCT of the episode's jobs (NaN if truncated)."""
     num_slots: int
     workload: str
+    truncated: bool = False
+    """The episode was cut at the environment's `max_slots`; `final_observation` is where it stopped."""
+    final_observation: np.ndarray | None = None
 
     @property
     def num_decisions(self) -> int:
@@ -81,6 +84,7 @@ def run_episode(task: EpisodeTask) -> Episode:
             explored.append(exploring)
         observation, _, terminated, truncated, info = env.step(action)
         done = terminated or truncated
+    cut = bool(truncated)
     assert env.simulation is not None
     average = float("nan")
     if env.simulation.done:
@@ -98,6 +102,8 @@ def run_episode(task: EpisodeTask) -> Episode:
         average,
         env.slots,
         env.simulation.workload.name,
+        cut,
+        env.observer(env.decision) if cut and env.decision is not None else None,
     )
 
 

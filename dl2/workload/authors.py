@@ -39,7 +39,9 @@ SETTINGS = {
         "default", num_nodes=500, num_jobs=200, arrivals_per_slot=10, max_epochs=30_000, max_tasks_per_job=16
     ),
     # not the authors': a miniature of "small" for tests and smoke runs (seconds per episode)
-    "tiny": AuthorsSetting("tiny", num_nodes=6, num_jobs=10, arrivals_per_slot=2, max_epochs=4_000, max_tasks_per_job=8),
+    "tiny": AuthorsSetting(
+        "tiny", num_nodes=6, num_jobs=10, arrivals_per_slot=2, max_epochs=4_000, max_tasks_per_job=8
+    ),
 }
 
 
