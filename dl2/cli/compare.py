@@ -35,7 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser = subparsers.add_parser(
         "compare",
         help="compare schedulers over seeds on a workload",
-        description="Run every scheduler for every seed on the workload(s); print mean JCT with a 95%% confidence "
+        description="Run every scheduler for every seed on the workload(s); print mean JCT with a 95% confidence "
         "interval over (seed, workload) runs, and write compare.json and compare.png to --out.",
     )
     add_workload_options(parser)

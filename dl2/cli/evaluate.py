@@ -30,7 +30,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "evaluate",
         help="evaluate trained policies against heuristics",
         description="Run each model (greedy decisions, and sampled ones with --sampled) and each baseline on the "
-        "workloads for every seed; print average JCT with 95%% confidence intervals and ratios to the baselines.",
+        "workloads for every seed; print average JCT with 95% confidence intervals and ratios to the baselines.",
     )
     parser.add_argument("--model", type=Path, action="append", required=True, help="model folder (repeatable)")
     add_workload_options(parser)

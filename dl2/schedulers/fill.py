@@ -52,7 +52,8 @@ def fill_first_failure(
         {
             job.spec.job_id: JobAllocation(tuple(workers[rank]), tuple(ps[rank]))
             for rank, job in enumerate(jobs)
-            if workers[rank] or ps[rank]
+            # a PS job with workers but no PS (its PS was the request that failed) makes no progress: leave it out
+            if workers[rank] and (ps[rank] or not has_ps[rank])
         }
     )
 
