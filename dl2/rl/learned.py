@@ -58,8 +58,12 @@ class LearnedScheduler:
 
     def schedule(self, view: ClusterView) -> Allocation:
         decision = SlotDecision(view, self.config.observation.window, self.compat, self.placer, work_conserving=True)
+        policy, observer, rng = self.policy, self.observer, self.rng
         while not decision.done:
-            action, _ = self.policy.act(self.observer(decision), decision.mask(), self.rng)
+            if rng is None:
+                action = policy.greedy_action(observer(decision), decision.mask())
+            else:
+                action, _ = policy.act(observer(decision), decision.mask(), rng)
             decision.step(action)
             self.decisions += 1
         return decision.allocation()
