@@ -21,9 +21,9 @@ $(INSTALLED): requirements/requirements.txt requirements/constraints.txt pyproje
 	@touch $@
 
 demo: $(INSTALLED)
-	@echo "== 1/2 The DL2 authors' contended setting (compatibility mode, their 10 small workloads) =="
-	$(VENV)/bin/dl2 compare --workload dl2-official-small --mode compat --out results/demo/compat-small
-	@echo "== 2/2 A week of Microsoft Philly on 352 8-GPU servers (realistic mode) =="
+	@echo "== 1/2 The dl2 lifecycle: validate traces, warm up, fine-tune, evaluate with ablations, register, promote =="
+	$(PYTHON) -m pipelines.lifecycle
+	@echo "== 2/2 The heuristics on a week of Microsoft Philly, 352 8-GPU servers (realistic mode) =="
 	$(VENV)/bin/dl2 compare --workload philly --mode realistic --out results/demo/philly
 
 test: $(INSTALLED) lint typecheck unit

@@ -525,9 +525,14 @@ def test_decisions_grant_exactly_what_the_mask_allows(case: tuple[Workload, int,
     for rank, job in enumerate(view.jobs):
         held = allocation.get(job.spec.job_id)
         workers, ps = decision.counts[rank].tolist()
-        if not compat and decision.is_ps[rank] and not (workers and ps):
-            workers = ps = 0  # realistic placement drops a PS job that lacks a worker or a PS
-        assert [held.num_workers, held.num_ps] == [workers, ps]
+        if compat:  # each grant was placed on a server when it was made
+            assert [held.num_workers, held.num_ps] == [workers, ps]
+            continue
+        # realistic mode: the mask checks the cluster's free total, the placer then places the counts on servers;
+        # fragmentation can leave some of them unplaced, never more than granted, and a PS job gets both or none
+        assert held.num_workers <= workers and held.num_ps <= ps
+        if decision.is_ps[rank]:
+            assert bool(held.num_workers) == bool(held.num_ps)
     simulation = Simulation(workload, SimConfig.compat(), LinearSpeed())  # type: ignore[arg-type]
     simulation.begin_slot()
     simulation.apply(allocation)

@@ -131,7 +131,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
     os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes it private; the result is an ordinary file
     try:
         with os.fdopen(handle, "w") as stream:
-            json.dump(data, stream, indent=2, sort_keys=True)
+            json.dump(strict_json(data), stream, indent=2, sort_keys=True, allow_nan=False)
             stream.write("\n")
         os.replace(temporary, path)
     except BaseException:
@@ -139,8 +139,20 @@ def write_json_atomic(path: Path, data: Any) -> None:
         raise
 
 
+def strict_json(data: Any) -> Any:
+    """`data` with every NaN or infinite float replaced by None: JSON has no such numbers, and other tools'
+    parsers (DVC, jq, browsers) reject the `NaN`/`Infinity` that Python writes by default."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {key: strict_json(value) for key, value in data.items()}
+    if isinstance(data, list | tuple):
+        return [strict_json(value) for value in data]
+    return data
+
+
 def print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, sort_keys=True)
+    json.dump(strict_json(data), sys.stdout, sort_keys=True, allow_nan=False)
     sys.stdout.write("\n")
 
 

@@ -1,0 +1,237 @@
+"""Stage `evaluate`: the learned policies against the heuristics (and the current champion) on the held-out test
+workloads; writes `reports/metrics.json` (the JCT table DVC shows as metrics) and the JCT distribution
+(`reports/plots/jct_cdf.csv` for `dvc plots show`, `reports/plots/jct_cdf.png`).
+
+Every scheduler runs on every test workload (`workloads.test`, seeds `workloads.test_seeds`, as the `workloads`
+stage lists them) in `workloads.mode`; policies decide greedily. A policy that starves jobs is stopped by the
+simulator's stall guard after `evaluate.stall_slots` idle slots and reported as unsafe (no JCT) instead of failing
+the stage: a bad challenger is a result, not an error. The MLflow run logs every row as metrics
+(`<scheduler>.avg_jct_s`), the table and the plots.
+
+    python -m pipelines.evaluate [--smoke] [--champion models/champion]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from pipelines import tracking
+from pipelines.params import Params
+from pipelines.rl import unit
+from pipelines.stage import Layout, StageResult, log_outputs, main, stage_digest, up_to_date, write_json
+
+PLACER = "load-balance"
+"""Placer of the heuristics in realistic mode (the `dl2 evaluate` default); policies bring their own."""
+POLICIES = ("finetune", "warmup")
+"""Pipeline models evaluated, by their folder under models/staging."""
+PERCENTILES = tuple(range(0, 101, 2))
+"""Rows of the JCT distribution plot."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One scheduler on the test set: per-run average and p99 JCTs and every job's JCT (seconds); `failure` names
+    the first run that could not finish."""
+
+    avg_jct_s: tuple[float, ...]
+    p99_jct_s: tuple[float, ...]
+    job_jct_s: tuple[float, ...]
+    failure: str | None = None
+
+    @property
+    def safe(self) -> bool:
+        return self.failure is None
+
+
+def contenders(params: Params, layout: Layout, champion: Path | None) -> dict[str, str]:
+    """Name -> heuristic name or model folder: the pipeline's policies, the champion, then the baselines."""
+    entries = {name: str(layout.model(name)) for name in POLICIES}
+    if champion is not None:
+        entries["champion"] = str(champion)
+    entries.update({name: name for name in params.evaluate.baselines})
+    return entries
+
+
+def simulate(scheduler: str, params: Params, limit: int | None = None) -> Outcome:
+    """Run `scheduler` (a heuristic name or a model folder) on the test workloads (the first `limit` of them)."""
+    from dl2.cli.common import scheduler_builder
+    from dl2.sim.config import Mode
+
+    return simulate_builder(scheduler_builder(scheduler, PLACER, Mode(params.workloads.mode)), params, limit)
+
+
+def simulate_builder(build: Any, params: Params, limit: int | None = None) -> Outcome:
+    """Run the scheduler that `build` makes (`dl2.sim.run.SchedulerBuilder`) on the test workloads."""
+    from dl2.core import InvalidAllocationError
+    from dl2.sim.config import Mode, SimConfig
+    from dl2.sim.metrics import summarize
+    from dl2.sim.run import run_one
+    from dl2.sim.simulator import SimulationError
+    from pipelines.workloads import test_workloads
+
+    mode = Mode(params.workloads.mode)
+    cases = [(seed, w) for seed, workloads in test_workloads(params) for w in workloads][:limit]
+    averages, p99s, jobs = [], [], []
+    for seed, workload in cases:
+        config = replace(SimConfig.for_mode(mode, seed), stall_slots=params.evaluate.stall_slots)
+        try:
+            result = run_one(workload, build, config)
+        except (SimulationError, InvalidAllocationError) as error:
+            return Outcome(tuple(averages), tuple(p99s), tuple(jobs), f"{workload.name} (seed {seed}): {error}")
+        metrics = summarize(result)
+        averages.append(metrics.avg_jct_s)
+        p99s.append(metrics.p99_jct_s)
+        jobs.extend(job.jct_s for job in result.jobs)
+    return Outcome(tuple(averages), tuple(p99s), tuple(jobs))
+
+
+def table(outcomes: Mapping[str, Outcome], params: Params) -> dict[str, Any]:
+    """The metrics document: one row per scheduler, ratios to the best heuristic (JSON-ready, no NaN)."""
+    from dl2.sim.metrics import mean_ci95
+
+    scale, unit_name = unit(params.workloads.mode)
+    rows: dict[str, dict[str, Any]] = {}
+    for name, outcome in outcomes.items():
+        row: dict[str, Any] = {"runs": len(outcome.avg_jct_s), "safe": outcome.safe}
+        if outcome.safe and outcome.avg_jct_s:
+            mean, half = mean_ci95(list(outcome.avg_jct_s))
+            row.update(avg_jct_s=mean, avg_jct_ci95_s=half, p99_jct_s=sum(outcome.p99_jct_s) / len(outcome.p99_jct_s))
+            row[f"avg_jct_{unit_name}"] = mean / scale
+        else:
+            row.update(avg_jct_s=None, avg_jct_ci95_s=None, p99_jct_s=None, failure=outcome.failure)
+        rows[name] = row
+    finished = [b for b in params.evaluate.baselines if rows[b]["avg_jct_s"] is not None]
+    best = min(finished, key=lambda b: rows[b]["avg_jct_s"]) if finished else None
+    for row in rows.values():
+        ok = best is not None and row["avg_jct_s"] is not None
+        row["vs_best_heuristic"] = row["avg_jct_s"] / rows[best]["avg_jct_s"] if ok else None
+    return {
+        "workload": params.workloads.test,
+        "test_seeds": list(params.workloads.test_seeds),
+        "mode": params.workloads.mode,
+        "unit": unit_name,
+        "best_heuristic": best,
+        "order": list(outcomes),
+        "schedulers": rows,
+    }
+
+
+def distribution(outcomes: Mapping[str, Outcome], params: Params) -> list[dict[str, Any]]:
+    """Per percentile, each safe scheduler's JCT (in the report unit): the JCT CDF with its axes swapped, so that
+    DVC can draw every scheduler against one shared x field."""
+    import numpy as np
+
+    scale, _ = unit(params.workloads.mode)
+    safe = {name: np.asarray(o.job_jct_s) / scale for name, o in outcomes.items() if o.safe and o.job_jct_s}
+    return [
+        {"percentile": p, **{name: round(float(np.percentile(jct, p)), 4) for name, jct in safe.items()}}
+        for p in PERCENTILES
+    ]
+
+
+def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    """A CSV written next to `path` and renamed into place."""
+    import csv
+    import io
+    import os
+    import tempfile
+
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]) if rows else ["percentile"], lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(handle, "w") as stream:
+        stream.write(buffer.getvalue())
+    os.chmod(temporary, 0o644)
+    os.replace(temporary, path)
+
+
+def plot_cdf(outcomes: Mapping[str, Outcome], params: Params, path: Path) -> None:
+    """The JCT CDF of every safe scheduler (PNG, for MLflow and `dvc plots show`)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    scale, unit_name = unit(params.workloads.mode)
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for name, outcome in outcomes.items():
+        if outcome.safe and outcome.job_jct_s:
+            jct = np.sort(np.asarray(outcome.job_jct_s) / scale)
+            axis.step(jct, np.arange(1, len(jct) + 1) / len(jct), where="post", label=name)
+    axis.set_xscale("log")
+    axis.set_xlabel(f"JCT ({unit_name})")
+    axis.set_ylabel("fraction of jobs")
+    axis.set_title(f"JCT CDF on {params.workloads.test} ({params.workloads.mode})")
+    axis.legend(fontsize=8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.stem}.tmp.png")
+    figure.savefig(temporary, dpi=100, bbox_inches="tight")
+    plt.close(figure)
+    temporary.replace(path)
+
+
+def outputs(layout: Layout) -> tuple[Path, Path, Path]:
+    """(metrics JSON, distribution CSV, CDF PNG)."""
+    return layout.reports / "metrics.json", layout.plots / "jct_cdf.csv", layout.plots / "jct_cdf.png"
+
+
+def run(params: Params, layout: Layout | None = None, champion: Path | None = None, force: bool = False) -> StageResult:
+    """Evaluate the staged models, the champion (`champion`, else `evaluate.champion`) and the baselines."""
+    import mlflow
+
+    layout = layout or Layout()
+    if champion is None and params.evaluate.champion:
+        champion = layout.root / params.evaluate.champion
+    entries = contenders(params, layout, champion)
+    models = [Path(entries[name]) for name in entries if name in (*POLICIES, "champion")]
+    settings = {"evaluate": params.section("evaluate"), "workloads": params.section("workloads")}
+    digest = stage_digest("evaluate", "evaluate", settings, [layout.workloads_report, *models])
+    written = outputs(layout)
+    if not force and (done := up_to_date("evaluate", digest, layout, written)):
+        return done
+    with tracking.stage_run("evaluate", settings, tags={"dl2.digest": digest}) as active:
+        outcomes = {name: simulate(scheduler, params) for name, scheduler in entries.items()}
+        document = {"digest": digest, **table(outcomes, params)}
+        write_json(written[0], document)
+        write_csv(written[1], distribution(outcomes, params))
+        plot_cdf(outcomes, params, written[2])
+        for name, row in document["schedulers"].items():
+            values = {f"{name}.{k}": float(v) for k, v in row.items() if _number(v)}
+            mlflow.log_metrics(values)
+        mlflow.log_artifact(str(written[2]), artifact_path="plots")
+        log_outputs(layout, written)
+        summary = {name: row["avg_jct_s"] for name, row in document["schedulers"].items()}
+        return StageResult(
+            "evaluate", False, tuple(layout.relative(p) for p in written), digest, active.info.run_id, summary
+        )
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--champion", type=Path, default=None, help="model folder of the current champion")
+
+
+def _run(params: Params, args: argparse.Namespace) -> StageResult:
+    return run(params, champion=args.champion, force=args.force)
+
+
+def cli(argv: Sequence[str] | None = None) -> int:
+    return main(
+        "evaluate", "Evaluate the learned policies against heuristics on held-out workloads.", _run, _arguments, argv
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(cli())

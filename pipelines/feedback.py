@@ -1,0 +1,144 @@
+"""Stage `feedback`: a simulated cluster that logs its decisions, so fine-tuning from logged feedback runs end to
+end without a real cluster. Writes `data/feedback/simulated/<source>-<seed>/` (decision-log segments and the
+cluster's `cluster.json`).
+
+Each log is one workload of the training source (seeds in the `feedback` block) run by
+`dl2.sim.decision_log.log_run`: the incumbent heuristic and the warm-up policy both decide every slot, and
+`feedback.log_mode` says whose decision is applied (shadow: the incumbent's, as a cluster does before trusting a
+policy). Every log passes the decision-log suite before the folder is put in place. Logs from a real cluster
+(the Kubernetes controller writes the same records) go next to it under `data.feedback`.
+
+    python -m pipelines.feedback [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from dl2.core import ClusterSpec, InputError, NodeSpec, Resources
+from pipelines.params import Params
+from pipelines.stage import Layout, StageFailed, StageResult, main, recorded_digest, remove, stage_digest, write_json
+from pipelines.workloads import require_within
+
+CLUSTER_FILE = "cluster.json"
+"""Next to a log's segments: the cluster its records come from (records name it, but fine-tuning needs its
+nodes)."""
+
+
+def cluster_to_json(cluster: ClusterSpec) -> dict[str, Any]:
+    nodes = [
+        {"gpu": n.capacity.gpu, "cpu": n.capacity.cpu, "mem_gb": n.capacity.mem_gb, "kind": n.kind}
+        for n in cluster.nodes
+    ]
+    return {"name": cluster.name, "nodes": nodes}
+
+
+def cluster_from_json(data: dict[str, Any], where: str) -> ClusterSpec:
+    try:
+        nodes = tuple(
+            NodeSpec(i, Resources(float(n["gpu"]), float(n["cpu"]), float(n["mem_gb"])), str(n["kind"]))
+            for i, n in enumerate(data["nodes"])
+        )
+        return ClusterSpec(nodes, str(data["name"]))
+    except (KeyError, TypeError, ValueError) as error:
+        raise InputError(where, f"malformed cluster description ({error})") from None
+
+
+def log_cluster(log: Path, cluster_name: str) -> ClusterSpec:
+    """The cluster of a decision log: its `cluster.json`, else a known cluster of that name (the authors'
+    settings, philly, alibaba-gpu2023)."""
+    from dl2.workload.authors import SETTINGS, generate_authors_workload
+    from dl2.workload.traces import alibaba_cluster, philly_cluster
+
+    described = (log if log.is_dir() else log.parent) / CLUSTER_FILE
+    if described.is_file():
+        return cluster_from_json(json.loads(described.read_text()), str(described))
+    if cluster_name in SETTINGS:
+        return generate_authors_workload(SETTINGS[cluster_name], 0).cluster
+    if cluster_name == "philly":
+        return philly_cluster()
+    if cluster_name == "alibaba-gpu2023":
+        return alibaba_cluster()
+    raise InputError(str(log), f"no {CLUSTER_FILE} and no known cluster named {cluster_name!r}")
+
+
+def find_logs(folder: Path) -> list[Path]:
+    """Every decision log under `folder`: folders of segments and stand-alone .jsonl files, sorted."""
+    if not folder.is_dir():
+        return []
+    visible = [
+        p for p in folder.rglob("*.jsonl") if not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    ]
+    folders = {p.parent for p in visible if p.name.startswith("segment-")}
+    files = {p for p in visible if not p.name.startswith("segment-")}
+    return sorted(folders | files)
+
+
+def run(params: Params, layout: Layout | None = None, force: bool = False) -> StageResult:
+    from dl2.rl.learned import LearnedScheduler
+    from dl2.rl.training import sim_config
+    from dl2.rl.workload_source import workload
+    from dl2.schedulers.registry import make_scheduler
+    from dl2.sim.config import Mode
+    from dl2.sim.decision_log import log_run
+    from dl2.sim.run import interference_model, speed_model
+    from pipelines.validate import failure_text, validate_log
+
+    layout = layout or Layout()
+    f = params.feedback
+    seeds = range(f.seed_offset, f.seed_offset + f.episodes)
+    manifest = require_within(layout, params, "feedback", seeds)
+    model = layout.model("warmup")
+    settings = {"feedback": params.section("feedback"), "workloads": params.section("workloads")}
+    digest = stage_digest("feedback", "feedback", settings, [manifest, model])
+    output = layout.simulated_feedback
+    outputs = (layout.relative(output),)
+    if not force and recorded_digest(output / "MANIFEST.json") == digest:
+        return StageResult("feedback", True, outputs, digest)
+    mode = Mode(params.workloads.mode)
+    speed, compat = speed_model(mode), mode is Mode.COMPAT
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=output.parent, prefix=".simulated."))
+    try:
+        logs = {}
+        for seed in seeds:
+            jobs = workload(params.workloads.train_source, seed)
+            name = f"{params.workloads.train_source}-{seed}"
+            incumbent = make_scheduler(f.incumbent, speed, compat)
+            proposer = LearnedScheduler.from_dir(model, compat=compat)
+            directory = staging / name
+            records, avg_jct = log_run(
+                jobs, incumbent, proposer, f.log_mode, sim_config(mode.value, seed), speed,
+                interference_model(), directory, model_version="staging/warmup",
+            )  # fmt: skip
+            write_json(directory / CLUSTER_FILE, cluster_to_json(jobs.cluster))
+            report = validate_log(directory, params, layout)
+            if not report["success"]:
+                raise StageFailed(failure_text(report, layout.relative(directory)))
+            logs[name] = {"records": records, "avg_jct_s": avg_jct, "seed": seed}
+        write_json(staging / "MANIFEST.json", {"digest": digest, "log_mode": f.log_mode, "logs": logs})
+        staging.chmod(0o755)
+        remove(output)
+        staging.rename(output)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return StageResult("feedback", False, outputs, digest, summary={"logs": len(logs)})
+
+
+def _run(params: Params, args: argparse.Namespace) -> StageResult:
+    return run(params, force=args.force)
+
+
+def cli(argv: Sequence[str] | None = None) -> int:
+    return main("feedback", "Simulate a cluster that logs its decisions (shadow mode).", _run, None, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(cli())

@@ -1,0 +1,217 @@
+"""Stage `finetune`: online RL in the simulator (DL2 §4.3), then advantage-weighted steps on logged cluster
+feedback; writes `models/staging/finetune`.
+
+RL starts from the warm-up (or from any model folder given by `--init`, e.g. the current champion) and keeps
+the checkpoint with the best average JCT on the validation workloads (`dl2.rl.training.fine_tune`). Then every
+decision log under `data.feedback` is validated with the decision-log suite (a failing log stops the stage
+before anything is written) and turned into samples (`dl2.rl.feedback.feedback_batch`) for
+`learn_from_feedback`; the policy after feedback is kept only if it does not validate worse. The MLflow run logs
+per-iteration metrics, the learning curve and the model folder.
+
+    python -m pipelines.finetune [--smoke] [--init models/champion]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pipelines import tracking
+from pipelines.params import Params
+from pipelines.rl import env_config, jsonable, load_networks, rl_config, rl_seeds, save, unit
+from pipelines.stage import (
+    Layout,
+    StageFailed,
+    StageResult,
+    log_outputs,
+    main,
+    stage_digest,
+    up_to_date,
+    write_json,
+)
+from pipelines.workloads import require_within
+
+
+def init_folder(params: Params, layout: Layout, init: Path | None) -> Path:
+    if init is not None:
+        return init
+    return layout.root / params.finetune.init if params.finetune.init else layout.model("warmup")
+
+
+def feedback_batches(params: Params, layout: Layout, policy_config: Any) -> tuple[list[Any], list[dict[str, Any]]]:
+    """Samples of every decision log under `data.feedback`, each validated first (StageFailed on a bad log)."""
+    from dl2.rl.feedback import feedback_batch
+    from dl2.schedulers.registry import PLACERS
+    from dl2.sim.decision_log import read_log
+    from pipelines.feedback import find_logs, log_cluster
+    from pipelines.validate import failure_text, validate_log
+
+    logs = find_logs(layout.feedback(params))
+    for log in logs:  # all of them before any learning: one bad log and nothing is written
+        report = validate_log(log, params, layout)
+        if not report["success"]:
+            raise StageFailed(failure_text(report, layout.relative(log)))
+    batches, facts = [], []
+    for log in logs:
+        records = read_log(log)
+        by_cluster: dict[str, list[Any]] = {}
+        for record in records:
+            by_cluster.setdefault(record.cluster, []).append(record)
+        for cluster_name, cluster_records in sorted(by_cluster.items()):
+            batch = feedback_batch(
+                cluster_records,
+                log_cluster(log, cluster_name),
+                policy_config.observation,
+                PLACERS[policy_config.placer](),
+                compat=params.workloads.mode == "compat",
+                reward=params.finetune.reward,
+                gamma=params.finetune.gamma,
+            )
+            batches.append(batch)
+            facts.append({"log": layout.relative(log), "cluster": cluster_name, "decisions": len(batch)})
+    return batches, facts
+
+
+def run(params: Params, layout: Layout | None = None, init: Path | None = None, force: bool = False) -> StageResult:
+    import mlflow
+    import torch
+
+    from dl2.rl.actor_critic import learn_from_feedback
+    from dl2.rl.plots import plot_rl
+    from dl2.rl.training import fine_tune, policy_config
+    from dl2.rl.workers import make_pool
+    from pipelines.feedback import find_logs
+
+    layout = layout or Layout()
+    start = init_folder(params, layout, init)
+    logs = find_logs(layout.feedback(params))
+    loaded_config, policy, value, inherited = load_networks(start)
+    config = rl_config(params, loaded_config.network, params.finetune.iterations, params.finetune.seed)
+    manifest = require_within(layout, params, "rl", rl_seeds(config))
+    settings = {
+        "finetune": params.section("finetune"),
+        "workloads": params.section("workloads"),
+        "init": layout.relative(start),
+    }
+    digest = stage_digest("finetune", "finetune", settings, [manifest, start, *logs])
+    folder = layout.model("finetune")
+    if not force and (done := up_to_date("finetune", digest, layout, [folder])):
+        return done
+    env = env_config(params, loaded_config)
+    scale, unit_name = unit(params.workloads.mode)
+    with tracking.stage_run("finetune", settings, tags={"dl2.digest": digest}) as active:
+        batches, feedback_facts = feedback_batches(params, layout, loaded_config)
+        torch.manual_seed(params.finetune.seed)
+        started = time.perf_counter()
+        pool = make_pool("local", params.finetune.workers)
+        try:
+            trainer, state = fine_tune(env, config, pool, policy, value, on_iteration=log_iteration)
+            mlflow.log_metric("validation_avg_jct_s_initial", trainer.initial_validation_jct_s)
+            chosen, feedback_summary = state.best_policy, None
+            if batches and params.finetune.feedback_steps > 0:
+                trainer.policy.load_state_dict(state.best_policy)
+                trainer.value.load_state_dict(state.best_value)
+                losses = [learn_from_feedback(trainer, b, params.finetune.feedback_steps) for b in batches]
+                after = trainer.validate(pool)
+                kept = after <= state.best_validation_jct_s
+                feedback_summary = {
+                    "logs": feedback_facts,
+                    "validation_avg_jct_s_after": after,
+                    "kept": kept,
+                    "policy_loss": losses[-1][0],
+                    "value_loss": losses[-1][1],
+                }
+                mlflow.log_metrics(
+                    {
+                        "feedback.decisions": float(sum(len(b) for b in batches)),
+                        "feedback.validation_avg_jct_s": after,
+                        "feedback.kept": float(kept),
+                        "feedback.policy_loss": losses[-1][0],
+                        "feedback.value_loss": losses[-1][1],
+                    }
+                )
+                if kept:
+                    chosen, state.best_value = _copy(trainer.policy), _copy(trainer.value)
+                    state.best_validation_jct_s = after
+        finally:
+            pool.close()
+        seconds = time.perf_counter() - started
+        metadata = {
+            "kind": "rl",
+            "initialised_from": layout.relative(start),
+            "initial_metadata": inherited,
+            "rl": jsonable(config),
+            "env": jsonable(env),
+            "best_iteration": state.best_iteration,
+            "best_validation_avg_jct_s": state.best_validation_jct_s,
+            "feedback": feedback_summary,
+            "seconds": seconds,
+            "history": [jsonable(s) for s in state.history],
+            "pipeline_digest": digest,
+        }
+        mode = params.workloads.mode
+        pc = policy_config(loaded_config.observation, loaded_config.network, mode, loaded_config.placer)
+        save(folder, pc, chosen, state.best_value, "DL2 policy trained with actor-critic RL", metadata)
+        title = f"RL on {params.workloads.train_source} ({mode})"
+        plot_rl(state.history, folder / "learning_curve.png", title, scale, unit_name)
+        write_json(folder / "history.json", [finite(row) for row in metadata["history"]])
+        mlflow.log_metrics(
+            {"best_validation_avg_jct_s": state.best_validation_jct_s, "best_iteration": state.best_iteration}
+        )
+        mlflow.log_metric("seconds", seconds)
+        mlflow.log_artifact(str(folder / "learning_curve.png"), artifact_path="plots")
+        mlflow.log_artifacts(str(folder), artifact_path="model")
+        log_outputs(layout, [folder])
+        summary = {
+            "best_validation_avg_jct_s": state.best_validation_jct_s,
+            "feedback_logs": len(logs),
+            "seconds": round(seconds, 1),
+        }
+        return StageResult("finetune", False, (layout.relative(folder),), digest, active.info.run_id, summary)
+
+
+def finite(row: dict[str, Any]) -> dict[str, Any]:
+    """A learning-curve row for `dvc plots` (NaN and infinity, e.g. a starving checkpoint, become null)."""
+    return {k: v if not isinstance(v, float) or math.isfinite(v) else None for k, v in row.items()}
+
+
+def _copy(module: Any) -> dict[str, Any]:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def log_iteration(stats: Any) -> None:
+    """Per-iteration RL metrics of the active MLflow run (the learning curve)."""
+    import mlflow
+
+    metrics = {
+        "train_avg_jct_s": stats.train_jct_s,
+        "mean_return": stats.mean_return,
+        "policy_loss": stats.policy_loss,
+        "value_loss": stats.value_loss,
+        "entropy": stats.entropy,
+        "decisions": float(stats.decisions),
+        "iteration_seconds": stats.seconds,
+    }
+    if stats.validation_jct_s is not None:
+        metrics["validation_avg_jct_s"] = stats.validation_jct_s
+    mlflow.log_metrics({k: v for k, v in metrics.items() if math.isfinite(v)}, step=stats.iteration)
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--init", type=Path, default=None, help="model folder to start from (default: the warm-up)")
+
+
+def _run(params: Params, args: argparse.Namespace) -> StageResult:
+    return run(params, init=args.init, force=args.force)
+
+
+def cli(argv: Sequence[str] | None = None) -> int:
+    return main("finetune", "Fine-tune the DL2 policy with RL and logged feedback.", _run, _arguments, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(cli())

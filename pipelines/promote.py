@@ -1,0 +1,534 @@
+"""Stage `promote`: the gate between `challenger` and `champion`, then publish, confirm, or roll back.
+
+The gate runs the challenger, the champion (if any) and the heuristics `evaluate.baselines` on the held-out
+workloads exactly as the `evaluate` stage does (`workloads.test` and `workloads.test_seeds` in `workloads.mode`,
+stall guard `evaluate.stall_slots`) and accepts the challenger iff
+
+- it is safe: every run finishes (no allocation the simulator refuses, i.e. no capacity breach or unknown job;
+  no stall) and its p99 JCT is at most `promote.max_slowdown_p99` x the best heuristic's (the one with the lowest
+  average JCT), and
+- its average JCT <= (1 - `promote.margin`) x min(champion's, best heuristic's).
+
+A rejected challenger leaves the aliases alone. An accepted one is published: a deployment record
+`data/deployments/<n>-dl2-policy-v<version>.json` (numbered, written atomically, never overwritten; the latest
+record says which version should run), then the `champion` alias moves. Then the deployment is confirmed: until
+the Kubernetes controller exists (it will patch its `SchedulerPolicy` and wait for the controller's status), a
+separate process loads `models:/dl2-policy@champion` exactly as a scheduler would (download, then
+`LearnedScheduler.from_dir`) and runs a short simulation, within a timeout (`run(confirmation=...)` replaces the
+check, e.g. with one that fails in tests). If that fails, the previous champion is restored (alias and a rollback
+record) and the stage exits 1.
+
+Every outcome is written to `reports/promotion.json` with the numbers and the reason, under a digest of the
+inputs (challenger and champion digests, gate parameters, code): a re-run with the same inputs replays it and
+changes nothing; an interrupted promotion resumes where it stopped.
+
+    python -m pipelines.promote                 # the gate on the current challenger
+    python -m pipelines.promote --smoke         # on the smoke profile's test workloads
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pipelines import registry, tracking
+from pipelines.params import Params
+from pipelines.registry import CHALLENGER, CHAMPION, NAME, Version
+from pipelines.stage import Layout, StageFailed, StageResult, main, stage_digest, write_json
+
+CONFIRM_TIMEOUT_S = 300.0
+"""How long the confirmation check may take (it loads MLflow and the model, then simulates a few jobs)."""
+CONFIRM_JOBS = 10
+"""Jobs of the first test workload that the confirmation check simulates."""
+RECORD = re.compile(r"^(?P<n>\d+)-dl2-policy-(?:v(?P<version>\d+)|none)\.json$")
+FINAL = ("rejected", "promoted", "rolled_back")
+
+
+Confirm = Callable[[int, Params, float], tuple[bool, str]]
+"""(version, params, timeout_s) -> (confirmed, detail): does the scheduler run the deployed version?"""
+
+
+class RolledBack(StageFailed):
+    """The deployed challenger was not confirmed; the previous champion is back."""
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    """A scheduler's results on the held-out workloads (means over the workloads)."""
+
+    avg_jct_s: float
+    """Mean of the runs' average JCTs (inf when a run did not finish)."""
+    p99_jct_s: float
+    """Mean of the runs' p99 JCTs (inf when a run did not finish)."""
+    finished: bool
+    """Every job of every run finished."""
+    runs: int
+    error: str = ""
+    """Why a run did not finish."""
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        for key in ("avg_jct_s", "p99_jct_s"):
+            data[key] = data[key] if math.isfinite(data[key]) else None
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    accepted: bool
+    reason: str
+    best_heuristic: str
+    threshold_avg_jct_s: float
+    """The average JCT the challenger had to reach."""
+    threshold_p99_jct_s: float
+    """The p99 JCT it had to stay under."""
+
+
+def decide(
+    challenger: Score, champion: Score | None, heuristics: Mapping[str, Score], margin: float, max_slowdown_p99: float
+) -> Verdict:
+    """The gate, on numbers only."""
+    # a heuristic that could not finish is no reference (unless none could)
+    heuristics = {name: s for name, s in heuristics.items() if s.finished} or dict(heuristics)
+    best = min(heuristics, key=lambda name: heuristics[name].avg_jct_s)
+    references = {f"best heuristic {best}": heuristics[best].avg_jct_s}
+    if champion is not None and champion.finished:  # a champion that cannot finish any more is no reference
+        references["champion"] = champion.avg_jct_s
+    reference = min(references, key=lambda name: references[name])
+    threshold = (1.0 - margin) * references[reference]
+    p99_limit = max_slowdown_p99 * heuristics[best].p99_jct_s
+
+    def verdict(accepted: bool, reason: str) -> Verdict:
+        return Verdict(accepted, reason, best, threshold, p99_limit)
+
+    if not challenger.finished:
+        return verdict(False, f"safety: not every job finished ({challenger.error})")
+    if challenger.p99_jct_s > p99_limit:
+        return verdict(
+            False,
+            f"safety: p99 JCT {challenger.p99_jct_s:.1f} s > {p99_limit:.1f} s "
+            f"({max_slowdown_p99:g} x {best}'s {heuristics[best].p99_jct_s:.1f} s)",
+        )
+    if challenger.avg_jct_s > threshold:
+        return verdict(
+            False,
+            f"average JCT {challenger.avg_jct_s:.1f} s > {threshold:.1f} s "
+            f"((1 - {margin:g}) x {reference}'s {references[reference]:.1f} s)",
+        )
+    return verdict(
+        True,
+        f"average JCT {challenger.avg_jct_s:.1f} s <= {threshold:.1f} s ((1 - {margin:g}) x {reference}'s "
+        f"{references[reference]:.1f} s), p99 {challenger.p99_jct_s:.1f} s <= {p99_limit:.1f} s",
+    )
+
+
+# -- evaluation ------------------------------------------------------------------------------------------------
+
+
+def score(scheduler: str, params: Params) -> Score:
+    """Run `scheduler` (a heuristic name or a model folder) on every held-out workload.
+
+    The same runs as the `evaluate` stage (its test set, its stall guard), so the gate and the metrics table
+    agree. A run that cannot finish (an invalid allocation, a capacity breach, a stall) is a score that fails
+    the safety check, not an error: a bad challenger is a result."""
+    from pipelines.evaluate import simulate
+
+    outcome = simulate(scheduler, params)
+    if not outcome.safe or not outcome.avg_jct_s:
+        return Score(math.inf, math.inf, False, len(outcome.avg_jct_s), outcome.failure or "no test workload")
+    runs = len(outcome.avg_jct_s)
+    return Score(sum(outcome.avg_jct_s) / runs, sum(outcome.p99_jct_s) / runs, True, runs)
+
+
+def evaluate(params: Params, challenger: Path, champion: Path | None) -> dict[str, Score]:
+    """Scores of the challenger, the champion (if any) and every baseline heuristic."""
+    scores = {"challenger": score(str(challenger), params)}
+    if champion is not None:
+        scores["champion"] = score(str(champion), params)
+    for name in params.evaluate.baselines:
+        scores[name] = score(name, params)
+    return scores
+
+
+# -- deployment records ----------------------------------------------------------------------------------------
+
+
+def deployments_dir(layout: Layout) -> Path:
+    return layout.root / "data" / "deployments"
+
+
+def records(directory: Path) -> list[tuple[int, Path]]:
+    """Deployment records in order."""
+    if not directory.is_dir():
+        return []
+    found = [(int(m["n"]), path) for path in directory.iterdir() if (m := RECORD.match(path.name))]
+    return sorted(found)
+
+
+def latest_record(directory: Path) -> dict[str, Any] | None:
+    found = records(directory)
+    return json.loads(found[-1][1].read_text()) if found else None
+
+
+def write_record(directory: Path, document: Mapping[str, Any]) -> Path:
+    """Write the next numbered record; an existing record is never replaced (a racing writer takes the next n)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    version = document.get("version")
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".record-", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w") as stream:
+            json.dump({**document}, stream, indent=2, sort_keys=True)
+            stream.write("\n")
+        os.chmod(temporary, 0o644)
+        while True:
+            n = (records(directory)[-1][0] + 1) if records(directory) else 1
+            path = directory / f"{n:04d}-{NAME}-{f'v{version}' if version is not None else 'none'}.json"
+            try:
+                os.link(temporary, path)  # atomic, and fails instead of overwriting
+            except FileExistsError:
+                continue
+            return path
+    finally:
+        Path(temporary).unlink(missing_ok=True)
+
+
+def publish(layout: Layout, challenger: Version, previous: Version | None, scores: Mapping[str, Any]) -> Path:
+    """Record the deployment, then move `champion` (the record first: the latest record is the desired state)."""
+    path = write_record(
+        deployments_dir(layout),
+        {
+            "action": "deploy",
+            "model": NAME,
+            "version": challenger.version,
+            "uri": challenger.uri,
+            "digest": challenger.digest,
+            "previous_version": previous.version if previous else None,
+            "metrics": dict(scores),
+            "created_at": _now(),
+            "git_commit": tracking.git_commit(),
+        },
+    )
+    registry.set_alias(CHAMPION, challenger.version)
+    return path
+
+
+def rollback(layout: Layout, failed: Version, previous: Version | None, reason: str) -> Path:
+    """Put the previous champion back (or no champion, if there was none) and record it."""
+    if previous is not None:
+        registry.set_alias(CHAMPION, previous.version)
+    else:
+        registry.delete_alias(CHAMPION)
+    return write_record(
+        deployments_dir(layout),
+        {
+            "action": "rollback",
+            "model": NAME,
+            "version": previous.version if previous else None,
+            "uri": previous.uri if previous else None,
+            "digest": previous.digest if previous else None,
+            "rolled_back_version": failed.version,
+            "reason": reason,
+            "created_at": _now(),
+            "git_commit": tracking.git_commit(),
+        },
+    )
+
+
+# -- confirmation ----------------------------------------------------------------------------------------------
+
+
+def confirm(version: int, params: Params, timeout_s: float = CONFIRM_TIMEOUT_S) -> tuple[bool, str]:
+    """Does a scheduler run the deployed version? (Until the controller exists: a separate process loads
+    `models:/dl2-policy@champion` as a scheduler would and simulates a few jobs.) Returns (confirmed, detail)."""
+    seed = params.workloads.test_seeds[0]
+    command = [sys.executable, "-m", "pipelines.promote", "confirm", str(version), params.workloads.test, str(seed)]
+    command.append(params.workloads.mode)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(tracking.ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    started = time.monotonic()
+    try:
+        done = subprocess.run(
+            command, cwd=tracking.ROOT, env=env, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return False, f"no confirmation within {timeout_s:g} s"
+    seconds = time.monotonic() - started
+    if done.returncode != 0:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        return False, f"check failed (exit {done.returncode}): {lines[-1] if lines else 'no output'}"
+    return True, f"{done.stdout.strip().splitlines()[-1]} ({seconds:.1f} s)"
+
+
+def check_deployed(version: int, source: str, seed: int, mode: str, jobs: int = CONFIRM_JOBS) -> str:
+    """What the confirmation process runs: resolve `champion`, download it, load it and simulate `jobs` jobs."""
+    from dl2.core import Workload
+    from dl2.rl.learned import LearnedScheduler
+    from dl2.rl.workload_source import workload
+    from dl2.sim.config import Mode, SimConfig
+    from dl2.sim.run import run_one
+
+    deployed = registry.alias(CHAMPION)
+    if deployed is None or deployed.version != version:
+        found = "unset" if deployed is None else f"version {deployed.version}"
+        raise StageFailed(f"{NAME}@{CHAMPION} is {found}, expected version {version}")
+    with tempfile.TemporaryDirectory(prefix="dl2-confirm-") as scratch:
+        folder = registry.download(deployed.version, Path(scratch) / f"{NAME}-v{deployed.version}")
+        LearnedScheduler.from_dir(folder)  # fails on a broken model before any simulation
+        test = workload(source, seed)
+        short = Workload(f"{test.name}/first-{jobs}", test.cluster, test.jobs[:jobs], test.slot_s, test.source)
+        result = run_one(
+            short,
+            lambda speed, compat: LearnedScheduler.from_dir(folder, compat=compat),
+            SimConfig.for_mode(Mode(mode), seed),
+        )
+    finished = sum(1 for _ in result.jobs)
+    return f"confirmed {NAME} v{version}: {finished}/{short.num_jobs} jobs of {short.name} finished"
+
+
+# -- the stage -------------------------------------------------------------------------------------------------
+
+
+def run(
+    params: Params,
+    layout: Layout | None = None,
+    force: bool = False,
+    confirm_timeout_s: float = CONFIRM_TIMEOUT_S,
+    confirmation: Confirm | None = None,
+) -> StageResult:
+    """Gate the challenger; if accepted, publish it, confirm it (`confirmation`, default `confirm`: tests inject a
+    failing one) and promote it or roll back (`RolledBack`). A rejection is a result, not an error."""
+    layout = layout or Layout()
+    check = confirmation or (lambda version, p, timeout_s: confirm(version, p, timeout_s))
+    decision_path = layout.reports / "promotion.json"
+    challenger, champion = registry.alias(CHALLENGER), registry.alias(CHAMPION)
+    if challenger is None:
+        return StageResult("promote", True, (), "", summary={"status": "no-challenger"})
+    gate = _gate(params)
+    digest = stage_digest(
+        "promote",
+        "promote",
+        {"challenger": challenger.digest, "champion": champion.digest if champion else None, **gate},
+        [],
+        ("dl2", "pipelines/registry.py"),
+    )
+    previous = _read(decision_path)
+    if not force and previous is not None and previous.get("challenger", {}).get("digest") == challenger.digest:
+        status = previous.get("status")
+        if status == "accepted" and previous.get("gate") == gate:  # interrupted after the gate: resume
+            return _deploy(params, layout, previous, challenger, check, confirm_timeout_s)
+        if status in ("promoted", "rolled_back") and previous.get("gate") == gate:
+            return _replay(layout, previous)
+        if status == "rejected" and previous.get("digest") == digest:
+            return _replay(layout, previous)
+    if champion is not None and champion.version == challenger.version:
+        return StageResult(
+            "promote", True, (), digest, summary={"status": "already-champion", "version": champion.version}
+        )
+
+    with tempfile.TemporaryDirectory(prefix="dl2-gate-") as scratch:
+        challenger_dir = registry.download(challenger.version, Path(scratch) / "challenger")
+        champion_dir = registry.download(champion.version, Path(scratch) / "champion") if champion else None
+        scores = evaluate(params, challenger_dir, champion_dir)
+    heuristics = {name: scores[name] for name in params.evaluate.baselines}
+    verdict = decide(
+        scores["challenger"], scores.get("champion"), heuristics, params.promote.margin, params.promote.max_slowdown_p99
+    )
+    decision = {
+        "status": "accepted" if verdict.accepted else "rejected",
+        "digest": digest,
+        "gate": gate,
+        "challenger": {"version": challenger.version, "digest": challenger.digest},
+        "champion": {"version": champion.version, "digest": champion.digest} if champion else None,
+        "scores": {name: s.to_json() for name, s in scores.items()},
+        "best_heuristic": verdict.best_heuristic,
+        "threshold_avg_jct_s": _finite(verdict.threshold_avg_jct_s),
+        "threshold_p99_jct_s": _finite(verdict.threshold_p99_jct_s),
+        "reason": verdict.reason,
+        "decided_at": _now(),
+    }
+    decision["mlflow_run_id"] = _log_gate(decision, scores)
+    write_json(decision_path, decision)
+    registry.annotate(challenger.version, {"dl2.promotion": decision["status"], "dl2.promotion_reason": verdict.reason})
+    if not verdict.accepted:
+        outputs = (layout.relative(decision_path),)
+        return StageResult("promote", False, outputs, digest, decision["mlflow_run_id"], _summary(decision))
+    return _deploy(params, layout, decision, challenger, check, confirm_timeout_s)
+
+
+def _deploy(
+    params: Params,
+    layout: Layout,
+    decision: dict[str, Any],
+    challenger: Version,
+    check: Confirm,
+    timeout_s: float,
+) -> StageResult:
+    """Publish (unless the latest record already deploys this version), confirm, then promote or roll back."""
+    decision_path = layout.reports / "promotion.json"
+    before = decision.get("champion")
+    previous = registry.get(before["version"]) if before else None
+    directory = deployments_dir(layout)
+    latest = latest_record(directory)
+    if latest is not None and latest.get("action") == "deploy" and latest.get("version") == challenger.version:
+        registry.set_alias(CHAMPION, challenger.version)  # resuming: the record is there, the alias may not be
+        deployment = layout.relative(records(directory)[-1][1])
+    else:
+        deployment = layout.relative(publish(layout, challenger, previous, decision["scores"]))
+    decision = {**decision, "deployment": deployment}
+    write_json(decision_path, decision)
+    confirmed, detail = check(challenger.version, params, timeout_s)
+    decision["confirmation"] = {"confirmed": confirmed, "detail": detail, "at": _now()}
+    outputs = (layout.relative(decision_path), deployment)
+    if confirmed:
+        decision["status"] = "promoted"
+        write_json(decision_path, decision)
+        registry.annotate(challenger.version, {"dl2.promotion": "promoted"})
+        return StageResult(
+            "promote", False, outputs, decision["digest"], decision.get("mlflow_run_id"), _summary(decision)
+        )
+    back = rollback(layout, challenger, previous, detail)
+    decision.update(status="rolled_back", rollback=layout.relative(back))
+    write_json(decision_path, decision)
+    registry.annotate(challenger.version, {"dl2.promotion": "rolled_back", "dl2.promotion_reason": detail})
+    raise RolledBack(_rolled_back_text(decision))
+
+
+def _replay(layout: Layout, decision: dict[str, Any]) -> StageResult:
+    if decision["status"] == "rolled_back":
+        raise RolledBack(_rolled_back_text(decision) + " (recorded earlier; nothing changed)")
+    outputs = (layout.relative(layout.reports / "promotion.json"),)
+    return StageResult("promote", True, outputs, decision["digest"], decision.get("mlflow_run_id"), _summary(decision))
+
+
+def _rolled_back_text(decision: Mapping[str, Any]) -> str:
+    before = decision.get("champion")
+    restored = f"version {before['version']}" if before else "no champion"
+    return (
+        f"promote: {NAME} v{decision['challenger']['version']} was not confirmed "
+        f"({decision['confirmation']['detail']}); rolled back to {restored} ({decision['rollback']})"
+    )
+
+
+def _summary(decision: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "status": decision["status"],
+        "version": decision["challenger"]["version"],
+        "champion": (decision.get("champion") or {}).get("version"),
+        "reason": decision["reason"],
+        "deployment": decision.get("deployment"),
+    }
+
+
+def outcome_line(result: StageResult) -> str:
+    """What the gate decided and why, in one line (the command line and the Airflow task log print it)."""
+    summary = result.summary
+    status, version = summary.get("status"), summary.get("version")
+    replayed = " (recorded earlier; nothing changed)" if result.up_to_date and status != "no-challenger" else ""
+    if status == "no-challenger":
+        return f"promote: no {NAME}@{CHALLENGER} to gate"
+    if status == "already-champion":
+        return f"promote: {NAME} v{version} is already {CHAMPION}"
+    if status == "rejected":
+        champion = summary.get("champion")
+        kept = f"{CHAMPION} stays v{champion}" if champion is not None else f"no {CHAMPION} yet"
+        return f"promote: rejected {NAME} v{version}: {summary.get('reason')}; {kept}{replayed}"
+    return f"promote: {NAME} v{version} is {CHAMPION} ({summary.get('reason')}; {summary.get('deployment')}){replayed}"
+
+
+def _gate(params: Params) -> dict[str, Any]:
+    return {
+        "margin": params.promote.margin,
+        "max_slowdown_p99": params.promote.max_slowdown_p99,
+        "baselines": list(params.evaluate.baselines),
+        "test": params.workloads.test,
+        "test_seeds": list(params.workloads.test_seeds),
+        "mode": params.workloads.mode,
+    }
+
+
+def _log_gate(decision: Mapping[str, Any], scores: Mapping[str, Score]) -> str:
+    """Log the gate's inputs and scores as an MLflow run of stage `promote`; its id."""
+    import mlflow
+
+    with tracking.stage_run("promote", params=decision["gate"], tags={"dl2.digest": decision["digest"]}) as run:
+        mlflow.set_tags(
+            {
+                "dl2.decision": decision["status"],
+                "dl2.challenger_version": str(decision["challenger"]["version"]),
+                "dl2.champion_version": str((decision["champion"] or {}).get("version", "")),
+            }
+        )
+        for name, value in scores.items():
+            if value.finished:
+                mlflow.log_metrics({f"{name}.avg_jct_s": value.avg_jct_s, f"{name}.p99_jct_s": value.p99_jct_s})
+    return str(run.info.run_id)
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+# -- the command line ------------------------------------------------------------------------------------------
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--confirm-timeout-s", type=float, default=CONFIRM_TIMEOUT_S, help="limit of the confirmation check"
+    )
+
+
+def _run(params: Params, args: argparse.Namespace) -> StageResult:
+    result = run(params, force=args.force, confirm_timeout_s=args.confirm_timeout_s)
+    print(outcome_line(result))
+    return result
+
+
+def confirm_cli(argv: Sequence[str]) -> int:
+    """`python -m pipelines.promote confirm VERSION WORKLOAD SEED MODE`: the check `confirm` runs in its own
+    process; prints one line, exits 0 when the version is confirmed."""
+    from dl2.core import Dl2Error
+
+    version, source, seed, mode = argv
+    try:
+        print(check_deployed(int(version), source, int(seed), mode))
+    except (Dl2Error, ValueError) as error:
+        print(f"confirm: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cli(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["confirm"]:
+        return confirm_cli(argv[1:])
+    return main("promote", "Promote the challenger to champion if it passes the gate.", _run, _arguments, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(cli())

@@ -1,0 +1,162 @@
+"""Stage `report`: one summary of the experiment, `reports/summary.md` (for people) and `reports/summary.json` (for
+scripts and DVC metrics), from the evaluation, the ablation and the workloads stage.
+
+The markdown table is the comparison the lifecycle driver prints: each scheduler's average and p99 JCT on the
+held-out workloads and its ratio to the best heuristic, then each ablation variant's mean over seeds.
+
+    python -m pipelines.report [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from dl2.core import InputError
+from pipelines.params import Params
+from pipelines.stage import Layout, StageResult, main, stage_digest, write_json
+
+
+def inputs(layout: Layout) -> tuple[Path, Path, Path]:
+    """(evaluation metrics, ablation table, workloads report)."""
+    return layout.reports / "metrics.json", layout.reports / "ablation.json", layout.workloads_report
+
+
+def read(path: Path, layout: Layout) -> dict[str, Any]:
+    try:
+        document = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(layout.relative(path), "missing; run the stage that writes it first") from None
+    except ValueError as error:
+        raise InputError(layout.relative(path), f"not valid JSON ({error})") from None
+    if not isinstance(document, dict):
+        raise InputError(layout.relative(path), "expected a JSON object")
+    return document
+
+
+def _number(value: Any, scale: float, digits: int = 2) -> str:
+    return "-" if value is None else f"{value / scale:.{digits}f}"
+
+
+def comparison_lines(metrics: Mapping[str, Any]) -> list[str]:
+    """Markdown table of the evaluation (JCTs in the report unit)."""
+    unit_name = metrics["unit"]
+    scale = 1200.0 if unit_name == "slots" else 3600.0
+    lines = [
+        f"| scheduler | runs | avg JCT ({unit_name}) | 95% CI | p99 JCT ({unit_name}) | vs best heuristic | safe |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    rows = metrics["schedulers"]
+    for name in metrics.get("order") or sorted(rows):  # JSON files are written with sorted keys
+        row = rows[name]
+        ratio = "-" if row.get("vs_best_heuristic") is None else f"{row['vs_best_heuristic']:.3f}"
+        lines.append(
+            f"| {name} | {row['runs']} | {_number(row['avg_jct_s'], scale)} | ±{_number(row['avg_jct_ci95_s'], scale)}"
+            f" | {_number(row['p99_jct_s'], scale)} | {ratio} | {'yes' if row['safe'] else 'NO'} |"
+        )
+    return lines
+
+
+def ablation_lines(ablation: Mapping[str, Any]) -> list[str]:
+    """Markdown table of the ablation (mean over seeds)."""
+    unit_name = ablation["unit"]
+    scale = 1200.0 if unit_name == "slots" else 3600.0
+    lines = [
+        f"| variant | safe runs | test avg JCT ({unit_name}) | 95% CI | vs full |",
+        "|---|---|---|---|---|",
+    ]
+    variants = ablation["variants"]
+    for name in ablation.get("order") or sorted(variants):
+        row = variants[name]
+        ratio = "-" if row.get("vs_full") is None else f"{row['vs_full']:.3f}"
+        lines.append(
+            f"| {name} | {row['safe_runs']}/{row['runs']} | {_number(row['test_avg_jct_s'], scale)}"
+            f" | ±{_number(row['test_avg_jct_ci95_s'], scale)} | {ratio} |"
+        )
+    return lines
+
+
+def markdown(
+    metrics: Mapping[str, Any], ablation: Mapping[str, Any], workloads: Mapping[str, Any], digest: str = ""
+) -> str:
+    test = workloads["test"]
+    return "\n".join(
+        [
+            f"<!-- digest: {digest} -->",
+            "# dl2 lifecycle report",
+            "",
+            f"Held-out test: `{metrics['workload']}` seeds {metrics['test_seeds']} ({len(test['workloads'])} "
+            f"workloads, {metrics['mode']} mode); best heuristic: {metrics['best_heuristic']}.",
+            "",
+            *comparison_lines(metrics),
+            "",
+            f"Ablations ({ablation['iterations']} RL iterations per seed from the warm-up, first "
+            f"{ablation['test_workloads'] or 'all'} test workloads):",
+            "",
+            *ablation_lines(ablation),
+            "",
+            f"Train/validation/test disjoint: {'yes' if workloads['disjoint']['ok'] else 'NO'}.",
+            "",
+        ]
+    )
+
+
+def summary(metrics: Mapping[str, Any], ablation: Mapping[str, Any]) -> dict[str, Any]:
+    """Flat numbers for `dvc metrics show`: each scheduler's and variant's average JCT in the report unit."""
+    unit_name = metrics["unit"]
+    schedulers = {name: row.get(f"avg_jct_{unit_name}") for name, row in metrics["schedulers"].items()}
+    variants = {name: row.get(f"test_avg_jct_{unit_name}") for name, row in ablation["variants"].items()}
+    return {"unit": unit_name, "best_heuristic": metrics["best_heuristic"], "avg_jct": schedulers, "ablation": variants}
+
+
+def write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(handle, "w") as stream:
+        stream.write(text)
+    os.chmod(temporary, 0o644)
+    os.replace(temporary, path)
+
+
+def recorded(path: Path) -> str | None:
+    """The digest in the markdown's first line (None when missing)."""
+    try:
+        first = path.read_text().partition("\n")[0]
+    except OSError:
+        return None
+    return first.removeprefix("<!-- digest: ").removesuffix(" -->") if first.startswith("<!-- digest: ") else None
+
+
+def outputs(layout: Layout) -> tuple[Path, Path]:
+    return layout.reports / "summary.json", layout.reports / "summary.md"
+
+
+def run(params: Params, layout: Layout | None = None, force: bool = False) -> StageResult:
+    layout = layout or Layout()
+    sources = inputs(layout)
+    digest = stage_digest("report", "report", {}, sources, ())
+    json_path, md_path = outputs(layout)
+    written = (layout.relative(json_path), layout.relative(md_path))
+    if not force and recorded(md_path) == digest and json_path.is_file():
+        return StageResult("report", True, written, digest)
+    metrics, ablation, workloads = (read(path, layout) for path in sources)
+    write_json(json_path, summary(metrics, ablation))  # no digest here: every field is a column of `dvc metrics show`
+    write_text(md_path, markdown(metrics, ablation, workloads, digest))
+    return StageResult("report", False, written, digest, summary={"markdown": layout.relative(md_path)})
+
+
+def _run(params: Params, args: argparse.Namespace) -> StageResult:
+    return run(params, force=args.force)
+
+
+def cli(argv: Sequence[str] | None = None) -> int:
+    return main("report", "Summarise evaluation and ablations (markdown and JSON).", _run, None, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(cli())

@@ -1,0 +1,68 @@
+"""Helpers shared by the registry/promotion tests and the DAG tests (not a test module).
+
+Models: a tiny warm-up trained with `dl2 train-sl` (seconds) and two hand-set networks derived from it (zero
+weights, biases only): `bundle` always gives the next job a worker and a PS, which is exactly FIFO on the
+authors' setting, and `stopper` stops as soon as the work-conserving rule lets it (one task per slot), which
+finishes every job but slowly: a challenger that the gate must reject.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from pipelines.params import Params
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def smoke_params(*overrides: str) -> Params:
+    from pipelines.params import load
+
+    return load(smoke=True, overrides=overrides)
+
+
+def empty_mlflow_db(folder: Path) -> Path:
+    """An MLflow SQLite database with its schema created (creating it takes seconds: tests copy this one)."""
+    from mlflow import MlflowClient
+
+    folder.mkdir(parents=True, exist_ok=True)
+    MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlflow.db'}").search_experiments()
+    return folder / "mlflow.db"
+
+
+def new_store(template: Path, folder: Path) -> Path:
+    """A fresh MLflow store (`DL2_MLRUNS` folder) from the template database."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(template, folder / "mlflow.db")
+    return folder
+
+
+def build_models(folder: Path, trained: Path | None = None) -> dict[str, Path]:
+    """`tiny` (trained, unless `trained` is given: a per-job compat model), `bundle` (FIFO) and `stopper` (slow
+    but safe) model folders under `folder`."""
+    import torch
+
+    from dl2.rl.model_io import load_config, load_state, save_model
+
+    if trained is None:
+        trained = folder / "tiny"
+        command = ["train-sl", "--teacher", "srpt-knee", "--mode", "compat", "--source", "authors-tiny"]
+        command += ["--episodes", "1", "--epochs", "1", "--dagger-rounds", "0", "--window", "10", "--hidden", "16"]
+        subprocess.run(
+            [str(ROOT / ".venv" / "bin" / "dl2"), *command, "--out", str(trained)], check=True, capture_output=True
+        )
+    config, _ = load_config(trained)
+    zeros = {key: torch.zeros_like(value) for key, value in load_state(trained).items()}
+
+    def hand_set(name: str, roles: list[float], stop: float) -> Path:
+        # job_head's last layer scores (worker, PS, bundle) for every job; ties go to the earliest job
+        state = {**zeros, "job_head.2.bias": torch.tensor(roles), "stop_head.bias": torch.tensor([stop])}
+        return save_model(folder / name, config, state, card=f"hand-set test policy {name}\n")
+
+    return {
+        "tiny": trained,
+        "bundle": hand_set("bundle", [0.0, 0.0, 1.0], -1.0),
+        "stopper": hand_set("stopper", [0.0, 0.0, 1.0], 5.0),
+    }

@@ -1,0 +1,300 @@
+"""The model registry (`dl2-policy`, aliases), the pyfunc wrapper and the promotion gate, on a temporary MLflow store.
+
+The models (`lifecycle_fixtures.build_models`): `tiny` (a trained warm-up), `bundle` (FIFO) and `stopper` (safe
+but slow, so a worse challenger).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from lifecycle_fixtures import build_models, empty_mlflow_db, new_store, smoke_params
+
+from pipelines.stage import Layout
+
+# -- fixtures ----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def mlflow_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty MLflow database with the schema created once (creating it takes ~6 s)."""
+    return empty_mlflow_db(tmp_path_factory.mktemp("mlflow-template"))
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mlflow_template: Path) -> Path:
+    """A fresh MLflow store for the test (`DL2_MLRUNS`); never the repository's `mlruns/`."""
+    folder = new_store(mlflow_template, tmp_path / "mlruns")
+    monkeypatch.setenv("DL2_MLRUNS", str(folder))
+    # MLflow exports the URI it is pointed at; without this a previous test's store would be reused
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_REGISTRY_URI", raising=False)
+    monkeypatch.chdir(tmp_path)  # MLflow falls back to ./mlruns for some artefacts: keep them in tmp_path
+    return folder
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return build_models(tmp_path_factory.mktemp("models"))
+
+
+# -- the pyfunc input and output ---------------------------------------------------------------------------------
+
+
+def test_frame_round_trip_and_checks() -> None:
+    from dl2.core import InputError
+    from dl2.rl.workload_source import workload
+    from pipelines.pyfunc import example_frame, frame_from_view, view_from_frame
+
+    frame = example_frame(workload("authors-tiny", 0), num_jobs=4)
+    assert len(frame) == 4 and frame["num_nodes"].eq(6).all()
+    view = view_from_frame(frame)
+    assert [job.spec.job_id for job in view.jobs] == list(frame["job_id"])
+    pd.testing.assert_frame_equal(frame_from_view(view), frame)
+
+    held = frame.assign(held_workers=[2, 0, 0, 0], held_ps=[1, 0, 0, 0], held_worker_nodes=["0,3", "", "", ""])
+    held.loc[0, "held_ps_nodes"] = "5"
+    view = view_from_frame(held)
+    assert view.jobs[0].allocation.worker_nodes == (0, 3) and view.previous.get(view.jobs[0].spec.job_id).ps_nodes == (
+        5,
+    )
+    no_nodes = held.drop(columns=["held_worker_nodes", "held_ps_nodes"])
+    unknown = view_from_frame(no_nodes)  # counts kept for the observation, placement unknown to the placer
+    assert unknown.jobs[0].allocation.num_workers == 2 and len(unknown.previous) == 0
+
+    allreduce = frame.assign(architecture="allreduce", max_ps=0, ps_cpu=0.0)
+    assert view_from_frame(allreduce).jobs[0].spec.requested_ps == 0
+    for bad, message in [
+        (frame.drop(columns=["slot_s"]), "missing columns: slot_s"),
+        (frame.assign(model=["resnet-50", "no-such-model", "dssm", "dssm"]), "unknown model"),
+        (frame.assign(num_nodes=[6, 6, 7, 6]), "same on every row"),
+        (frame.assign(job_id="same"), "duplicate job id"),
+        (held.assign(held_worker_nodes=["0", "", "", ""]), "lists 1 nodes for 2 tasks"),
+        (held.assign(held_worker_nodes=["0,9", "", "", ""]), "outside 0..5"),
+    ]:
+        with pytest.raises(InputError, match=message):
+            view_from_frame(bad)
+
+
+# -- registry ----------------------------------------------------------------------------------------------------
+
+
+def test_register_twice_gives_one_version_and_the_challenger(
+    store: Path, tmp_path: Path, models: dict[str, Path]
+) -> None:
+    from pipelines import register, registry
+
+    layout = Layout(tmp_path)
+    metrics = tmp_path / "reports" / "metrics.json"
+    metrics.parent.mkdir()
+    metrics.write_text(json.dumps({"schedulers": {"finetune": {"avg_jct_s": 1234.5, "runs": 2}}}))
+    first = register.run(smoke_params(), layout, model=models["tiny"])
+    again = register.run(smoke_params(), layout, model=models["tiny"])
+    assert first.summary["created"] and not first.up_to_date
+    assert again.up_to_date and again.summary == {**first.summary, "created": False}
+    versions = registry.list_versions()
+    assert [v.version for v in versions] == [1] and versions[0].aliases == ("challenger",)
+    assert versions[0].digest == registry.model_digest(models["tiny"])
+    assert versions[0].tags["dl2.metrics.schedulers.finetune.avg_jct_s"] == "1234.5"
+    assert "1234.5" in versions[0].description
+    assert registry.alias("champion") is None
+
+    copy = shutil.copytree(models["tiny"], tmp_path / "copy")  # same content elsewhere: the same version
+    assert registry.register(copy)[0].version == 1
+    assert registry.register(models["bundle"])[0].version == 2
+    assert registry.alias("challenger").version == 1  # registering alone moves no alias
+
+
+def test_pyfunc_by_alias_predicts_the_schedulers_allocation(
+    store: Path, tmp_path: Path, models: dict[str, Path]
+) -> None:
+    import mlflow.pyfunc
+
+    from dl2.rl.learned import LearnedScheduler
+    from dl2.rl.workload_source import workload
+    from pipelines import register, registry
+    from pipelines.pyfunc import example_frame, view_from_frame
+
+    register.run(smoke_params(), Layout(tmp_path), model=models["tiny"])
+    loaded = mlflow.pyfunc.load_model(f"models:/{registry.NAME}@challenger")
+    assert loaded.metadata.get_input_schema().input_names()[:2] == ["job_id", "model"]
+    example = example_frame(workload("authors-tiny", 9000), num_jobs=5)
+    predicted = loaded.predict(example)
+    assert list(predicted.columns) == ["job_id", "workers", "ps", "worker_nodes", "ps_nodes"]
+    assert list(predicted["job_id"]) == list(example["job_id"])
+    expected = LearnedScheduler.from_dir(models["tiny"]).schedule(view_from_frame(example))
+    for row in predicted.itertuples():
+        placed = expected.get(row.job_id)
+        assert (row.workers, row.ps) == (placed.num_workers, placed.num_ps)
+        assert row.worker_nodes == ",".join(map(str, placed.worker_nodes))
+    assert loaded.predict(example.iloc[:0]).empty
+
+    folder = registry.download(1, tmp_path / "downloaded")
+    assert registry.model_digest(folder) == registry.model_digest(models["tiny"])
+
+
+# -- the gate ----------------------------------------------------------------------------------------------------
+
+
+def test_decide_on_numbers() -> None:
+    from pipelines.promote import Score, decide
+
+    heuristics = {"drf": Score(100.0, 300.0, True, 2), "fifo": Score(120.0, 200.0, True, 2)}
+    assert decide(Score(99.0, 400.0, True, 2), None, heuristics, 0.0, 1.5).accepted  # 400 <= 1.5 x drf's 300
+    verdict = decide(Score(99.0, 451.0, True, 2), None, heuristics, 0.0, 1.5)
+    assert not verdict.accepted and verdict.reason.startswith("safety: p99") and verdict.best_heuristic == "drf"
+    assert not decide(Score(96.0, 300.0, True, 2), None, heuristics, 0.05, 1.5).accepted  # needs <= 95
+    verdict = decide(Score(90.0, 300.0, True, 2), Score(80.0, 250.0, True, 2), heuristics, 0.0, 1.5)
+    assert not verdict.accepted and "champion" in verdict.reason and verdict.threshold_avg_jct_s == 80.0
+    broken_champion = Score(float("inf"), float("inf"), False, 0, "stalled")
+    assert decide(Score(90.0, 300.0, True, 2), broken_champion, heuristics, 0.0, 1.5).accepted
+    verdict = decide(Score(float("inf"), float("inf"), False, 0, "stalled"), None, heuristics, 0.0, 1.5)
+    assert not verdict.accepted and "not every job finished (stalled)" in verdict.reason
+
+
+def _start(registry: Any, models: dict[str, Path], champion: str | None, challenger: str) -> tuple[int | None, int]:
+    """Set-up only: aliases moved directly (in production only the gate moves `champion`)."""
+    champion_version = None
+    if champion is not None:
+        champion_version = registry.register(models[champion])[0].version
+        registry.set_alias("champion", champion_version)
+    challenger_version = registry.register(models[challenger])[0].version
+    registry.set_alias("challenger", challenger_version)
+    return champion_version, challenger_version
+
+
+def test_gate_rejects_a_worse_challenger_and_changes_nothing(
+    store: Path, tmp_path: Path, models: dict[str, Path]
+) -> None:
+    import mlflow
+
+    from pipelines import promote, register, registry
+
+    layout = Layout(tmp_path)
+    champion, challenger = _start(registry, models, "bundle", "stopper")
+    result = promote.run(smoke_params(), layout)
+    decision = json.loads((tmp_path / "reports" / "promotion.json").read_text())
+    assert result.summary["status"] == decision["status"] == "rejected"
+    assert decision["challenger"]["version"] == challenger and decision["champion"]["version"] == champion
+    assert decision["reason"].startswith("safety: p99 JCT") and decision["best_heuristic"] == "optimus"
+    assert decision["scores"]["challenger"]["avg_jct_s"] > decision["scores"]["champion"]["avg_jct_s"]
+    assert registry.alias("champion").version == champion and registry.alias("challenger").version == challenger
+    assert registry.get(challenger).tags["dl2.promotion"] == "rejected"
+    assert not (tmp_path / "data" / "deployments").exists()
+    line = promote.outcome_line(result)
+    assert line.startswith(f"promote: rejected dl2-policy v{challenger}: safety: p99 JCT")
+    assert line.endswith(f"; champion stays v{champion}")
+
+    runs = len(mlflow.search_runs(experiment_names=["dl2"], output_format="list"))
+    before = (tmp_path / "reports" / "promotion.json").read_text()
+    assert promote.run(smoke_params(), layout).up_to_date  # the same inputs: replayed, not re-evaluated
+    assert (tmp_path / "reports" / "promotion.json").read_text() == before
+    assert len(mlflow.search_runs(experiment_names=["dl2"], output_format="list")) == runs
+
+    newer = register.run(smoke_params(), layout, model=models["tiny"]).summary["version"]
+    again = register.run(smoke_params(), layout, model=models["stopper"])  # judged already: not offered again
+    assert again.summary == {**again.summary, "version": challenger, "created": False, "alias": None}
+    assert registry.alias("challenger").version == newer
+
+
+def test_gate_accepts_a_better_challenger_and_confirms_it(store: Path, tmp_path: Path, models: dict[str, Path]) -> None:
+    from pipelines import promote, registry
+
+    layout = Layout(tmp_path)
+    champion, challenger = _start(registry, models, "stopper", "bundle")
+    # `bundle` is FIFO: it beats the stopper champion and ties the one heuristic (margin 0 accepts a tie)
+    params = smoke_params("evaluate.baselines=[fifo]")
+    result = promote.run(params, layout)  # the real confirmation: a separate process loads @champion
+    decision = json.loads((tmp_path / "reports" / "promotion.json").read_text())
+    assert decision["status"] == "promoted" and decision["confirmation"]["confirmed"], decision
+    assert "10/10 jobs" in decision["confirmation"]["detail"]
+    assert registry.alias("champion").version == challenger
+    (record,) = sorted((tmp_path / "data" / "deployments").iterdir())
+    assert (
+        record.name == f"0001-dl2-policy-v{challenger}.json" and result.outputs[1] == f"data/deployments/{record.name}"
+    )
+    document = json.loads(record.read_text())
+    assert document["action"] == "deploy" and document["previous_version"] == champion
+    assert document["digest"] == registry.model_digest(models["bundle"])
+    assert document["metrics"]["challenger"]["avg_jct_s"] == decision["scores"]["challenger"]["avg_jct_s"]
+
+    again = promote.run(params, layout)
+    assert again.up_to_date and again.summary["status"] == "promoted"
+    assert len(list((tmp_path / "data" / "deployments").iterdir())) == 1
+
+
+def test_unconfirmed_deployment_is_rolled_back(store: Path, tmp_path: Path, models: dict[str, Path]) -> None:
+    from pipelines import promote, registry
+
+    layout = Layout(tmp_path)
+    champion, challenger = _start(registry, models, "stopper", "bundle")
+    calls: list[int] = []
+
+    def unconfirmed(version: int, *_: Any) -> tuple[bool, str]:  # the scheduler never confirms
+        calls.append(version)
+        return False, "no reply"
+
+    params = smoke_params("evaluate.baselines=[fifo]")
+    with pytest.raises(promote.RolledBack, match=f"v{challenger} was not confirmed \\(no reply\\); rolled back"):
+        promote.run(params, layout, confirmation=unconfirmed)
+    assert calls == [challenger]
+    assert registry.alias("champion").version == champion and registry.alias("challenger").version == challenger
+    deploy, back = sorted((tmp_path / "data" / "deployments").iterdir())
+    assert (deploy.name, back.name) == (f"0001-dl2-policy-v{challenger}.json", f"0002-dl2-policy-v{champion}.json")
+    assert json.loads(back.read_text())["action"] == "rollback"
+    assert json.loads(back.read_text())["rolled_back_version"] == challenger
+    decision = json.loads((tmp_path / "reports" / "promotion.json").read_text())
+    assert decision["status"] == "rolled_back" and decision["rollback"] == f"data/deployments/{back.name}"
+
+    with pytest.raises(promote.RolledBack, match="recorded earlier"):  # a re-run changes nothing
+        promote.run(params, layout, confirmation=unconfirmed)
+    assert calls == [challenger] and len(list((tmp_path / "data" / "deployments").iterdir())) == 2
+
+
+def test_first_promotion_rolled_back_leaves_no_champion(store: Path, tmp_path: Path, models: dict[str, Path]) -> None:
+    from pipelines import promote, registry
+
+    _, challenger = _start(registry, models, None, "bundle")
+    with pytest.raises(promote.RolledBack, match="rolled back to no champion"):
+        promote.run(
+            smoke_params("evaluate.baselines=[fifo]"), Layout(tmp_path), confirmation=lambda *_: (False, "timed out")
+        )
+    assert registry.alias("champion") is None
+    names = sorted(p.name for p in (tmp_path / "data" / "deployments").iterdir())
+    assert names == [f"0001-dl2-policy-v{challenger}.json", "0002-dl2-policy-none.json"]
+
+
+def test_deployment_records_are_never_overwritten(tmp_path: Path) -> None:
+    from pipelines.promote import latest_record, write_record
+
+    directory = tmp_path / "deployments"
+    first = write_record(directory, {"action": "deploy", "version": 3})
+    second = write_record(directory, {"action": "deploy", "version": 3})
+    assert (first.name, second.name) == ("0001-dl2-policy-v3.json", "0002-dl2-policy-v3.json")
+    (directory / "0003-dl2-policy-v9.json").write_text('{"by": "someone else"}')  # e.g. a concurrent writer
+    third = write_record(directory, {"action": "rollback", "version": None})
+    assert third.name == "0004-dl2-policy-none.json"
+    assert json.loads((directory / "0003-dl2-policy-v9.json").read_text()) == {"by": "someone else"}
+    assert latest_record(directory) == {"action": "rollback", "version": None}
+    assert not [p for p in directory.iterdir() if p.name.startswith(".")]  # no temporary left behind
+
+
+def test_cli_exit_status_of_a_rollback(
+    store: Path,
+    tmp_path: Path,
+    models: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from pipelines import promote, registry
+
+    _start(registry, models, None, "bundle")
+    monkeypatch.setattr(promote, "confirm", lambda *_: (False, "timed out"))
+    monkeypatch.setattr(promote, "Layout", lambda: Layout(tmp_path))
+    assert promote.cli(["--smoke", "--set", "evaluate.baselines=[fifo]"]) == 1
+    assert "rolled back to no champion" in capsys.readouterr().err
