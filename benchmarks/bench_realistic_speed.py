@@ -33,6 +33,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,10000,100000", help="synthetic job counts for the scaling table")
     parser.add_argument("--scaling-schedulers", default="drf,optimus", help="schedulers of the scaling table")
     parser.add_argument("--skip-philly", action="store_true")
+    parser.add_argument("--out", default="realistic_speed.json", help="file name under benchmarks/results/")
     args = parser.parse_args()
     core = pin_to_one_core()
     records: dict[str, object] = {"environment": environment(), "core": core, "philly_bar_s": PHILLY_BAR_S}
@@ -109,7 +110,7 @@ def main() -> None:
         rows,
     )
     records["scaling"] = scaling
-    print(f"wrote {write_json('realistic_speed.json', records)}")
+    print(f"wrote {write_json(args.out, records)}")
 
 
 if __name__ == "__main__":
