@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dl2.core import ClusterSpec, Job, JobAllocation, JobSpec, Resources, Workload
+from dl2.core import Architecture, ClusterSpec, Job, JobAllocation, JobSpec, Resources, Workload
 
 COMPAT_WORKER = Resources(gpu=4.0, cpu=2.0)
 COMPAT_PS = Resources(cpu=2.0)
@@ -31,6 +31,24 @@ def make_job(job_id: str, epochs: float, arrival_s: float = 0.0, max_tasks: int 
         max_ps=max_tasks,
     )
     return Job(spec, epochs)
+
+
+def allreduce_job(job_id: str, max_workers: int = 4) -> Job:
+    """A data-parallel job (workers only) of 10 epochs."""
+    spec = JobSpec(
+        job_id=job_id,
+        model="resnet-50",
+        arrival_s=0.0,
+        declared_epochs=10.0,
+        samples_per_epoch=1.0,
+        worker_demand=COMPAT_WORKER,
+        ps_demand=Resources(),
+        max_workers=max_workers,
+        max_ps=0,
+        architecture=Architecture.ALLREDUCE,
+        requested_ps=0,
+    )
+    return Job(spec, 10.0)
 
 
 def one_node_workload(*jobs: Job, slot_s: float = 100.0, num_nodes: int = 1) -> Workload:

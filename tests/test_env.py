@@ -8,17 +8,15 @@ from functools import cache
 
 import numpy as np
 import pytest
-from conftest import COMPAT_PS, COMPAT_WORKER, LinearSpeed, make_job, one_node_workload
+from conftest import COMPAT_PS, COMPAT_WORKER, LinearSpeed, allreduce_job, make_job, one_node_workload
 from gymnasium.utils.env_checker import check_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dl2.core import (
-    Architecture,
     ClusterSpec,
     ClusterView,
     Job,
-    JobSpec,
     NodeSpec,
     Resources,
     Workload,
@@ -269,23 +267,6 @@ def _view(workload: Workload) -> ClusterView:
     return simulation.begin_slot()
 
 
-def _allreduce_job(job_id: str, max_workers: int = 4) -> Job:
-    spec = JobSpec(
-        job_id=job_id,
-        model="resnet-50",
-        arrival_s=0.0,
-        declared_epochs=10.0,
-        samples_per_epoch=1.0,
-        worker_demand=COMPAT_WORKER,
-        ps_demand=Resources(),
-        max_workers=max_workers,
-        max_ps=0,
-        architecture=Architecture.ALLREDUCE,
-        requested_ps=0,
-    )
-    return Job(spec, 10.0)
-
-
 def test_compat_places_each_task_on_the_least_loaded_server() -> None:
     view = _view(one_node_workload(make_job("a", 10), make_job("b", 10), num_nodes=2))
     decision = SlotDecision(view, 4, compat=True)
@@ -333,7 +314,7 @@ def test_a_job_at_its_caps_has_no_action() -> None:
 
 
 def test_all_reduce_jobs_have_no_ps_and_no_bundle() -> None:
-    view = _view(one_node_workload(_allreduce_job("r"), make_job("p", 10)))
+    view = _view(one_node_workload(allreduce_job("r"), make_job("p", 10)))
     decision = SlotDecision(view, 2, compat=True)
     mask = decision.mask()
     assert mask[0:3].tolist() == [1, 0, 0]
@@ -496,7 +477,7 @@ def _decision_cases(draw: st.DrawFn) -> tuple[Workload, int, bool, list[int]]:
         if draw(st.booleans()):
             jobs.append(make_job(f"j{index}", 10, max_tasks=draw(st.integers(1, 4))))
         else:
-            jobs.append(_allreduce_job(f"j{index}", max_workers=draw(st.integers(1, 4))))
+            jobs.append(allreduce_job(f"j{index}", max_workers=draw(st.integers(1, 4))))
     window = draw(st.integers(1, 4))
     actions = draw(st.lists(st.integers(0, 3 * window), min_size=1, max_size=40))
     return Workload("drawn", cluster, tuple(jobs), 100.0), window, draw(st.booleans()), actions

@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import COMPAT_WORKER, LinearSpeed, make_job
+from conftest import LinearSpeed, allreduce_job, make_job
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dl2.cli.main import main
-from dl2.core import Architecture, ClusterSpec, InputError, Job, JobSpec, NodeSpec, Resources, Workload
+from dl2.core import ClusterSpec, InputError, NodeSpec, Resources, Workload
 from dl2.env.decision import SlotDecision, stop_action
 from dl2.env.env import EnvConfig
 from dl2.env.observation import ObservationConfig
@@ -445,23 +445,6 @@ def test_advantages_and_targets_by_hand(
 # --- exploration ---------------------------------------------------------------------------------------------------
 
 
-def _allreduce_job(job_id: str, max_workers: int) -> Job:
-    spec = JobSpec(
-        job_id=job_id,
-        model="resnet-50",
-        arrival_s=0.0,
-        declared_epochs=10.0,
-        samples_per_epoch=1.0,
-        worker_demand=COMPAT_WORKER,
-        ps_demand=Resources(),
-        max_workers=max_workers,
-        max_ps=0,
-        architecture=Architecture.ALLREDUCE,
-        requested_ps=0,
-    )
-    return Job(spec, 10.0)
-
-
 @st.composite
 def _decisions(draw: st.DrawFn, work_conserving: bool) -> tuple[SlotDecision, list[int]]:
     """A slot decision on a drawn cluster and jobs, advanced by a drawn number of allowed actions."""
@@ -476,7 +459,7 @@ def _decisions(draw: st.DrawFn, work_conserving: bool) -> tuple[SlotDecision, li
     for index in range(draw(st.integers(1, 6))):
         cap = draw(st.integers(1, 4))
         jobs.append(
-            make_job(f"j{index}", 10, max_tasks=cap) if draw(st.booleans()) else _allreduce_job(f"r{index}", cap)
+            make_job(f"j{index}", 10, max_tasks=cap) if draw(st.booleans()) else allreduce_job(f"r{index}", cap)
         )
     view = Simulation(Workload("drawn", cluster, tuple(jobs), 100.0), SimConfig.compat(), LinearSpeed()).begin_slot()  # type: ignore[arg-type]
     decision = SlotDecision(
@@ -509,7 +492,7 @@ def test_exploration_only_takes_allowed_actions(
 def test_exploration_respects_a_work_conserving_mask() -> None:
     cluster = ClusterSpec.homogeneous(1, Resources(gpu=8.0, cpu=8.0))
     view = Simulation(
-        Workload("r", cluster, (_allreduce_job("r", 2),), 100.0),
+        Workload("r", cluster, (allreduce_job("r", 2),), 100.0),
         SimConfig.compat(),
         LinearSpeed(),  # type: ignore[arg-type]
     ).begin_slot()
