@@ -8,11 +8,11 @@ version) is decided here, so the DAG files stay configuration.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dl2.cli.common import strict_json
 from pipelines.params import Params
 from pipelines.stage import Layout, StageResult
 from pipelines.tracking import ROOT
@@ -34,17 +34,7 @@ def context(conf: Conf) -> tuple[Params, Layout]:
 def _xcom(result: StageResult) -> dict[str, Any]:
     """The stage's result as strict JSON: XCom refuses NaN and infinity (e.g. the validation JCT of a policy that
     finished nothing), which become None."""
-    return _strict(result.to_json())
-
-
-def _strict(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Mapping):
-        return {key: _strict(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_strict(item) for item in value]
-    return value
+    return strict_json(result.to_json())
 
 
 # -- dl2_trace_ingest ----------------------------------------------------------------------------------------------

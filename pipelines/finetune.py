@@ -158,7 +158,7 @@ def run(params: Params, layout: Layout | None = None, init: Path | None = None, 
         save(folder, pc, chosen, state.best_value, "DL2 policy trained with actor-critic RL", metadata)
         title = f"RL on {params.workloads.train_source} ({mode})"
         plot_rl(state.history, folder / "learning_curve.png", title, scale, unit_name)
-        write_json(folder / "history.json", [finite(row) for row in metadata["history"]])
+        write_json(folder / "history.json", metadata["history"])
         mlflow.log_metrics(
             {"best_validation_avg_jct_s": state.best_validation_jct_s, "best_iteration": state.best_iteration}
         )
@@ -172,11 +172,6 @@ def run(params: Params, layout: Layout | None = None, init: Path | None = None, 
             "seconds": round(seconds, 1),
         }
         return StageResult("finetune", False, (layout.relative(folder),), digest, active.info.run_id, summary)
-
-
-def finite(row: dict[str, Any]) -> dict[str, Any]:
-    """A learning-curve row for `dvc plots` (NaN and infinity, e.g. a starving checkpoint, become null)."""
-    return {k: v if not isinstance(v, float) or math.isfinite(v) else None for k, v in row.items()}
 
 
 def _copy(module: Any) -> dict[str, Any]:
