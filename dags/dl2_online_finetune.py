@@ -10,11 +10,12 @@ the stages' digests make later hours with no records and the same champion train
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 import pendulum
-from airflow.sdk import Asset, Param, dag, task
+from airflow.sdk import Asset, dag, task
+
+from pipelines.dag_defaults import default_args, run_params
 
 CHALLENGER = Asset("dl2://models/dl2-policy/challenger")
 
@@ -25,13 +26,8 @@ CHALLENGER = Asset("dl2://models/dl2-policy/challenger")
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,
-    default_args={"retries": 2, "retry_delay": timedelta(minutes=5)},
-    params={
-        "smoke": Param(False, type="boolean", description="the smoke profile (tiny budgets)"),
-        "root": Param("", type="string", description="folder for data/, models/, reports/ (empty: the repository)"),
-        "params_file": Param("", type="string", description="params file (empty: the repository's params.yaml)"),
-        "set": Param([], type="array", description="parameter overrides, e.g. ['finetune.iterations=3']"),
-    },
+    default_args=default_args(),
+    params=run_params("finetune.iterations=3"),
     tags=["dl2", "training"],
 )
 def dl2_online_finetune() -> None:

@@ -6,11 +6,12 @@ daily run with no new data changes nothing.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 import pendulum
-from airflow.sdk import Asset, Param, dag, task
+from airflow.sdk import Asset, dag, task
+
+from pipelines.dag_defaults import default_args, run_params
 
 VALIDATED_TRACES = Asset("dl2://traces/validated")
 
@@ -21,13 +22,8 @@ VALIDATED_TRACES = Asset("dl2://traces/validated")
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,
-    default_args={"retries": 2, "retry_delay": timedelta(minutes=5)},
-    params={
-        "smoke": Param(False, type="boolean", description="the smoke profile (tiny budgets)"),
-        "root": Param("", type="string", description="folder for data/, models/, reports/ (empty: the repository)"),
-        "params_file": Param("", type="string", description="params file (empty: the repository's params.yaml)"),
-        "set": Param([], type="array", description="parameter overrides, e.g. ['warmup.epochs=3']"),
-    },
+    default_args=default_args(),
+    params=run_params("warmup.epochs=3"),
     tags=["dl2", "data"],
 )
 def dl2_trace_ingest() -> None:
