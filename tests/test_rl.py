@@ -41,7 +41,7 @@ from dl2.sim.simulator import Simulation, simulate
 from dl2.workload.authors import SETTINGS, generate_authors_workload
 from dl2.workload.traces import COMMON_COLUMNS
 
-KINDS = ("per-job", "mlp")
+KINDS = ("per-job", "per-job-local", "mlp")
 SHAPE = ObservationConfig(window=5).shape
 
 
@@ -153,6 +153,29 @@ def test_numpy_inference_matches_torch(kind: str) -> None:
         for seed in range(5):
             sampled, _ = numpy_policy.act(observation, mask, np.random.default_rng(seed))
             assert mask[sampled] == 1
+
+
+def test_local_network_inference_keeps_unchanged_rows_between_calls() -> None:
+    """`per-job-local` NumPy inference re-encodes only the rows that changed since the previous call; as a task
+    is granted (one row and the tail change) it must still agree with torch's full pass."""
+    torch.manual_seed(5)
+    config = NetworkConfig(hidden=(32, 16), kind="per-job-local")
+    policy = PolicyNetwork(SHAPE, config)
+    numpy_policy = NumpyPolicy.from_state_dict(policy.state_dict(), SHAPE, config)
+    rng = np.random.default_rng(6)
+    observation = random_observations(rng, 2)[1]
+    window, features = SHAPE.window, SHAPE.job_features
+    for step in range(25):
+        if step % 10 == 9:  # now and then a new window: every row changes
+            observation = random_observations(rng, 2)[1]
+        else:
+            row = int(rng.integers(0, window))
+            start = row * features + features - 3
+            observation[start : start + 3] = rng.random(3, dtype=np.float32)  # the job's dynamic features
+            observation[window * features :] = rng.random(SHAPE.global_features, dtype=np.float32)
+        with torch.no_grad():
+            expected = policy(torch.from_numpy(observation[None, :])).numpy()[0]
+        np.testing.assert_allclose(numpy_policy.logits(observation), expected, atol=1e-4)
 
 
 def test_per_job_network_is_permutation_equivariant() -> None:

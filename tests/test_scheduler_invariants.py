@@ -7,6 +7,7 @@ Runs must finish every job, and a seed must give the same run every time.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import replace
 from functools import cache
 
@@ -23,11 +24,15 @@ from dl2.core import (
     JobAllocation,
     JobSpec,
     JobView,
+    NodeSpec,
     Resources,
     Scheduler,
     Workload,
 )
+from dl2.schedulers.base import HeuristicScheduler
+from dl2.schedulers.placement import NodeState
 from dl2.schedulers.registry import COMPAT_SCHEDULERS, PLACERS, SCHEDULERS, make_scheduler
+from dl2.sim import simulator
 from dl2.sim.config import Mode, RescaleCost, RescaleKind, SimConfig
 from dl2.sim.run import interference_model, speed_model
 from dl2.sim.simulator import SimResult, simulate
@@ -147,6 +152,33 @@ def test_realistic_allocations_are_valid_and_every_job_finishes(
     assert checked.num_nonempty > 0
     assert result.scheduler == scheduler
     assert all(0.0 <= fraction <= 1.0 + _TOLERANCE for fraction in result.allocated_gpu_fraction)
+
+
+@pytest.mark.parametrize("placer", sorted(PLACERS))
+@pytest.mark.parametrize("scheduler", sorted(SCHEDULERS))
+def test_runs_create_no_reference_cycles(scheduler: str, placer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`simulate` holds the automatic garbage collector off (large runs would otherwise spend their time in full
+    collections), which is safe only while scheduling creates no reference cycles: everything must be freed by
+    reference counting alone."""
+    monkeypatch.setattr(simulator, "YOUNG_COLLECTION_SLOTS", 10**9)  # its own collections would hide cycles
+    workload = contended(0.5)
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        result, _ = run_realistic(workload, scheduler, placer)
+        assert result.num_slots > 0
+        del result
+        assert gc.collect() == 0
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def test_simulate_restores_the_garbage_collector() -> None:
+    assert gc.isenabled()
+    run_realistic(contended(0.0), "fifo")
+    assert gc.isenabled()
 
 
 @pytest.mark.parametrize("scheduler", sorted(SCHEDULERS))
@@ -396,3 +428,82 @@ def test_other_schedulers_run_the_cpu_bound_case(scheduler: str) -> None:
     workload = cpu_bound_workload()
     result = _run_checked(workload, scheduler, "load-balance", SimConfig.realistic(0, max_slots=100))
     check_records(result, workload)
+
+
+# --- the shortcuts of the simulator's fast paths ----------------------------------------------------------------
+
+
+def _utilisation(state: NodeState, node: int) -> float:
+    return state.utilisation(node)
+
+
+def _negative_utilisation(state: NodeState, node: int) -> float:
+    return -state.utilisation(node)
+
+
+def _free_gpu(state: NodeState, node: int) -> float:
+    return -state.free[node][0]
+
+
+RANKINGS = [("least", _utilisation), ("most", _negative_utilisation), ("gpu", _free_gpu)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    capacities=st.lists(
+        st.sampled_from([(8.0, 16.0, 64.0), (4.0, 8.0, 32.0), (0.0, 32.0, 128.0)]), min_size=1, max_size=6
+    ),
+    operations=st.lists(
+        st.tuples(
+            st.integers(0, 5), st.sampled_from([(1.0, 2.0, 4.0), (0.0, 4.0, 8.0), (2.0, 1.0, 1.0)]), st.booleans()
+        ),
+        max_size=40,
+    ),
+)
+def test_node_rankings_always_return_the_best_fitting_node(
+    capacities: list[tuple[float, float, float]], operations: list[tuple[int, tuple[float, float, float], bool]]
+) -> None:
+    """The lazily cleaned heaps of `NodeState.best` must name the node a scan of the cluster would: the lowest
+    key among nodes that fit, ties to the lowest index, as tasks are taken and given back."""
+    cluster = ClusterSpec(tuple(NodeSpec(i, Resources(*capacity)) for i, capacity in enumerate(capacities)))
+    state = NodeState(cluster)
+    held: list[tuple[int, tuple[float, float, float]]] = []
+    for node, demand, release in operations:
+        if release and held:
+            state.give(*held.pop())
+        elif node < state.num_nodes and state.fits(node, demand):
+            state.take(node, demand)
+            held.append((node, demand))
+        for name, key in RANKINGS:
+            for wanted in ((1.0, 2.0, 4.0), (0.0, 4.0, 8.0)):
+                fitting = [(key(state, n), n) for n in range(state.num_nodes) if state.fits(n, wanted)]
+                expected = min(fitting)[1] if fitting else -1
+                assert state.best(name, key, wanted) == expected
+
+
+@pytest.mark.parametrize("scheduler", ["drf", "fifo", "srtf"])
+def test_the_all_fit_shortcut_gives_what_the_request_stream_gives(
+    scheduler: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When every job's bundles fit at once, DRF, FIFO and SRTF skip their request stream: same runs either way."""
+    workload = generate(scaled(PRESETS["synthetic-philly"], 300), 0, "shortcut")
+    speed = speed_model(Mode.REALISTIC)
+    shortcut_taken = 0
+    original = HeuristicScheduler._targets_if_all_fit
+
+    def counting(self: HeuristicScheduler, view: ClusterView) -> list[tuple[int, int]] | None:
+        nonlocal shortcut_taken
+        targets = original(self, view)
+        shortcut_taken += targets is not None
+        return targets
+
+    monkeypatch.setattr(HeuristicScheduler, "_targets_if_all_fit", counting)
+    fast = simulate(
+        workload, make_scheduler(scheduler, speed, False), SimConfig.realistic(1), speed, interference_model()
+    )
+    assert shortcut_taken > 10
+    slow_scheduler = make_scheduler(scheduler, speed, False)
+    monkeypatch.setattr(slow_scheduler, "gives_bundles_to_caps", False)
+    slow = simulate(workload, slow_scheduler, SimConfig.realistic(1), speed, interference_model())
+    assert fast.jobs == slow.jobs
+    assert fast.allocated_gpu_fraction == slow.allocated_gpu_fraction

@@ -73,7 +73,12 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--window", type=int, default=40, help="J: jobs the policy sees at once")
     parser.add_argument("--hidden", default="64,64", help="hidden layer widths")
-    parser.add_argument("--network", choices=["per-job", "mlp"], default="per-job", help="'mlp' is DL2's shape")
+    parser.add_argument(
+        "--network",
+        choices=["per-job", "per-job-local", "mlp"],
+        default="per-job",
+        help="'mlp' is DL2's shape; 'per-job-local' keeps the cluster out of the job encoder (fastest inference)",
+    )
     parser.add_argument("--placer", default="load-balance", help="realistic-mode placer")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True, help="model folder to write")

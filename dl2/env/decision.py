@@ -75,6 +75,12 @@ class SlotDecision:
             n, 2
         )
         self.counts = np.zeros((n, 2), dtype=np.int64)
+        self.caps_list: list[list[int]] = self.caps.tolist()
+        # per job, whether a worker, a PS and a bundle are within caps; updated row by row as tasks are granted
+        self._room = np.empty((n, 3), dtype=bool)
+        self._room[:, 0] = self.caps[:, 0] > 0
+        self._room[:, 1] = self.is_ps & (self.caps[:, 1] > 0)
+        self._room[:, 2] = self._room[:, 0] & self._room[:, 1]
         self.total = np.array(view.cluster.total_capacity.as_tuple(), dtype=float)
         self.free_total = self.total.copy()
         """The cluster's free capacity in total (what is left to grant)."""
@@ -94,6 +100,7 @@ class SlotDecision:
         self.last_granted = -1
         """Rank of the job that received the latest task (-1: none yet in this window)."""
         self._possible_cache: tuple[int, np.ndarray] | None = None
+        self._enter_window()
         self._skip_impossible_windows()
 
     # -- the current window -------------------------------------------------------------------------------------
@@ -115,22 +122,29 @@ class SlotDecision:
             return np.array((nodes.free_gpu[node], nodes.free_cpu[node], nodes.free_mem[node]))
         return self.free_total
 
+    def _enter_window(self) -> None:
+        ranks = self.column_ranks()
+        self._window_slice = slice(ranks.start, ranks.stop)
+        self._window_demands = self.demand_array[self._window_slice]
+        self._window_fits: dict[tuple[float, float, float], np.ndarray] = {}
+        """Which (job, role) demands fit, per free-resource vector of the least-loaded server (compatibility
+        mode, where a slot meets only a handful of distinct vectors)."""
+
     def _window_possible(self) -> np.ndarray:
         """(jobs in window, 3 roles) booleans: within caps and fitting what is free (cached per state)."""
         cached = self._possible_cache
         if cached is not None and cached[0] == self.version:
             return cached[1]
-        ranks = self.column_ranks()
-        window = slice(ranks.start, ranks.stop)
-        counts, caps, is_ps = self.counts[window], self.caps[window], self.is_ps[window]
-        fits = np.all(self.demand_array[window] <= self.next_free() + _EPS, axis=2)
-        worker_room = counts[:, 0] < caps[:, 0]
-        ps_room = is_ps & (counts[:, 1] < caps[:, 1])
-        room = np.empty((len(ranks), 3), dtype=bool)
-        room[:, 0] = worker_room
-        room[:, 1] = ps_room
-        room[:, 2] = worker_room & ps_room
-        possible: np.ndarray = fits & room
+        if self.compat:
+            nodes = self.nodes
+            node = nodes.heap[0] % nodes.num_nodes
+            free = (nodes.free_gpu[node], nodes.free_cpu[node], nodes.free_mem[node])
+            fits = self._window_fits.get(free)
+            if fits is None:
+                fits = self._window_fits[free] = np.all(self._window_demands <= np.array(free) + _EPS, axis=2)
+        else:
+            fits = np.all(self._window_demands <= self.free_total + _EPS, axis=2)
+        possible: np.ndarray = fits & self._room[self._window_slice]
         self._possible_cache = (self.version, possible)
         return possible
 
@@ -170,6 +184,8 @@ class SlotDecision:
         self.batch += 1
         if self.batch >= self.num_batches:
             self.done = True
+        else:
+            self._enter_window()
 
     # -- acting --------------------------------------------------------------------------------------------------
 
@@ -208,8 +224,14 @@ class SlotDecision:
             if adds_ps:
                 self.ps_nodes[rank].append(node)
         self.free_total = self.free_total - self.demand_array[rank, role]
-        self.counts[rank, 0] += adds_worker
-        self.counts[rank, 1] += adds_ps
+        count = self.counts[rank]
+        count[0] += adds_worker
+        count[1] += adds_ps
+        workers, ps = count.tolist()
+        max_workers, max_ps = self.caps_list[rank]
+        worker_room = workers < max_workers
+        ps_room = ps < max_ps and bool(self.is_ps[rank])
+        self._room[rank] = (worker_room, ps_room, worker_room and ps_room)
         self.granted += 1
         self.version += 1
         self.last_granted = rank

@@ -76,9 +76,11 @@ class Observer:
         self._window_key: tuple[int, int] | None = None
         self._version = -1
         window = config.window
-        self._jobs = np.zeros((window, JOB_FEATURES), dtype=np.float32)
-        self._tail = np.zeros(GLOBAL_FEATURES, dtype=np.float32)
-        self._inverse_total = np.zeros(3)
+        # one buffer: the job rows then the cluster-wide tail, so an observation is a single copy
+        self._buffer = np.zeros(window * JOB_FEATURES + GLOBAL_FEATURES, dtype=np.float32)
+        self._jobs = self._buffer[: window * JOB_FEATURES].reshape(window, JOB_FEATURES)
+        self._tail = self._buffer[window * JOB_FEATURES :]
+        self._inverse_total = (0.0, 0.0, 0.0)
 
     def __call__(self, decision: SlotDecision) -> np.ndarray:
         """The observation of the decision's current state (a fresh array)."""
@@ -92,12 +94,16 @@ class Observer:
             self._update_job(decision, decision.last_granted)
         self._version = decision.version
         self._fill_tail(decision)
-        return np.concatenate([self._jobs.ravel(), self._tail])
+        return self._buffer.copy()
 
     def _fill_window(self, decision: SlotDecision) -> None:
         view = decision.view
-        total = decision.total
-        self._inverse_total = np.divide(1.0, total, out=np.zeros(3), where=total > 0)
+        gpu, cpu, mem = decision.total.tolist()
+        self._inverse_total = (
+            1.0 / gpu if gpu > 0 else 0.0,
+            1.0 / cpu if cpu > 0 else 0.0,
+            1.0 / mem if mem > 0 else 0.0,
+        )
         jobs = self._jobs
         jobs.fill(0.0)
         for column, rank in enumerate(decision.column_ranks()):
@@ -118,17 +124,21 @@ class Observer:
         column = rank - decision.first_rank
         if not 0 <= column < self.config.window:
             return
-        workers, ps = decision.counts[rank]
-        max_workers, max_ps = decision.caps[rank]
+        workers, ps = decision.counts[rank].tolist()
+        max_workers, max_ps = decision.caps_list[rank]
+        (wg, wc, wm), (pg, pc, pm) = decision.demands[rank][:2]
+        ig, ic, im = self._inverse_total
+        share = max((workers * wg + ps * pg) * ig, (workers * wc + ps * pc) * ic, (workers * wm + ps * pm) * im)
         row = self._jobs[column]
-        row[STATIC_FEATURES] = workers / max_workers
-        row[STATIC_FEATURES + 1] = ps / max_ps if max_ps else 0.0
-        held = workers * decision.demand_array[rank, 0] + ps * decision.demand_array[rank, 1]
-        row[STATIC_FEATURES + 2] = min(float((held * self._inverse_total).max()), 1.0)
+        row[STATIC_FEATURES : STATIC_FEATURES + 3] = (
+            workers / max_workers,
+            ps / max_ps if max_ps else 0.0,
+            min(share, 1.0),
+        )
 
     def _fill_tail(self, decision: SlotDecision) -> None:
-        total_gpu, total_cpu, _ = decision.total
-        free_gpu, free_cpu, _ = decision.free_total
+        total_gpu, total_cpu, _ = decision.total.tolist()
+        free_gpu, free_cpu, _ = decision.free_total.tolist()
         if decision.compat:
             nodes = decision.nodes
             node = nodes.heap[0] % nodes.num_nodes
@@ -140,14 +150,15 @@ class Observer:
             next_cpu = free_cpu / total_cpu if total_cpu else 0.0
         window = self.config.window
         num_jobs = len(decision.jobs)
-        tail = self._tail
-        tail[0] = free_gpu / total_gpu if total_gpu else 0.0
-        tail[1] = free_cpu / total_cpu if total_cpu else 0.0
-        tail[2] = next_gpu
-        tail[3] = next_cpu
-        tail[4] = min(num_jobs / (4 * window), 1.0)
-        tail[5] = min(max(num_jobs - (decision.first_rank + window), 0) / (4 * window), 1.0)
-        tail[6] = min(decision.batch / 10.0, 1.0)
+        self._tail[:] = (
+            free_gpu / total_gpu if total_gpu else 0.0,
+            free_cpu / total_cpu if total_cpu else 0.0,
+            next_gpu,
+            next_cpu,
+            min(num_jobs / (4 * window), 1.0),
+            min(max(num_jobs - (decision.first_rank + window), 0) / (4 * window), 1.0),
+            min(decision.batch / 10.0, 1.0),
+        )
 
 
 def _observe_raw(decision: SlotDecision, window: int) -> np.ndarray:

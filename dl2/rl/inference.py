@@ -7,6 +7,7 @@ takes a hundred decisions (DL2 §6.3 reports decisions in milliseconds), and rol
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -49,6 +50,7 @@ class NumpyPolicy:
         self.parts = {name: [(np.ascontiguousarray(w), b) for w, b in layers] for name, layers in parts.items()}
         if kind != "mlp":
             self._split_concatenations()
+        self._rows: _RowCache | None = None
 
     def _split_concatenations(self) -> None:
         """Each layer fed a concatenation [a, b] computes a @ W_a + b @ W_b: the broadcast global features and
@@ -88,6 +90,8 @@ class NumpyPolicy:
         parts = self.parts
         if self.kind == "mlp":
             return _dense(_dense(x, parts["trunk"], True), parts["head"], False)
+        if self.kind == "per-job-local":
+            return self._local_logits(x)
         shape = self.shape
         split = shape.window * shape.job_features
         jobs = x[:split].reshape(shape.window, shape.job_features)
@@ -115,6 +119,48 @@ class NumpyPolicy:
         logits[-1:] = context @ self._stop + self._stop_bias
         return logits
 
+    def _local_logits(self, x: np.ndarray) -> np.ndarray:
+        """`per-job-local`: job embeddings and their share of the head's first layer depend on the job's own
+        row only, so they are kept from the previous call and recomputed for the rows that changed (within a
+        slot, the job that received the latest task). Equal to a full pass up to float rounding."""
+        shape = self.shape
+        split = shape.window * shape.job_features
+        jobs = x[:split].reshape(shape.window, shape.job_features)
+        tail = x[split:]
+        rows = self._rows
+        if rows is None:
+            rows = self._rows = _RowCache(jobs.copy(), *self._encode_rows(jobs))
+        else:
+            changed = np.flatnonzero((jobs != rows.jobs).any(axis=1))
+            if changed.size == 1:
+                row = int(changed[0])
+                rows.jobs[row] = jobs[row]
+                rows.embeddings[row], rows.head_part[row] = self._encode_rows(jobs[row : row + 1])
+                rows.occupied[row] = jobs[row].any()
+            elif changed.size:
+                rows.jobs[changed] = jobs[changed]
+                rows.embeddings[changed], rows.head_part[changed] = self._encode_rows(jobs[changed])
+                rows.occupied[changed] = jobs[changed].any(axis=1)
+        count = np.count_nonzero(rows.occupied)
+        pooled = rows.occupied @ rows.embeddings
+        if count > 1:
+            pooled /= count
+        context = pooled @ self._context_pooled + tail @ self._context_tail + self._context_bias
+        np.maximum(context, 0.0, out=context)
+        hidden = rows.head_part + (context @ self._head_context + self._head_bias)
+        if self._head_rest:
+            np.maximum(hidden, 0.0, out=hidden)
+            hidden = _dense(hidden, self._head_rest, False)
+        logits = np.empty(3 * shape.window + 1, dtype=np.float32)
+        logits[:-1] = hidden.ravel()
+        logits[-1:] = context @ self._stop + self._stop_bias
+        return logits
+
+    def _encode_rows(self, jobs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Embeddings of these job rows and their product with the head's first layer."""
+        embeddings = _dense(jobs, self.parts["encoder"], True)
+        return embeddings, embeddings @ self._head_jobs
+
     def greedy_action(self, observation: np.ndarray, mask: np.ndarray) -> int:
         """The most likely possible action (what `act` returns without `rng`), without computing probabilities."""
         logits = self.logits(observation)
@@ -137,6 +183,19 @@ class NumpyPolicy:
             if mask[action] == 0:  # rounding at the very end of the cumulative sum
                 action = int(np.argmax(logits))
         return action, float(np.log(max(probabilities[action], 1e-30)))
+
+
+@dataclass(slots=True)
+class _RowCache:
+    """Per window column, what `_local_logits` keeps between calls."""
+
+    jobs: np.ndarray
+    embeddings: np.ndarray
+    head_part: np.ndarray
+    occupied: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.occupied = self.jobs.any(axis=1).astype(np.float32)
 
 
 def _single(state: Mapping[str, object], name: str) -> Layers:

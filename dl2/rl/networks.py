@@ -6,6 +6,10 @@
   sharing), with the mean of the jobs' embeddings and the cluster-wide features as context; stop is scored from
   the context. A decision such as "give the job with the largest marginal gain one more PS" is one function
   applied to every job, which a flat MLP must learn separately for each of the J column positions.
+- `per-job-local`: the same, except that the per-job encoder sees only the job's own features; the cluster-wide
+  features enter through the context, which the job head sees. A task granted to one job then changes only
+  that job's embedding, so inference within a slot updates one row per decision instead of re-encoding all J
+  jobs (`inference.SlotCache`): what the decision-latency bar (a whole slot in 5 ms) needs.
 
 Impossible actions are masked out of the softmax.
 """
@@ -21,7 +25,7 @@ from torch import nn
 from dl2.env.observation import InputShape
 
 MASKED_LOGIT = -1e9
-KINDS = ("per-job", "mlp")
+KINDS = ("per-job", "per-job-local", "mlp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +35,8 @@ class NetworkConfig:
     hidden: tuple[int, ...] = (128, 128)
     """Widths of the hidden layers (ReLU); DL2's code used 2 x 160 (or 1 x 120 in its experiments)."""
     kind: str = "per-job"
-    """'per-job' (shared per-job scorer) or 'mlp' (DL2's flat network)."""
+    """'per-job' (shared per-job scorer), 'per-job-local' (its encoder sees only the job) or 'mlp' (DL2's flat
+    network)."""
 
 
 def _mlp(sizes: list[int], final_activation: bool) -> nn.Sequential:
@@ -46,10 +51,12 @@ def _mlp(sizes: list[int], final_activation: bool) -> nn.Sequential:
 class _PerJobTrunk(nn.Module):
     """Per-job embeddings (shared weights) and a pooled context."""
 
-    def __init__(self, shape: InputShape, hidden: tuple[int, ...]) -> None:
+    def __init__(self, shape: InputShape, hidden: tuple[int, ...], global_in_encoder: bool) -> None:
         super().__init__()
         self.shape = shape
-        self.encoder = _mlp([shape.job_features + shape.global_features, *hidden], final_activation=True)
+        self.global_in_encoder = global_in_encoder
+        inputs = shape.job_features + (shape.global_features if global_in_encoder else 0)
+        self.encoder = _mlp([inputs, *hidden], final_activation=True)
         width = hidden[-1]
         self.context = _mlp([width + shape.global_features, width], final_activation=True)
         self.width = width
@@ -59,8 +66,11 @@ class _PerJobTrunk(nn.Module):
         batch = observations.shape[0]
         jobs = observations[:, : shape.window * shape.job_features].reshape(batch, shape.window, shape.job_features)
         tail = observations[:, shape.window * shape.job_features :]
-        expanded = tail[:, None, :].expand(batch, shape.window, shape.global_features)
-        embeddings = self.encoder(torch.cat([jobs, expanded], dim=2))  # (batch, window, width)
+        if self.global_in_encoder:
+            expanded = tail[:, None, :].expand(batch, shape.window, shape.global_features)
+            embeddings = self.encoder(torch.cat([jobs, expanded], dim=2))  # (batch, window, width)
+        else:
+            embeddings = self.encoder(jobs)
         occupied = (jobs.abs().sum(dim=2, keepdim=True) > 0).float()
         pooled = (embeddings * occupied).sum(dim=1) / occupied.sum(dim=1).clamp(min=1.0)
         context = self.context(torch.cat([pooled, tail], dim=1))
@@ -79,7 +89,7 @@ class PolicyNetwork(nn.Module):
             self.trunk = _mlp([shape.size, *config.hidden], final_activation=True)
             self.head = nn.Linear(config.hidden[-1], num_actions)
         else:
-            self.jobs = _PerJobTrunk(shape, config.hidden)
+            self.jobs = _PerJobTrunk(shape, config.hidden, global_in_encoder=config.kind == "per-job")
             width = self.jobs.width
             self.job_head = _mlp([2 * width, width, 3], final_activation=False)
             self.stop_head = nn.Linear(width, 1)
@@ -107,7 +117,7 @@ class ValueNetwork(nn.Module):
             self.trunk = _mlp([shape.size, *config.hidden], final_activation=True)
             self.head = nn.Linear(config.hidden[-1], 1)
         else:
-            self.jobs = _PerJobTrunk(shape, config.hidden)
+            self.jobs = _PerJobTrunk(shape, config.hidden, global_in_encoder=config.kind == "per-job")
             self.head = nn.Linear(self.jobs.width, 1)
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:

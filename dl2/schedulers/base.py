@@ -8,8 +8,8 @@ from collections.abc import Hashable
 from dl2.core import Allocation, ClusterView
 from dl2.schedulers.fill import fill_first_failure, fill_with_placer
 from dl2.schedulers.load_balance import LoadBalancePlacer
-from dl2.schedulers.placement import Placer
-from dl2.schedulers.requests import Counts, RequestStream, RoleDemands, role_demands
+from dl2.schedulers.placement import Placer, place_sticky
+from dl2.schedulers.requests import Counts, Demand, RequestStream, RoleDemands, bundle_caps, role_demands
 
 
 class HeuristicScheduler:
@@ -20,6 +20,10 @@ class HeuristicScheduler:
     """
 
     name = "heuristic"
+    gives_bundles_to_caps = False
+    """True for policies whose requests are bundles, each job asking until `below_caps` fails (DRF, FIFO,
+    SRTF): when every job's bundles fit the cluster at once, the order does not matter and realistic mode
+    skips the request stream (on a big cluster that is most slots once arrivals stop)."""
 
     def __init__(self, compat: bool = False, placer: Placer | None = None) -> None:
         self.compat = compat
@@ -28,12 +32,36 @@ class HeuristicScheduler:
         self._memo: Allocation | None = None
         self._demands: dict[str, RoleDemands] = {}
         self._smallest: tuple[float, float, float] = (math.inf, math.inf, math.inf)
+        self._at_caps: dict[str, tuple[tuple[int, int], Demand]] = {}
 
     def reset(self) -> None:
         self._memo_key = None
         self._memo = None
         self._demands = {}
         self._smallest = (math.inf, math.inf, math.inf)
+        self._at_caps = {}
+
+    def _targets_if_all_fit(self, view: ClusterView) -> list[tuple[int, int]] | None:
+        """Every job's bundle caps, if together they fit the cluster's total capacity (else None)."""
+        cache = self._at_caps
+        targets = []
+        gpu, cpu, mem = view.cluster.total_capacity.as_tuple()
+        for job in view.jobs:
+            entry = cache.get(job.spec.job_id)
+            if entry is None:
+                workers, ps = bundle_caps(job.spec)
+                (wg, wc, wm), (pg, pc, pm) = role_demands(job.spec)[:2]
+                entry = cache[job.spec.job_id] = (
+                    (workers, ps),
+                    (workers * wg + ps * pg, workers * wc + ps * pc, workers * wm + ps * pm),
+                )
+            target, (need_gpu, need_cpu, need_mem) = entry
+            gpu -= need_gpu
+            cpu -= need_cpu
+            mem -= need_mem
+            targets.append(target)
+        # the request stream grants `demand <= free` without tolerance: so does this test
+        return targets if gpu >= 0.0 and cpu >= 0.0 and mem >= 0.0 else None
 
     def _role_demands(self, view: ClusterView) -> list[RoleDemands]:
         """Per rank, the job's worker/PS/bundle demands (computed once per job and run)."""
@@ -64,6 +92,12 @@ class HeuristicScheduler:
         key = self.decision_key(view)
         if key is not None and key == self._memo_key and self._memo is view.previous:
             return self._memo
+        if not self.compat and self.gives_bundles_to_caps:
+            targets = self._targets_if_all_fit(view)
+            if targets is not None:
+                allocation = place_sticky(view, targets, self.placer)
+                self._memo_key, self._memo = key, allocation
+                return allocation
         counts: Counts = [[0, 0] for _ in view.jobs]
         stream = self.requests(view, counts)
         demands = self._role_demands(view)

@@ -18,4 +18,8 @@ class BinPackPlacer:
         for node in dict.fromkeys(job_nodes):
             if state.fits(node, demand):
                 return node
-        return state.best("most-loaded", lambda node: -state.utilisation(node), demand)
+        return state.best("most-loaded", _negative_utilisation, demand)
+
+
+def _negative_utilisation(state: NodeState, node: int) -> float:
+    return -state.utilisation(node)

@@ -17,6 +17,7 @@ from dl2.schedulers.requests import Counts, RequestStream, Role, below_caps
 
 class DRF(HeuristicScheduler):
     name = "drf"
+    gives_bundles_to_caps = True
 
     def decision_key(self, view: ClusterView) -> Hashable:
         # every job starts each slot at share 0: only which jobs are active matters, not their progress

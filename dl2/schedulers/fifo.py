@@ -21,6 +21,7 @@ def bundles_in_order(view: ClusterView, counts: Counts, order: list[int]) -> Req
 
 class FIFO(HeuristicScheduler):
     name = "fifo"
+    gives_bundles_to_caps = True
 
     def decision_key(self, view: ClusterView) -> Hashable:
         return tuple(job.spec.job_id for job in view.jobs)

@@ -14,4 +14,4 @@ class LoadBalancePlacer:
     name = "load-balance"
 
     def choose(self, state: NodeState, demand: Demand, job_nodes: Sequence[int]) -> int:
-        return state.best("least-loaded", state.utilisation, demand)
+        return state.best("least-loaded", NodeState.utilisation, demand)

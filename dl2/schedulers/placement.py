@@ -21,8 +21,10 @@ import numpy as np
 from dl2.core import Allocation, Architecture, ClusterSpec, ClusterView, JobAllocation
 
 Demand = tuple[float, float, float]
-NodeKey = Callable[[int], float]
-"""Ranks a node: the lowest key is the best node."""
+NodeKey = Callable[["NodeState", int], float]
+"""Ranks a node of a state: the lowest key is the best node. It takes the state as an argument rather than
+closing over it, so a state does not hold a cycle through its own heaps (it is freed as soon as a placement
+round ends, not at the next full garbage collection)."""
 
 _EPS = 1e-9
 
@@ -67,7 +69,7 @@ class NodeState:
         version = self.version[node]
         for (_, heap_demand), (key, heap) in self._heaps.items():
             if self.fits(node, heap_demand):
-                heapq.heappush(heap, (key(node), node, version))
+                heapq.heappush(heap, (key(self, node), node, version))
 
     def give(self, node: int, demand: Demand, count: int = 1) -> None:
         self.take(node, demand, -count)
@@ -90,7 +92,9 @@ class NodeState:
         """
         entry = self._heaps.get((name, demand))
         if entry is None:
-            heap = [(key(node), node, self.version[node]) for node in range(self.num_nodes) if self.fits(node, demand)]
+            heap = [
+                (key(self, node), node, self.version[node]) for node in range(self.num_nodes) if self.fits(node, demand)
+            ]
             heapq.heapify(heap)
             self._heaps[(name, demand)] = (key, heap)
         else:
@@ -126,6 +130,7 @@ def place_sticky(view: ClusterView, targets: Sequence[tuple[int, int]], placer: 
     ]
     kept: list[tuple[list[int], list[int]]] = []
     used: dict[Demand, list[int]] = {}
+    grows = False
     for job, workers, ps in relevant:
         old = job.allocation
         keep_workers = list(old.worker_nodes[:workers])
@@ -133,13 +138,17 @@ def place_sticky(view: ClusterView, targets: Sequence[tuple[int, int]], placer: 
         used.setdefault(job.spec.worker_demand.as_tuple(), []).extend(keep_workers)
         used.setdefault(job.spec.ps_demand.as_tuple(), []).extend(keep_ps)
         kept.append((keep_workers, keep_ps))
-    state = NodeState(view.cluster, used)
+        grows = grows or len(keep_workers) < workers or len(keep_ps) < ps
+    # with no task to place, the free resources per node are never needed (on a big cluster, building them is
+    # most of the cost of a slot in which a job finished and the others keep what they hold)
+    state = NodeState(view.cluster, used) if grows else None
     jobs: dict[str, JobAllocation] = {}
     for (job, workers, ps), (worker_nodes, ps_nodes) in zip(relevant, kept, strict=True):
         spec = job.spec
         worker_demand, ps_demand = spec.worker_demand.as_tuple(), spec.ps_demand.as_tuple()
         for count, nodes, demand in ((workers, worker_nodes, worker_demand), (ps, ps_nodes, ps_demand)):
             while len(nodes) < count:
+                assert state is not None  # a job that grows means the state was built
                 node = placer.choose(state, demand, worker_nodes + ps_nodes)
                 if node < 0:
                     break
@@ -147,10 +156,11 @@ def place_sticky(view: ClusterView, targets: Sequence[tuple[int, int]], placer: 
                 nodes.append(node)
         runnable = bool(worker_nodes) and (spec.architecture is Architecture.ALLREDUCE or bool(ps_nodes))
         if not runnable:
-            for node in worker_nodes:
-                state.give(node, worker_demand)
-            for node in ps_nodes:
-                state.give(node, ps_demand)
+            if state is not None:
+                for node in worker_nodes:
+                    state.give(node, worker_demand)
+                for node in ps_nodes:
+                    state.give(node, ps_demand)
             continue
         old = job.allocation
         if tuple(worker_nodes) == old.worker_nodes and tuple(ps_nodes) == old.ps_nodes:

@@ -44,6 +44,14 @@ def role_demands(spec: JobSpec) -> RoleDemands:
     return worker, ps, (worker[0] + ps[0], worker[1] + ps[1], worker[2] + ps[2])
 
 
+def bundle_caps(spec: JobSpec) -> tuple[int, int]:
+    """(workers, PS) a job reaches when it is given bundles until `below_caps` fails."""
+    if spec.architecture is Architecture.ALLREDUCE:
+        return spec.max_workers, 0
+    bundles = min(spec.max_workers, spec.max_ps)
+    return bundles, bundles
+
+
 def below_caps(spec: JobSpec, workers: int, ps: int) -> bool:
     """Can the job take one more bundle? (Both roles below their caps; all-reduce jobs need workers only.)"""
     if spec.architecture is Architecture.ALLREDUCE:

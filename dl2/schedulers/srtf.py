@@ -13,6 +13,7 @@ from dl2.schedulers.requests import Counts, RequestStream
 
 class SRTF(HeuristicScheduler):
     name = "srtf"
+    gives_bundles_to_caps = True
 
     def _order(self, view: ClusterView) -> list[int]:
         keys = [

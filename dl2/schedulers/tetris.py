@@ -8,6 +8,7 @@ lands where what it needs is plentiful and fragmentation of the other resources 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 from dl2.schedulers.placement import Demand, NodeState
 
@@ -16,9 +17,10 @@ class TetrisPlacer:
     name = "tetris"
 
     def choose(self, state: NodeState, demand: Demand, job_nodes: Sequence[int]) -> int:
-        def negative_alignment(node: int) -> float:
-            free, capacity = state.free[node], state.capacity[node]
-            return -sum(f / c * d / c for f, c, d in zip(free, capacity, demand, strict=True) if c > 0)
-
         # one ranking per distinct demand vector (a handful: one per job type and role)
-        return state.best(("tetris", demand), negative_alignment, demand)
+        return state.best(("tetris", demand), partial(_negative_alignment, demand), demand)
+
+
+def _negative_alignment(demand: Demand, state: NodeState, node: int) -> float:
+    free, capacity = state.free[node], state.capacity[node]
+    return -sum(f / c * d / c for f, c, d in zip(free, capacity, demand, strict=True) if c > 0)
