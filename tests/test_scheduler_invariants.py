@@ -12,6 +12,7 @@ from dataclasses import replace
 from functools import cache
 
 import pytest
+from conftest import allreduce_job, make_job
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -507,3 +508,66 @@ def test_the_all_fit_shortcut_gives_what_the_request_stream_gives(
     slow = simulate(workload, slow_scheduler, SimConfig.realistic(1), speed, interference_model())
     assert fast.jobs == slow.jobs
     assert fast.allocated_gpu_fraction == slow.allocated_gpu_fraction
+
+
+def _drf_per_job_heap(view: ClusterView, counts: list[list[int]]):  # type: ignore[no-untyped-def]
+    """DRF's request stream with one heap entry per job: the plain form the class heap of `DRF` must equal."""
+    import heapq
+    import math
+
+    from dl2.schedulers.requests import Role, below_caps
+
+    totals = [t if t > 0 else math.inf for t in view.cluster.total_capacity.as_tuple()]
+    heap = [(0.0, rank) for rank, job in enumerate(view.jobs) if below_caps(job.spec, 0, 0)]
+    while heap:
+        rank = heap[0][1]
+        granted = yield rank, Role.BUNDLE
+        spec = view.jobs[rank].spec
+        workers, ps = counts[rank]
+        if not granted or not below_caps(spec, workers, ps):
+            heapq.heappop(heap)
+            continue
+        worker, server = spec.worker_demand.as_tuple(), spec.ps_demand.as_tuple()
+        share = max((workers * w + ps * p) / t for w, p, t in zip(worker, server, totals, strict=True))
+        heapq.heapreplace(heap, (share, rank))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    kinds=st.lists(st.tuples(st.sampled_from(["a", "b", "ar"]), st.integers(1, 5)), min_size=1, max_size=25),
+    budget=st.integers(1, 120),
+    refusals=st.sets(st.integers(0, 200), max_size=10),
+)
+def test_drf_class_heap_grants_in_the_order_of_a_heap_of_jobs(
+    kinds: list[tuple[str, int]], budget: int, refusals: set[int]
+) -> None:
+    """Jobs of equal demands share one heap entry in `DRF.requests`; the sequence of requests, with grants and
+    refusals answered the same way, must be the one a heap with an entry per job gives."""
+    jobs = []
+    for k, (kind, tasks) in enumerate(kinds):
+        job = allreduce_job(f"j{k}", tasks) if kind == "ar" else make_job(f"j{k}", 10.0, max_tasks=tasks)
+        if kind == "b":  # another demand class: twice the worker
+            job = Job(replace(job.spec, worker_demand=job.spec.worker_demand.scaled(2.0)), job.true_epochs)
+        jobs.append(JobView(job.spec, 0.0, 0.0, JobAllocation(), 0.0, 0.0, 0))
+    view = ClusterView(
+        0.0, 0, 100.0, ClusterSpec.homogeneous(4, Resources(gpu=8.0, cpu=8.0)), tuple(jobs), Allocation()
+    )
+
+    def requests(stream_of):  # type: ignore[no-untyped-def]
+        counts = [[0, 0] for _ in jobs]
+        stream, asked = stream_of(view, counts), []
+        try:
+            rank, _ = next(stream)
+            while len(asked) < budget:
+                asked.append(rank)
+                granted = len(asked) not in refusals
+                if granted:
+                    counts[rank][0] += 1
+                    counts[rank][1] += jobs[rank].spec.max_ps > 0
+                rank, _ = stream.send(granted)
+        except StopIteration:
+            pass
+        return asked
+
+    drf = make_scheduler("drf", speed_model(Mode.REALISTIC), compat=False)
+    assert requests(drf.requests) == requests(_drf_per_job_heap)  # type: ignore[attr-defined]

@@ -195,7 +195,7 @@ class _RowCache:
     occupied: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
-        self.occupied = self.jobs.any(axis=1).astype(np.float32)
+        self.occupied = np.asarray(self.jobs.any(axis=1), dtype=np.float32)
 
 
 def _single(state: Mapping[str, object], name: str) -> Layers:
