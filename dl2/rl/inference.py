@@ -65,6 +65,9 @@ class NumpyPolicy:
         (head, self._head_bias), *self._head_rest = self.parts["job_head"]
         self._head_jobs, self._head_context = np.ascontiguousarray(head[:width]), head[width:]
         ((self._stop, self._stop_bias),) = self.parts["stop_head"]
+        # the context feeds the job head and the stop head: one product for both, biases included
+        self._context_out = np.ascontiguousarray(np.concatenate([self._head_context, self._stop], axis=1))
+        self._context_out_bias = np.concatenate([self._head_bias, self._stop_bias])
 
     @classmethod
     def from_state_dict(cls, state: Mapping[str, object], shape: InputShape, config: NetworkConfig) -> NumpyPolicy:
@@ -136,24 +139,34 @@ class NumpyPolicy:
                 row = int(changed[0])
                 rows.jobs[row] = jobs[row]
                 rows.embeddings[row], rows.head_part[row] = self._encode_rows(jobs[row : row + 1])
-                rows.occupied[row] = jobs[row].any()
+                if bool(jobs[row].any()) != bool(rows.occupied[row]):
+                    rows.occupied[row] = not rows.occupied[row]
+                    rows.rescale()
             elif changed.size:
                 rows.jobs[changed] = jobs[changed]
                 rows.embeddings[changed], rows.head_part[changed] = self._encode_rows(jobs[changed])
                 rows.occupied[changed] = jobs[changed].any(axis=1)
-        count = np.count_nonzero(rows.occupied)
-        pooled = rows.occupied @ rows.embeddings
-        if count > 1:
-            pooled /= count
-        context = pooled @ self._context_pooled + tail @ self._context_tail + self._context_bias
+                rows.rescale()
+        pooled = rows.mean_weights @ rows.embeddings  # the mean over occupied columns
+        context = pooled @ self._context_pooled
+        context += tail @ self._context_tail
+        context += self._context_bias
         np.maximum(context, 0.0, out=context)
-        hidden = rows.head_part + (context @ self._head_context + self._head_bias)
+        out = context @ self._context_out
+        out += self._context_out_bias
+        hidden = rows.head_part + out[:-1]
+        logits = np.empty(3 * shape.window + 1, dtype=np.float32)
         if self._head_rest:
             np.maximum(hidden, 0.0, out=hidden)
-            hidden = _dense(hidden, self._head_rest, False)
-        logits = np.empty(3 * shape.window + 1, dtype=np.float32)
-        logits[:-1] = hidden.ravel()
-        logits[-1:] = context @ self._stop + self._stop_bias
+            *inner, (last, last_bias) = self._head_rest
+            if inner:
+                hidden = _dense(hidden, inner, True)
+            job_logits = logits[:-1].reshape(shape.window, -1)
+            np.dot(hidden, last, out=job_logits)
+            job_logits += last_bias
+        else:
+            logits[:-1] = hidden.ravel()
+        logits[-1] = out[-1]
         return logits
 
     def _encode_rows(self, jobs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -193,9 +206,17 @@ class _RowCache:
     embeddings: np.ndarray
     head_part: np.ndarray
     occupied: np.ndarray = field(init=False)
+    mean_weights: np.ndarray = field(init=False)
+    """1 / (occupied columns) for each occupied column, else 0 (all 1 if none or one is occupied, as torch's
+    sum / max(count, 1))."""
 
     def __post_init__(self) -> None:
         self.occupied = np.asarray(self.jobs.any(axis=1), dtype=np.float32)
+        self.rescale()
+
+    def rescale(self) -> None:
+        count = np.count_nonzero(self.occupied)
+        self.mean_weights = self.occupied / np.float32(count) if count > 1 else self.occupied.copy()
 
 
 def _single(state: Mapping[str, object], name: str) -> Layers:
