@@ -35,6 +35,7 @@ from dl2.core import (
     Scheduler,
     Workload,
 )
+from dl2.sim.colocation import CoLocation
 from dl2.sim.config import Mode, SimConfig
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.speed import SpeedModel
@@ -154,11 +155,14 @@ class Simulation:
         # a PS on an all-reduce job is refused by its max_ps of 0, so the demand check covers every role
         self._demands = [(spec.worker_demand.as_tuple(), spec.ps_demand.as_tuple()) for spec in self.specs]
         self._throughput_cache: dict[int, tuple[float, JobAllocation]] = {}
-        self._slowdowns: dict[int, float] | None = None
+        self._finished_since: list[int] = []
+        """Jobs finished since co-location was last brought up to date."""
         self._view_cache: dict[int, JobView] = {}
-        self._node_sets: dict[int, tuple[JobAllocation, list[int]]] = {}
+        self._colocation: CoLocation | None = None
         if self.interference is not None:
-            self._slowdown_table = np.array(self.interference.table, dtype=float)
+            table = np.array(self.interference.table, dtype=float)
+            self._colocation = CoLocation(table, self.cluster.num_nodes)
+            self._type_of = [self.interference.model_index[spec.model] for spec in self.specs]
 
     # -- the loop -------------------------------------------------------------------------------------------
 
@@ -257,7 +261,8 @@ class Simulation:
         if finished:
             self.num_finished += len(finished)
             self.active = [i for i in active if self.finish_s[i] is None]
-            self._slowdowns = None  # finished jobs no longer interfere from the next slot on
+            # finished jobs no longer interfere from the next slot on
+            self._finished_since.extend(self.index_of[job_id] for job_id in finished)
         self._idle_slots = 0 if progressed else self._idle_slots + 1
         if self._idle_slots >= self.config.stall_slots:
             raise SimulationError(
@@ -335,10 +340,14 @@ class Simulation:
             ]
         else:
             values = [self._base_throughput(i) for i in active]
-            if self.interference is not None:
-                if changed or self._slowdowns is None:
-                    self._slowdowns = self._interference_factors(active)
-                values = [v / self._slowdowns.get(i, 1.0) for v, i in zip(values, active, strict=True)]
+            colocation = self._colocation
+            if colocation is not None:
+                if changed or self._finished_since or not colocation.factors:
+                    allocation_of, type_of = self.allocation, self._type_of
+                    colocation.update(((i, allocation_of[i], type_of[i]) for i in active), self._finished_since)
+                    self._finished_since = []
+                factors = colocation.factors
+                values = [v / factors.get(i, 1.0) for v, i in zip(values, active, strict=True)]
         if self.config.speed_noise > 0 and values:
             noise = 1.0 + self.config.speed_noise * self.rng.uniform(-1.0, 1.0, len(values))
             values = [v * float(e) for v, e in zip(values, noise, strict=True)]
@@ -355,33 +364,6 @@ class Simulation:
         value = self.speed.placed_throughput(self.specs[i], job_allocation)
         self._throughput_cache[i] = (value, job_allocation)
         return value
-
-    def _interference_factors(self, active: list[int]) -> dict[int, float]:
-        """Per job, the largest slowdown another job inflicts on it on any of its nodes (see interference.py)."""
-        assert self.interference is not None
-        table = self._slowdown_table
-        model_index = self.interference.model_index
-        placed: list[tuple[int, int, list[int]]] = []
-        for i in active:
-            job_allocation = self.allocation[i]
-            if job_allocation.is_empty:
-                continue
-            cached = self._node_sets.get(i)
-            if cached is None or cached[0] is not job_allocation:
-                nodes = sorted(set(job_allocation.worker_nodes + job_allocation.ps_nodes))
-                cached = self._node_sets[i] = (job_allocation, nodes)
-            placed.append((i, model_index[self.specs[i].model], cached[1]))
-        if not placed:
-            return {}
-        num_types = table.shape[0]
-        # jobs_of_type[n, t]: distinct jobs of type t on node n
-        jobs_of_type = np.zeros((len(self._capacity), num_types), dtype=np.int32)
-        for _, kind, nodes in placed:
-            jobs_of_type[nodes, kind] += 1
-        # another job of the victim's own type counts only when two jobs of that type share the node
-        others = (jobs_of_type[:, None, :] - np.eye(num_types, dtype=np.int32)[None, :, :]) > 0
-        worst = np.where(others, table[None, :, :], 1.0).max(axis=2)  # [node, victim type]
-        return {i: float(worst[nodes, kind].max()) for i, kind, nodes in placed}
 
     def _validate(self, allocation: Allocation) -> None:
         """Reject unknown or inactive jobs, limits exceeded, bad node ids and over-full nodes."""

@@ -1,0 +1,83 @@
+"""Which jobs share which servers, and the slowdown each placed job suffers from it (see
+`dl2.workload.interference` for the model: a job's factor is the largest slowdown another job inflicts on it on
+any of its servers).
+
+Kept up to date as placements change: a job that moves, starts, stops or finishes changes the per-server counts
+of its servers only, and only the jobs on those servers get a new factor. Recomputing every job on every server
+whenever one job finished made the cost of a slot grow with the cluster, so a run's cost grew faster than its
+job count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from dl2.core import JobAllocation
+
+
+class CoLocation:
+    """Per server, the number of distinct placed jobs of each type; per placed job, its slowdown factor."""
+
+    def __init__(self, table: np.ndarray, num_nodes: int) -> None:
+        """`table[victim type][aggressor type]`: the slowdown one job of the aggressor's type inflicts."""
+        self.table = table
+        num_types = table.shape[0]
+        self.counts = np.zeros((num_nodes, num_types), dtype=np.int32)
+        self.worst = np.ones((num_nodes, num_types))
+        """[server, victim type]: the largest slowdown a job of that type placed there suffers."""
+        self._own_type = np.eye(num_types, dtype=np.int32)[None, :, :]
+        self._placed: dict[int, tuple[JobAllocation, int, list[int]]] = {}
+        self._jobs_on: list[set[int]] = [set() for _ in range(num_nodes)]
+        self.factors: dict[int, float] = {}
+        """Per placed job (by index), its slowdown factor (1 when it shares no server)."""
+
+    def update(self, jobs: Iterable[tuple[int, JobAllocation, int]], gone: Iterable[int] = ()) -> None:
+        """`jobs`: (index, allocation, type) of every active job; `gone`: jobs that left (finished)."""
+        changed: set[int] = set()
+        moved: set[int] = set()
+        for i in gone:
+            self._remove(i, changed)
+        for i, allocation, kind in jobs:
+            entry = self._placed.get(i)
+            if entry is not None and entry[0] is allocation:
+                continue
+            if allocation.is_empty:
+                self._remove(i, changed)
+                continue
+            nodes = sorted(set(allocation.worker_nodes + allocation.ps_nodes))
+            if entry is not None and entry[2] == nodes:
+                self._placed[i] = (allocation, kind, nodes)  # same servers: nothing to recount
+                continue
+            self._remove(i, changed)
+            self._placed[i] = (allocation, kind, nodes)
+            self.counts[nodes, kind] += 1
+            for node in nodes:
+                self._jobs_on[node].add(i)
+            changed.update(nodes)
+            moved.add(i)
+        if not changed:
+            return
+        rows = np.fromiter(changed, dtype=np.int64, count=len(changed))
+        # another job of the victim's own type counts only when two jobs of that type share the server
+        others = (self.counts[rows][:, None, :] - self._own_type) > 0
+        self.worst[rows] = np.where(others, self.table[None, :, :], 1.0).max(axis=2)
+        affected = set(moved)
+        for node in changed:
+            affected.update(self._jobs_on[node])
+        worst = self.worst
+        for i in affected:
+            _, kind, nodes = self._placed[i]
+            self.factors[i] = float(worst[nodes, kind].max())
+
+    def _remove(self, i: int, changed: set[int]) -> None:
+        entry = self._placed.pop(i, None)
+        if entry is None:
+            return
+        _, kind, nodes = entry
+        self.counts[nodes, kind] -= 1
+        for node in nodes:
+            self._jobs_on[node].discard(i)
+        changed.update(nodes)
+        self.factors.pop(i, None)
