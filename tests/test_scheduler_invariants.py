@@ -163,6 +163,7 @@ def test_runs_create_no_reference_cycles(scheduler: str, placer: str, monkeypatc
     reference counting alone."""
     monkeypatch.setattr(simulator, "YOUNG_COLLECTION_SLOTS", 10**9)  # its own collections would hide cycles
     workload = contended(0.5)
+    run_realistic(workload, scheduler, placer)  # first use builds caches once (models, imports): not per run
     gc.collect()
     was_enabled = gc.isenabled()
     gc.disable()
