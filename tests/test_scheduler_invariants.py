@@ -8,6 +8,8 @@ Runs must finish every job, and a seed must give the same run every time.
 from __future__ import annotations
 
 import gc
+import heapq
+import math
 import types
 from dataclasses import replace
 from functools import cache
@@ -34,6 +36,7 @@ from dl2.core import (
 from dl2.schedulers.base import HeuristicScheduler
 from dl2.schedulers.placement import NodeState
 from dl2.schedulers.registry import COMPAT_SCHEDULERS, PLACERS, SCHEDULERS, make_scheduler
+from dl2.schedulers.requests import Role, below_caps
 from dl2.sim import simulator
 from dl2.sim.config import Mode, RescaleCost, RescaleKind, SimConfig
 from dl2.sim.run import interference_model, speed_model
@@ -530,11 +533,6 @@ def test_the_all_fit_shortcut_gives_what_the_request_stream_gives(
 
 def _drf_per_job_heap(view: ClusterView, counts: list[list[int]]):  # type: ignore[no-untyped-def]
     """DRF's request stream with one heap entry per job: the plain form the class heap of `DRF` must equal."""
-    import heapq
-    import math
-
-    from dl2.schedulers.requests import Role, below_caps
-
     totals = [t if t > 0 else math.inf for t in view.cluster.total_capacity.as_tuple()]
     heap = [(0.0, rank) for rank, job in enumerate(view.jobs) if below_caps(job.spec, 0, 0)]
     while heap:

@@ -13,7 +13,6 @@ scheduler to the end.
 from __future__ import annotations
 
 import gc
-import itertools
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -477,14 +476,12 @@ def simulate(
     scheduler.reset()
     simulation = Simulation(workload, config, speed, interference)
     with young_collections_only():
-        for slots in itertools.count(1):
-            if simulation.done:
-                break
+        while not simulation.done:
             view = simulation.begin_slot()
             simulation.apply(scheduler.schedule(view))
             if on_slot is not None:
                 on_slot(simulation)
-            if slots % YOUNG_COLLECTION_SLOTS == 0:
+            if len(simulation.slot_start_s) % YOUNG_COLLECTION_SLOTS == 0:
                 gc.collect(1)
     return simulation.result(scheduler.name, time.perf_counter() - started)
 
