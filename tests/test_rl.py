@@ -178,6 +178,43 @@ def test_local_network_inference_keeps_unchanged_rows_between_calls() -> None:
         np.testing.assert_allclose(numpy_policy.logits(observation), expected, atol=1e-4)
 
 
+@pytest.mark.parametrize("hidden", [(24,), (32, 16), (16, 16, 8)])
+def test_compiled_greedy_decisions_match_torch(hidden: tuple[int, ...]) -> None:
+    """The numba kernel (`dl2.rl.compiled`) carries the window's columns between calls like the NumPy path;
+    through a slot-like sequence (one row and the tail change per call, now and then a new window, random
+    masks) its logits and its masked argmax agree with torch's full pass."""
+    pytest.importorskip("numba")
+    torch.manual_seed(7)
+    config = NetworkConfig(hidden=hidden, kind="per-job-local")
+    policy = PolicyNetwork(SHAPE, config)
+    compiled_policy = NumpyPolicy.from_state_dict(policy.state_dict(), SHAPE, config)
+    fallback = NumpyPolicy.from_state_dict(policy.state_dict(), SHAPE, config, use_compiled=False)
+    assert compiled_policy._kernel is not None and fallback._kernel is None
+    rng = np.random.default_rng(8)
+    observation = random_observations(rng, 2)[1]
+    window, features = SHAPE.window, SHAPE.job_features
+    for step in range(40):
+        if step % 10 == 9:
+            observation = random_observations(rng, 2)[1]
+            observation[:features] = 0.0  # an empty column: it leaves the pooled mean
+        else:
+            row = int(rng.integers(0, window))
+            start = row * features + features - 3
+            observation[start : start + 3] = rng.random(3, dtype=np.float32)
+            observation[window * features :] = rng.random(SHAPE.global_features, dtype=np.float32)
+        mask = random_masks(rng, 1, 3 * window + 1)[0]
+        if step == 5:
+            mask[:] = 0  # nothing possible: action 0, as argmax over all-masked logits
+        with torch.no_grad():
+            observed = torch.from_numpy(observation[None, :])
+            expected = policy(observed).numpy()[0]
+            best = int(policy.masked_logits(observed, torch.from_numpy(mask[None, :])).argmax(dim=1)[0])
+        action = compiled_policy.greedy_action(observation, mask)
+        assert compiled_policy._kernel is not None
+        np.testing.assert_allclose(compiled_policy._kernel.logits, expected, atol=1e-4)
+        assert action == best == fallback.greedy_action(observation, mask)
+
+
 def test_per_job_network_is_permutation_equivariant() -> None:
     torch.manual_seed(3)
     policy = PolicyNetwork(SHAPE, NetworkConfig(hidden=(16, 16)))

@@ -6,12 +6,13 @@ takes a hundred decisions (DL2 §6.3 reports decisions in milliseconds), and rol
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from dl2.env.observation import InputShape
+from dl2.rl import compiled
 from dl2.rl.networks import MASKED_LOGIT, NetworkConfig
 
 Layers = list[tuple[np.ndarray, np.ndarray]]
@@ -44,13 +45,16 @@ def _linear_layers(state: Mapping[str, object], prefix: str) -> Layers:
 class NumpyPolicy:
     """A `PolicyNetwork` evaluated with NumPy."""
 
-    def __init__(self, kind: str, shape: InputShape, parts: dict[str, Layers]) -> None:
+    def __init__(self, kind: str, shape: InputShape, parts: dict[str, Layers], use_compiled: bool = True) -> None:
         self.kind = kind
         self.shape = shape
         self.parts = {name: [(np.ascontiguousarray(w), b) for w, b in layers] for name, layers in parts.items()}
         if kind != "mlp":
             self._split_concatenations()
         self._rows: _RowCache | None = None
+        self._kernel: _KernelState | None = None
+        if use_compiled and kind == "per-job-local" and (kernel := compiled.greedy_kernel()) is not None:
+            self._kernel = _KernelState.build(self, kernel)
 
     def _split_concatenations(self) -> None:
         """Each layer fed a concatenation [a, b] computes a @ W_a + b @ W_b: the broadcast global features and
@@ -70,7 +74,11 @@ class NumpyPolicy:
         self._context_out_bias = np.concatenate([self._head_bias, self._stop_bias])
 
     @classmethod
-    def from_state_dict(cls, state: Mapping[str, object], shape: InputShape, config: NetworkConfig) -> NumpyPolicy:
+    def from_state_dict(
+        cls, state: Mapping[str, object], shape: InputShape, config: NetworkConfig, use_compiled: bool = True
+    ) -> NumpyPolicy:
+        """`use_compiled`: greedy decisions of a `per-job-local` network go through the numba kernel when numba
+        is installed (`dl2.rl.compiled`)."""
         if config.kind == "mlp":
             parts = {"trunk": _linear_layers(state, "trunk."), "head": _single(state, "head")}
         else:
@@ -80,7 +88,7 @@ class NumpyPolicy:
                 "job_head": _linear_layers(state, "job_head."),
                 "stop_head": _single(state, "stop_head"),
             }
-        return cls(config.kind, shape, parts)
+        return cls(config.kind, shape, parts, use_compiled)
 
     @property
     def input_size(self) -> int:
@@ -176,6 +184,8 @@ class NumpyPolicy:
 
     def greedy_action(self, observation: np.ndarray, mask: np.ndarray) -> int:
         """The most likely possible action (what `act` returns without `rng`), without computing probabilities."""
+        if self._kernel is not None:
+            return self._kernel.greedy(observation.astype(np.float32, copy=False), mask)
         logits = self.logits(observation)
         logits[mask == 0] = MASKED_LOGIT
         return int(np.argmax(logits))
@@ -184,18 +194,83 @@ class NumpyPolicy:
         self, observation: np.ndarray, mask: np.ndarray, rng: np.random.Generator | None = None
     ) -> tuple[int, float]:
         """An action and its log-probability: the most likely possible action, or a sample when `rng` is given."""
-        logits = np.where(mask > 0, self.logits(observation), MASKED_LOGIT)
+        if rng is None and self._kernel is not None:
+            action = self._kernel.greedy(observation.astype(np.float32, copy=False), mask)
+            raw = self._kernel.logits
+        else:
+            raw = self.logits(observation)
+        logits = np.where(mask > 0, raw, MASKED_LOGIT)
         shifted = logits - logits.max()
         probabilities = np.exp(shifted)
         probabilities /= probabilities.sum()
         if rng is None:
-            action = int(np.argmax(logits))
+            if self._kernel is None:
+                action = int(np.argmax(logits))
         else:
             drawn = int(np.searchsorted(np.cumsum(probabilities), rng.random(), side="right"))
             action = min(drawn, len(logits) - 1)
             if mask[action] == 0:  # rounding at the very end of the cumulative sum
                 action = int(np.argmax(logits))
         return action, float(np.log(max(probabilities[action], 1e-30)))
+
+
+@dataclass(slots=True)
+class _KernelState:
+    """The compiled kernel's weights and the window columns it carries between calls (`dl2.rl.compiled`)."""
+
+    kernel: Callable[..., int]
+    window: int
+    features: int
+    weights: tuple[object, ...]
+    cached_jobs: np.ndarray
+    embeddings: np.ndarray
+    head_part: np.ndarray
+    occupied: np.ndarray
+    logits: np.ndarray
+
+    @classmethod
+    def build(cls, policy: NumpyPolicy, kernel: Callable[..., int]) -> _KernelState:
+        shape = policy.shape
+        encoder = policy.parts["encoder"]
+        width = encoder[-1][0].shape[1]
+        ((last, last_bias),) = policy._head_rest  # the job head is [2 x width, width, 3]
+        weights = (
+            tuple(np.ascontiguousarray(w) for w, _ in encoder),
+            tuple(np.ascontiguousarray(b) for _, b in encoder),
+            np.ascontiguousarray(policy._head_jobs),
+            np.ascontiguousarray(policy._context_pooled),
+            np.ascontiguousarray(policy._context_tail),
+            np.ascontiguousarray(policy._context_bias),
+            policy._context_out,
+            np.ascontiguousarray(policy._context_out_bias),
+            np.ascontiguousarray(last),
+            np.ascontiguousarray(last_bias),
+        )
+        return cls(
+            kernel,
+            shape.window,
+            shape.job_features,
+            weights,
+            np.full((shape.window, shape.job_features), np.nan, dtype=np.float32),  # NaN: every column is new
+            np.zeros((shape.window, width), dtype=np.float32),
+            np.zeros((shape.window, policy._head_jobs.shape[1]), dtype=np.float32),
+            np.zeros(shape.window, dtype=np.bool_),
+            np.empty(3 * shape.window + 1, dtype=np.float32),
+        )
+
+    def greedy(self, x: np.ndarray, mask: np.ndarray) -> int:
+        return self.kernel(
+            x,
+            mask,
+            self.window,
+            self.features,
+            self.cached_jobs,
+            self.embeddings,
+            self.head_part,
+            self.occupied,
+            *self.weights,
+            self.logits,
+        )
 
 
 @dataclass(slots=True)

@@ -117,7 +117,7 @@ def record_student(config: WarmUpConfig, student: NumpyPolicy, seed: int) -> Dem
     teacher = make_scheduler(config.teacher, speed_model(mode), mode is Mode.COMPAT, config.placer)
     return record_on_policy(
         workload(config.source, seed),
-        lambda state, mask: student.act(state, mask)[0],
+        student.greedy_action,
         teacher,
         sim_config(config.mode, seed),
         config.observation,
