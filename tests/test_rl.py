@@ -27,7 +27,7 @@ from dl2.rl.demonstrations import Demonstrations, record, record_on_policy, teac
 from dl2.rl.exploration import ExplorationConfig, exploratory_action
 from dl2.rl.inference import NumpyPolicy
 from dl2.rl.learned import LearnedScheduler
-from dl2.rl.model_io import PolicyConfig, load_config, save_model
+from dl2.rl.model_io import PolicyConfig, load_config, load_state, save_model
 from dl2.rl.networks import MASKED_LOGIT, NetworkConfig, PolicyNetwork, ValueNetwork
 from dl2.rl.rollout import Episode, EpisodeTask, run_episode, slot_returns
 from dl2.rl.supervised import SupervisedConfig, train_supervised
@@ -770,6 +770,24 @@ def test_train_rl_from_a_warm_model(
     assert config == load_config(warm_model)[0]
     assert metadata["initialised_from"] == str(warm_model) and len(metadata["history"]) == 1
     LearnedScheduler.from_dir(out)
+
+
+def test_train_rl_can_keep_the_last_policy(warm_model: Path, tiny_csv: Path, tmp_path: Path) -> None:
+    """`--keep last` saves the policy after training (ablations compare what each variant learned), not the
+    best-validated checkpoint, which with tiny budgets is usually the warm-up itself."""
+    out = tmp_path / "last"
+    code = main(
+        [
+            *("train-rl", "--init", str(warm_model), "--iterations", "1", "--episodes-per-iteration", "1"),
+            *("--workers", "0", "--validation-seeds", "1", "--source", str(tiny_csv), "--value-warmup", "0"),
+            *("--learning-rate", "0.01", "--mode", "compat", "--keep", "last", "--out", str(out)),
+        ]
+    )
+    assert code == 0
+    assert load_config(out)[1]["saved"] == "last"
+    warm, last = load_state(warm_model), load_state(out)
+    assert warm.keys() == last.keys()
+    assert any(not torch.equal(warm[key], last[key]) for key in warm)
 
 
 def test_evaluate_prints_one_json_object(warm_model: Path, tiny_csv: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -39,7 +39,8 @@ def add_parsers(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="improve a DL2 policy with actor-critic RL",
         description="Online RL in the simulator (REINFORCE with a value baseline, entropy bonus, job-aware "
         "exploration and experience replay), from a warmed-up model (--init) or from scratch. The checkpoint "
-        "with the best average JCT on the validation workloads is kept.",
+        "with the best average JCT on the validation workloads is kept (--keep last: the policy after the last "
+        "iteration, e.g. for ablations).",
     )
     rl.add_argument("--init", type=Path, default=None, help="model folder to start from (e.g. a train-sl output)")
     _add_common(rl)
@@ -63,6 +64,12 @@ def add_parsers(subparsers: argparse._SubParsersAction[Any]) -> None:
     rl.add_argument("--episode-slots", type=int, default=3000, help="cut training episodes here (bootstrapped)")
     rl.add_argument("--value-warmup", type=int, default=2, help="iterations in which only the critic learns")
     rl.add_argument("--epsilon", type=float, default=0.1, help="initial rate of job-aware exploratory actions")
+    rl.add_argument(
+        "--keep",
+        choices=["best", "last"],
+        default="best",
+        help="save the best-validated checkpoint (the starting policy competes) or the policy after training",
+    )
     rl.set_defaults(run=run_rl)
 
 
@@ -234,7 +241,7 @@ def run_rl(args: argparse.Namespace) -> int:
         bar.update()
 
     try:
-        _, state = fine_tune(env, config, pool, policy, value, on_iteration)
+        trainer, state = fine_tune(env, config, pool, policy, value, on_iteration)
     finally:
         bar.close()
         pool.close()
@@ -247,6 +254,7 @@ def run_rl(args: argparse.Namespace) -> int:
         "env": _jsonable(env),
         "best_iteration": state.best_iteration,
         "best_validation_avg_jct_s": state.best_validation_jct_s,
+        "saved": args.keep,
         "seconds": seconds,
         "history": [_jsonable(s) for s in state.history],
     }
@@ -254,8 +262,8 @@ def run_rl(args: argparse.Namespace) -> int:
     save_trained(
         args.out,
         policy_config(observation, network, args.mode, args.placer),
-        state.best_policy,
-        state.best_value,
+        state.best_policy if args.keep == "best" else trainer.policy.state_dict(),
+        state.best_value if args.keep == "best" else trainer.value.state_dict(),
         card,
         metadata,
         args.overwrite,

@@ -194,7 +194,7 @@ class NumpyPolicy:
         self, observation: np.ndarray, mask: np.ndarray, rng: np.random.Generator | None = None
     ) -> tuple[int, float]:
         """An action and its log-probability: the most likely possible action, or a sample when `rng` is given."""
-        if rng is None and self._kernel is not None:
+        if self._kernel is not None:  # the kernel's logits serve sampling too
             action = self._kernel.greedy(observation.astype(np.float32, copy=False), mask)
             raw = self._kernel.logits
         else:
