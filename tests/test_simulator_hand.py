@@ -99,3 +99,19 @@ def test_allocation_for_unknown_job_or_over_limit_is_rejected() -> None:
         simulation.apply(Allocation({"A": JobAllocation((0, 0), (0,))}))
     with pytest.raises(InvalidAllocationError, match="outside nodes"):
         simulation.apply(Allocation({"A": JobAllocation((3,), (0,))}))
+
+
+@pytest.mark.parametrize("compat", [True, False])
+def test_srpt_knee_fill_tops_a_lone_job_up_past_its_knee(compat: bool) -> None:
+    """With LinearSpeed a job capped at 4 tasks per role runs at w epochs/s with one PS: its best is 4 (1 PS, 4
+    workers). The knee at 0.7 (or 0.6) is the fewest tasks reaching 2.8 (2.4): 1 PS + 3 workers. The fill pass
+    at 0.9 asks for 3.6: 1 PS + 4 workers, which two 8-GPU servers hold (16 GPUs, 10 of 16 CPUs)."""
+    from dl2.schedulers.srpt_knee import SRPTKnee
+
+    workload = one_node_workload(make_job("a", epochs=100.0), num_nodes=2)
+    config = SimConfig.compat() if compat else SimConfig.realistic(seed=0)
+    view = Simulation(workload, config, LinearSpeed()).begin_slot()
+    knee = SRPTKnee(LinearSpeed(), compat).schedule(view).jobs["a"]
+    filled = SRPTKnee(LinearSpeed(), compat, efficiency=0.6, fill_efficiency=0.9).schedule(view).jobs["a"]
+    assert (knee.num_workers, knee.num_ps) == (3, 1)
+    assert (filled.num_workers, filled.num_ps) == (4, 1)

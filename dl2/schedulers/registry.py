@@ -12,7 +12,7 @@ from dl2.schedulers.load_balance import LoadBalancePlacer
 from dl2.schedulers.optimus import OptimusOracle
 from dl2.schedulers.optimus_fitted import OptimusFitted
 from dl2.schedulers.placement import Placer
-from dl2.schedulers.srpt_knee import SRPTKnee
+from dl2.schedulers.srpt_knee import DEFAULT_FILL_EFFICIENCY, FILL_KNEE_EFFICIENCY, SRPTKnee
 from dl2.schedulers.srtf import SRTF
 from dl2.schedulers.tetris import TetrisPlacer
 from dl2.schedulers.tiresias import Tiresias
@@ -34,9 +34,12 @@ SCHEDULERS: dict[str, SchedulerFactory] = {
     "optimus-fitted": lambda speed, compat, placer: OptimusFitted(compat, placer),
     "tiresias": lambda speed, compat, placer: Tiresias(placer),
     "srpt-knee": lambda speed, compat, placer: SRPTKnee(speed, compat, placer),
+    "srpt-knee-fill": lambda speed, compat, placer: SRPTKnee(
+        speed, compat, placer, FILL_KNEE_EFFICIENCY, DEFAULT_FILL_EFFICIENCY
+    ),
 }
 
-COMPAT_SCHEDULERS = ("drf", "fifo", "srtf", "optimus", "srpt-knee")
+COMPAT_SCHEDULERS = ("drf", "fifo", "srtf", "optimus", "srpt-knee", "srpt-knee-fill")
 """Schedulers with a compatibility-mode version: the authors' four, and ours that uses their mechanism."""
 
 
