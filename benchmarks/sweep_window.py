@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "models" / "dl2-compat-small"
 SHIPPED_WINDOW = 40
 TRAIN = [
-    "train-sl", "--teacher", "srpt-knee", "--mode", "compat", "--source", "authors-small", "--episodes", "8",
+    "train-sl", "--teacher", "srpt-knee-fill", "--mode", "compat", "--source", "authors-small", "--episodes", "8",
     "--record-every", "2", "--dagger-rounds", "2", "--dagger-episodes", "4", "--hidden", "64,64",
     "--network", "per-job-local", "--epochs", "6", "--seed", "0",
 ]  # fmt: skip
