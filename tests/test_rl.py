@@ -22,7 +22,7 @@ from dl2.env.decision import SlotDecision, stop_action
 from dl2.env.env import EnvConfig
 from dl2.env.observation import ObservationConfig
 from dl2.rl import training
-from dl2.rl.actor_critic import ActorCritic, ReplayConfig, RLConfig
+from dl2.rl.actor_critic import ActorCritic, ReplayConfig, RLConfig, sibling_advantages
 from dl2.rl.demonstrations import Demonstrations, record, record_on_policy, teacher_action
 from dl2.rl.exploration import ExplorationConfig, exploratory_action
 from dl2.rl.inference import NumpyPolicy
@@ -500,6 +500,40 @@ def test_advantages_and_targets_by_hand(
     expected_returns = [-1.0, -1.0, -2.0, -4.0] if changes.get("myopic") else RETURNS
     np.testing.assert_allclose(got_returns, expected_returns, rtol=1e-6)
     np.testing.assert_array_equal(starts[:, 0], np.array([0.1, 0.3, 0.4], dtype=np.float32))
+
+
+def test_sibling_advantages_by_hand() -> None:
+    """Three episodes: two on workload "a" (siblings of each other), one alone on "b". gamma = 0.5.
+    a1 rewards [-2, -2] -> returns-to-go [-3, -2]; a2 rewards [-4] -> [-4] (0 after it ended).
+    a1's decisions in slots 0 and 1: -3 - (-4) = 1 and -2 - 0 = -2; a2's decision in slot 0: -4 - (-3) = -1;
+    b has no sibling: 0."""
+    size, actions = 4, 13
+
+    def episode(name: str, rewards: list[float], slots: list[int]) -> Episode:
+        count = len(slots)
+        return Episode(
+            np.zeros((count, size), dtype=np.float32),
+            np.ones((count, actions), dtype=np.int8),
+            np.zeros(count, dtype=np.int64),
+            np.zeros(count, dtype=np.float32),
+            np.array(slots),
+            np.zeros(count, dtype=bool),
+            np.array(rewards),
+            1.0,
+            len(rewards),
+            name,
+        )
+
+    episodes = [episode("a", [-2.0, -2.0], [0, 1]), episode("a", [-4.0], [0]), episode("b", [-1.0], [0, 0])]
+    np.testing.assert_allclose(sibling_advantages(episodes, 0.5), [1.0, -2.0, -1.0, 0.0, 0.0])
+
+
+def test_groups_of_episodes_share_a_workload_and_differ_in_sampling() -> None:
+    learner = _learner(group_size=2, episodes_per_iteration=4, sibling_baseline=True)
+    tasks = learner.training_tasks(0) + learner.training_tasks(1)
+    offset = learner.config.train_seed_offset
+    assert [t.workload_seed - offset for t in tasks] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert len({t.episode_seed for t in tasks}) == len(tasks)
 
 
 # --- exploration ---------------------------------------------------------------------------------------------------

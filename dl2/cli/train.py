@@ -52,6 +52,12 @@ def add_parsers(subparsers: argparse._SubParsersAction[Any]) -> None:
     rl.add_argument("--gamma", type=float, default=0.99, help="discount per slot")
     rl.add_argument("--myopic", action="store_true", help="each slot's own reward as return (DL2's code)")
     rl.add_argument("--no-value-baseline", action="store_true", help="ablation: batch-mean baseline")
+    rl.add_argument("--group-size", type=int, default=1, help="episodes per training workload per iteration")
+    rl.add_argument(
+        "--sibling-baseline",
+        action="store_true",
+        help="advantage: return-to-go minus that of the other episodes on the same workload (--group-size > 1)",
+    )
     rl.add_argument("--no-exploration", action="store_true", help="ablation: no job-aware exploration")
     rl.add_argument("--no-replay", action="store_true", help="ablation: no experience replay")
     rl.add_argument("--learning-rate", type=float, default=3e-4)
@@ -195,6 +201,10 @@ def run_rl(args: argparse.Namespace) -> int:
         if (args.init / "value.pt").is_file():
             value = ValueNetwork(observation.shape, network)
             value.load_state_dict(load_state(args.init, "value.pt"))
+    if args.sibling_baseline and args.group_size < 2:
+        raise UsageError("--sibling-baseline needs --group-size of at least 2 (episodes to compare on a workload)")
+    if args.group_size < 1 or args.episodes_per_iteration % args.group_size:
+        raise UsageError("--episodes-per-iteration must be a positive multiple of --group-size")
     try:
         seeds = tuple(check_seed(int(s)) for s in args.validation_seeds.split(",") if s.strip())
     except ValueError:
@@ -218,6 +228,8 @@ def run_rl(args: argparse.Namespace) -> int:
         gamma=args.gamma,
         myopic=args.myopic,
         value_baseline=not args.no_value_baseline,
+        group_size=args.group_size,
+        sibling_baseline=args.sibling_baseline,
         exploration=ExplorationConfig(enabled=not args.no_exploration, epsilon_start=args.epsilon),
         value_warmup_iterations=args.value_warmup,
         replay=ReplayConfig(enabled=not args.no_replay),

@@ -26,7 +26,7 @@ from dl2.env.env import EnvConfig
 from dl2.rl.exploration import ExplorationConfig
 from dl2.rl.inference import NumpyPolicy
 from dl2.rl.networks import NetworkConfig, PolicyNetwork, ValueNetwork
-from dl2.rl.rollout import Episode, EpisodeTask
+from dl2.rl.rollout import Episode, EpisodeTask, slot_returns
 from dl2.rl.workers import RolloutPool
 
 
@@ -75,6 +75,13 @@ class RLConfig:
     """Use each slot's own reward as the return (DL2's code) instead of the discounted sum."""
     value_baseline: bool = True
     """Switch: value network as the baseline (ablation: off, then the batch mean)."""
+    group_size: int = 1
+    """Episodes played on each training workload per iteration (different sampling seeds)."""
+    sibling_baseline: bool = False
+    """With `group_size` > 1: a decision's advantage is its slot's return-to-go minus the mean return-to-go at
+    the same slot of the other episodes on the same workload (leave-one-out, as RLOO and GRPO do across
+    samples). Workload difficulty, the largest source of variance in returns, then cancels out; the value
+    network still learns (replay and truncated episodes use it)."""
     exploration: ExplorationConfig = field(default_factory=ExplorationConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     minibatch_size: int = 1024
@@ -197,7 +204,7 @@ class ActorCritic:
         policy = self.numpy_policy()
         tasks = []
         for _ in range(self.config.episodes_per_iteration):
-            seed = self.config.train_seed_offset + self.episodes_played
+            seed = self.config.train_seed_offset + self.episodes_played // max(self.config.group_size, 1)
             self.episodes_played += 1
             tasks.append(
                 EpisodeTask(
@@ -236,7 +243,9 @@ class ActorCritic:
         returns = np.concatenate([f[1] for f in fresh])[own]
         starts = np.concatenate([f[2] for f in fresh])
         start_targets = np.concatenate([f[3] for f in fresh])
-        if not config.value_baseline:  # ablation: the batch mean is the baseline
+        if config.sibling_baseline and config.group_size > 1:
+            advantages = sibling_advantages(episodes, config.gamma)[own]
+        elif not config.value_baseline:  # ablation: the batch mean is the baseline
             advantages = returns - returns.mean()
         if len(actions) > config.max_samples_per_iteration:
             keep = self.rng.choice(len(actions), config.max_samples_per_iteration, replace=False)
@@ -411,6 +420,30 @@ class ActorCritic:
     @staticmethod
     def _snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:
         return {key: value.detach().clone() for key, value in module.state_dict().items()}
+
+
+def sibling_advantages(episodes: list[Episode], gamma: float) -> np.ndarray:
+    """Per decision (episodes concatenated): the discounted return-to-go of its slot minus the mean, over the
+    other episodes on the same workload, of their return-to-go at that slot (0 after an episode ended, when
+    nothing is left to wait for). An episode without siblings gets 0 (no comparison, no gradient)."""
+    returns = [slot_returns(episode.slot_rewards, gamma, myopic=False) for episode in episodes]
+    groups: dict[str, list[int]] = {}
+    for index, episode in enumerate(episodes):
+        groups.setdefault(episode.workload, []).append(index)
+    parts = []
+    for index, episode in enumerate(episodes):
+        siblings = [j for j in groups[episode.workload] if j != index]
+        own = returns[index][episode.slot_of]
+        if not siblings:
+            parts.append(np.zeros(len(own)))
+            continue
+        baseline = np.zeros(len(own))
+        for j in siblings:
+            other = returns[j]
+            inside = episode.slot_of < len(other)
+            baseline[inside] += other[episode.slot_of[inside]]
+        parts.append(own - baseline / len(siblings))
+    return np.concatenate(parts) if parts else np.zeros(0)
 
 
 def learn_from_feedback(trainer: ActorCritic, batch: object, steps: int = 1) -> tuple[float, float, float]:
