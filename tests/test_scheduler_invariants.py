@@ -587,3 +587,44 @@ def test_drf_class_heap_grants_in_the_order_of_a_heap_of_jobs(
 
     drf = make_scheduler("drf", speed_model(Mode.REALISTIC), compat=False)
     assert requests(drf.requests) == requests(_drf_per_job_heap)  # type: ignore[attr-defined]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    kinds=st.lists(
+        st.tuples(st.sampled_from(["a", "b", "c", "ar", "free"]), st.integers(1, 6)), min_size=1, max_size=30
+    ),
+    nodes=st.integers(1, 6),
+    gpu=st.sampled_from([0.0, 4.0, 8.0]),
+    cpu=st.sampled_from([3.0, 8.0, 12.5]),
+    smallest=st.sampled_from([(0.0, 0.0, 0.0), (4.0, 2.0, 0.0)]),
+)
+def test_drf_water_filling_gives_the_request_streams_counts(
+    kinds: list[tuple[str, int]], nodes: int, gpu: float, cpu: float, smallest: tuple[float, float, float]
+) -> None:
+    """`DRF.water_fill` computes realistic mode's outcome of DRF's request stream without running it: drawn jobs
+    of several demand classes (PS and all-reduce, one whose bundle weighs nothing), clusters that lack a
+    resource or fit bundles exactly, with and without the mechanism's early stop."""
+    from dl2.schedulers.drf import DRF
+    from dl2.schedulers.fill import fill_with_placer
+    from dl2.schedulers.load_balance import LoadBalancePlacer
+
+    jobs = []
+    for k, (kind, tasks) in enumerate(kinds):
+        job = allreduce_job(f"j{k}", tasks) if kind == "ar" else make_job(f"j{k}", 10.0, max_tasks=tasks)
+        spec = job.spec
+        if kind == "b":  # another class: twice the worker
+            spec = replace(spec, worker_demand=spec.worker_demand.scaled(2.0))
+        elif kind == "c":  # more workers than PS allowed: capped by the PS
+            spec = replace(spec, worker_demand=Resources(gpu=1.0, cpu=0.5, mem_gb=1.5), max_ps=max(1, tasks // 2))
+        elif kind == "free":  # a bundle that weighs nothing
+            spec = replace(spec, worker_demand=Resources(), ps_demand=Resources())
+        jobs.append(JobView(spec, 0.0, 0.0, JobAllocation(), 0.0, 0.0, 0))
+    view = ClusterView(
+        0.0, 0, 100.0, ClusterSpec.homogeneous(nodes, Resources(gpu=gpu, cpu=cpu)), tuple(jobs), Allocation()
+    )
+    drf = DRF()
+    demands = drf._role_demands(view)
+    counts = [[0, 0] for _ in jobs]
+    fill_with_placer(view, drf.requests(view, counts), counts, demands, LoadBalancePlacer(), smallest)
+    assert drf.water_fill(view, demands, smallest) == counts

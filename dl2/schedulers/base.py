@@ -80,6 +80,11 @@ class HeuristicScheduler:
     def requests(self, view: ClusterView, counts: Counts) -> RequestStream:
         raise NotImplementedError
 
+    def direct_counts(self, view: ClusterView, demands: list[RoleDemands]) -> Counts | None:
+        """Realistic mode: the counts the request stream would give, computed without it where a policy can
+        (None: run the stream)."""
+        return None
+
     def decision_key(self, view: ClusterView) -> Hashable | None:
         """What this slot's decision depends on besides the cluster and the previous allocation, if that is
         cheap to state (e.g. the ordered job ids for DRF, FIFO and SRTF); None when it depends on more.
@@ -99,11 +104,15 @@ class HeuristicScheduler:
                 self._memo_key, self._memo = key, allocation
                 return allocation
         counts: Counts = [[0, 0] for _ in view.jobs]
-        stream = self.requests(view, counts)
         demands = self._role_demands(view)
-        if self.compat:
-            allocation = fill_first_failure(view, stream, counts, demands)
+        direct = None if self.compat else self.direct_counts(view, demands)
+        if direct is not None:
+            allocation = place_sticky(view, [(w, p) for w, p in direct], self.placer)
+        elif self.compat:
+            allocation = fill_first_failure(view, self.requests(view, counts), counts, demands)
         else:
-            allocation = fill_with_placer(view, stream, counts, demands, self.placer, self._smallest)
+            allocation = fill_with_placer(
+                view, self.requests(view, counts), counts, demands, self.placer, self._smallest
+            )
         self._memo_key, self._memo = key, allocation
         return allocation

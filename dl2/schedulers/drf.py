@@ -6,6 +6,13 @@ arrival, then workload order) receives one worker+PS bundle, until it reaches it
 Jobs with the same demands gain the same share per bundle, so at equal counts they tie and take turns in rank
 order. The heap therefore holds one entry per such class (its next job) instead of one per job: the order of
 grants is the same, and a cluster with thousands of jobs pays no log-of-jobs factor per bundle.
+
+Realistic mode grants against the cluster's free capacity in total, so the outcome of the request stream can be
+computed without it: `water_fill` walks the same order tier by tier (all classes whose next level has the same
+share, their jobs in rank order) with the same float arithmetic, in a plain loop instead of a generator round
+trip per bundle (a 100k-job cluster asks ~44k bundles per reallocation). A refused bundle ends its class: free
+capacity only shrinks, so every later bundle of the same demand is refused too. A property test checks that it
+gives the stream's counts.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from collections.abc import Hashable
 
 from dl2.core import ClusterView
 from dl2.schedulers.base import HeuristicScheduler
-from dl2.schedulers.requests import Counts, RequestStream, Role, below_caps
+from dl2.schedulers.requests import Counts, Demand, RequestStream, Role, RoleDemands, below_caps, bundle_caps
 
 
 class DRF(HeuristicScheduler):
@@ -28,21 +35,16 @@ class DRF(HeuristicScheduler):
         # every job starts each slot at share 0: only which jobs are active matters, not their progress
         return tuple(job.spec.job_id for job in view.jobs)
 
+    def direct_counts(self, view: ClusterView, demands: list[RoleDemands]) -> Counts | None:
+        return self.water_fill(view, demands, self._smallest)
+
     def requests(self, view: ClusterView, counts: Counts) -> RequestStream:
-        # a resource the cluster lacks contributes no share: dividing by infinity gives 0
-        g_total, c_total, m_total = (t if t > 0 else math.inf for t in view.cluster.total_capacity.as_tuple())
+        g_total, c_total, m_total = _totals(view)
         jobs = view.jobs
         demands = [(job.spec.worker_demand.as_tuple(), job.spec.ps_demand.as_tuple()) for job in jobs]
         # an all-reduce job (no PS) is capped by its workers only
         caps = [(job.spec.max_workers, job.spec.max_ps if job.spec.max_ps > 0 else math.inf) for job in jobs]
-        # classes of jobs whose bundles weigh the same; a job whose bundle adds no share is a class of its own
-        # (it keeps the lowest share while it grows, so it must take its bundles in a row, as a heap of jobs does)
-        members: dict[Hashable, list[int]] = {}
-        for rank, job in enumerate(jobs):
-            if below_caps(job.spec, 0, 0):
-                (wg, wc, wm), (pg, pc, pm) = demands[rank]
-                weightless = (wg + pg) / g_total == (wc + pc) / c_total == (wm + pm) / m_total == 0.0
-                members.setdefault(rank if weightless else demands[rank], []).append(rank)
+        members = _classes(view, demands)
         # per class: ranks at its current count (in rank order) and those that took a bundle at that count
         levels = [(deque(ranks), list[int]()) for ranks in members.values()]
         heap = [(0.0, ranks[0], index) for index, ranks in enumerate(members.values())]
@@ -73,3 +75,89 @@ class DRF(HeuristicScheduler):
                 (workers * wm + ps * pm) / m_total,
             )
             heapq.heapreplace(heap, (share, front, index))
+
+    def water_fill(self, view: ClusterView, demands: list[RoleDemands], smallest: tuple[float, float, float]) -> Counts:
+        """The per-job counts that `requests` run through `fill.fill_with_placer` gives (realistic mode);
+        `demands` and `smallest` as that mechanism takes them."""
+        g_total, c_total, m_total = _totals(view)
+        jobs = view.jobs
+        pairs = [(job.spec.worker_demand.as_tuple(), job.spec.ps_demand.as_tuple()) for job in jobs]
+        counts: Counts = [[0, 0] for _ in jobs]
+        free_g, free_c, free_m = view.cluster.total_capacity.as_tuple()
+        low_g, low_c, low_m = smallest
+        classes = _classes(view, pairs)
+        weightless = [not isinstance(key, tuple) for key in classes]
+        members = list(classes.values())  # per class: its jobs at its current level, in rank order
+        level = [0] * len(members)
+        refused = [False] * len(members)
+        caps = [bundle_caps(job.spec)[0] for job in jobs]
+        has_ps = [job.spec.max_ps > 0 for job in jobs]
+        heap = [(0.0, index) for index in range(len(members))]
+        heapq.heapify(heap)
+        while heap:
+            share = heap[0][0]
+            tier = []
+            while heap and heap[0][0] == share:
+                tier.append(heapq.heappop(heap)[1])
+            # the classes of a tier take turns in rank order, as the stream's heap of (share, rank) has them
+            if len(tier) == 1:
+                order = [(rank, tier[0]) for rank in members[tier[0]]]
+            else:
+                order = sorted((rank, index) for index in tier for rank in members[index])
+            advanced: dict[int, list[int]] = {index: [] for index in tier}
+            for rank, index in order:
+                if refused[index]:
+                    continue  # free capacity only shrinks: the class's later bundles are refused too
+                gpu, cpu, mem = demands[rank][Role.BUNDLE]
+                count = counts[rank]
+                while True:  # one bundle; a weightless job keeps the lowest share, so it takes all in a row
+                    if not (gpu <= free_g and cpu <= free_c and mem <= free_m):
+                        refused[index] = True
+                        break
+                    free_g -= gpu
+                    free_c -= cpu
+                    free_m -= mem
+                    count[0] += 1
+                    if has_ps[rank]:
+                        count[1] += 1
+                    if free_g < low_g or free_c < low_c or free_m < low_m:
+                        return counts  # nothing can be granted any more
+                    if count[0] >= caps[rank]:
+                        break
+                    if not weightless[index]:
+                        advanced[index].append(rank)
+                        break
+            for index in tier:
+                if refused[index] or not advanced[index]:
+                    continue
+                members[index] = ranks = advanced[index]
+                level[index] = k = level[index] + 1
+                (wg, wc, wm), (pg, pc, pm) = pairs[ranks[0]]
+                ps = k if has_ps[ranks[0]] else 0
+                # the same arithmetic as `requests`, so ties break the same way
+                next_share = max(
+                    (k * wg + ps * pg) / g_total, (k * wc + ps * pc) / c_total, (k * wm + ps * pm) / m_total
+                )
+                heapq.heappush(heap, (next_share, index))
+        return counts
+
+
+def _totals(view: ClusterView) -> tuple[float, float, float]:
+    """The cluster's capacity per resource; a resource it lacks contributes no share (dividing by infinity)."""
+    g_total, c_total, m_total = (t if t > 0 else math.inf for t in view.cluster.total_capacity.as_tuple())
+    return g_total, c_total, m_total
+
+
+def _classes(view: ClusterView, demands: list[tuple[Demand, Demand]]) -> dict[Hashable, list[int]]:
+    """Ranks (in order) of the jobs below their caps per class of equal bundle weight: equal demands and both
+    with or both without PS. A job whose bundle adds no share is a class of its own (it keeps the lowest share
+    while it grows, so it must take its bundles in a row, as a heap of jobs does)."""
+    g_total, c_total, m_total = _totals(view)
+    members: dict[Hashable, list[int]] = {}
+    for rank, job in enumerate(view.jobs):
+        if below_caps(job.spec, 0, 0):
+            (wg, wc, wm), (pg, pc, pm) = demands[rank]
+            weightless = (wg + pg) / g_total == (wc + pc) / c_total == (wm + pm) / m_total == 0.0
+            key: Hashable = rank if weightless else (demands[rank], job.spec.max_ps > 0)
+            members.setdefault(key, []).append(rank)
+    return members
