@@ -50,7 +50,11 @@ class NodeState:
         inverse = np.divide(1.0, capacity, out=np.zeros_like(capacity), where=capacity > 0)
         self._inverse: list[list[float]] = inverse.tolist()
         self.version = [0] * len(self.capacity)
-        self._heaps: dict[tuple[object, Demand], tuple[NodeKey, list[tuple[float, int, int]]]] = {}
+        # per ranking: its key, its heap and how much of `_changed` it has taken in
+        self._heaps: dict[tuple[object, Demand], tuple[NodeKey, list[tuple[float, int, int]], list[int]]] = {}
+        self._changed: list[int] = []
+        """Every node whose resources changed, in order: a ranking re-ranks them when it is next asked, so a
+        task placed costs one append, not a push into every ranking of the round."""
 
     @property
     def num_nodes(self) -> int:
@@ -66,10 +70,7 @@ class NodeState:
         free[1] -= demand[1] * count
         free[2] -= demand[2] * count
         self.version[node] += 1
-        version = self.version[node]
-        for (_, heap_demand), (key, heap) in self._heaps.items():
-            if self.fits(node, heap_demand):
-                heapq.heappush(heap, (key(self, node), node, version))
+        self._changed.append(node)
 
     def give(self, node: int, demand: Demand, count: int = 1) -> None:
         self.take(node, demand, -count)
@@ -87,21 +88,27 @@ class NodeState:
     def best(self, name: object, key: NodeKey, demand: Demand) -> int:
         """The node with the lowest `key` that fits `demand` (ties: lowest index), or -1.
 
-        `name` identifies the ranking; its heap for this demand is built on first use and kept up to date lazily
-        (an entry is stale once its node's version moves on).
+        `name` identifies the ranking; its heap for this demand is built on first use and kept up to date lazily:
+        nodes changed since it was last asked are pushed again with their new key, and an entry is stale once
+        its node's version moves on.
         """
         entry = self._heaps.get((name, demand))
+        version = self.version
         if entry is None:
-            heap = [
-                (key(self, node), node, self.version[node]) for node in range(self.num_nodes) if self.fits(node, demand)
-            ]
+            heap = [(key(self, node), node, version[node]) for node in range(self.num_nodes) if self.fits(node, demand)]
             heapq.heapify(heap)
-            self._heaps[(name, demand)] = (key, heap)
+            self._heaps[(name, demand)] = (key, heap, [len(self._changed)])
         else:
-            heap = entry[1]
+            heap, seen = entry[1], entry[2]
+            changed = self._changed
+            if seen[0] < len(changed):
+                for node in dict.fromkeys(changed[seen[0] :]):
+                    if self.fits(node, demand):
+                        heapq.heappush(heap, (key(self, node), node, version[node]))
+                seen[0] = len(changed)
         while heap:
-            _, node, version = heap[0]
-            if version == self.version[node] and self.fits(node, demand):
+            _, node, pushed = heap[0]
+            if pushed == version[node] and self.fits(node, demand):
                 return node
             heapq.heappop(heap)  # stale, or too full for this demand until its resources change
         return -1
