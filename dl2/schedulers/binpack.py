@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dl2.schedulers.placement import Demand, NodeState
+import numpy as np
+
+from dl2.schedulers.placement import VECTORISED_KEYS, Demand, NodeState
 
 
 class BinPackPlacer:
@@ -23,3 +25,10 @@ class BinPackPlacer:
 
 def _negative_utilisation(state: NodeState, node: int) -> float:
     return -state.utilisation(node)
+
+
+def _negative_utilisation_of_all(state: NodeState) -> np.ndarray:
+    return -state.utilisation_of_all()
+
+
+VECTORISED_KEYS[_negative_utilisation] = _negative_utilisation_of_all

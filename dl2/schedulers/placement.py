@@ -28,6 +28,9 @@ round ends, not at the next full garbage collection)."""
 
 _EPS = 1e-9
 
+VECTORISED_KEYS: dict[NodeKey, Callable[[NodeState], np.ndarray]] = {}
+"""Node keys with a form that ranks every node of a fresh state at once (the same float operations)."""
+
 
 class NodeState:
     """Free resources of every node during one placement round, with heaps of nodes ranked by placer keys.
@@ -39,16 +42,17 @@ class NodeState:
 
     def __init__(self, cluster: ClusterSpec, used: dict[Demand, list[int]] | None = None) -> None:
         """`used`: nodes of the tasks already placed, grouped by their demand (one entry per task)."""
-        capacity = np.array([node.capacity.as_tuple() for node in cluster.nodes], dtype=float).reshape(-1, 3)
-        free = capacity.copy()
+        shape = _ClusterArrays.of(cluster)
+        free = shape.capacity.copy()
         for demand, nodes in (used or {}).items():
             if nodes:
                 free -= np.outer(np.bincount(np.asarray(nodes, dtype=np.int64), minlength=len(free)), demand)
-        self.capacity: list[Demand] = [(row[0], row[1], row[2]) for row in capacity.tolist()]
+        self.capacity: list[Demand] = shape.capacity_rows
         self.free: list[list[float]] = free.tolist()
-        # 1 / capacity per resource (0 where the node has none of it) for the utilisation key
-        inverse = np.divide(1.0, capacity, out=np.zeros_like(capacity), where=capacity > 0)
-        self._inverse: list[list[float]] = inverse.tolist()
+        self._free_array = free
+        """`free` as built (vectorised rankings use it while no task has been placed yet)."""
+        self._inverse: list[list[float]] = shape.inverse_rows
+        self._inverse_array = shape.inverse
         self.version = [0] * len(self.capacity)
         # per ranking: its key, its heap and how much of `_changed` it has taken in
         self._heaps: dict[tuple[object, Demand], tuple[NodeKey, list[tuple[float, int, int]], list[int]]] = {}
@@ -85,6 +89,13 @@ class NodeState:
             1.0 - free[2] * inverse[2] if inverse[2] else 0.0,
         )
 
+    def utilisation_of_all(self) -> np.ndarray:
+        """`utilisation` of every node as the state was built (before any `take`)."""
+        used = 1.0 - self._free_array * self._inverse_array
+        used[self._inverse_array == 0] = 0.0  # a resource the node lacks counts as unused
+        result: np.ndarray = used.max(axis=1)
+        return result
+
     def best(self, name: object, key: NodeKey, demand: Demand) -> int:
         """The node with the lowest `key` that fits `demand` (ties: lowest index), or -1.
 
@@ -95,7 +106,21 @@ class NodeState:
         entry = self._heaps.get((name, demand))
         version = self.version
         if entry is None:
-            heap = [(key(self, node), node, version[node]) for node in range(self.num_nodes) if self.fits(node, demand)]
+            vectorised = VECTORISED_KEYS.get(key)
+            if vectorised is not None and not self._changed:
+                # the first ranking of a round on a big cluster: keys and fits for every node at once (the same
+                # float operations as the scalar key and `fits`, so the same order)
+                fitting = np.flatnonzero(
+                    (demand[0] <= self._free_array[:, 0] + _EPS)
+                    & (demand[1] <= self._free_array[:, 1] + _EPS)
+                    & (demand[2] <= self._free_array[:, 2] + _EPS)
+                )
+                keys = vectorised(self)[fitting]
+                heap = list(zip(keys.tolist(), fitting.tolist(), [0] * len(fitting), strict=True))
+            else:
+                heap = [
+                    (key(self, node), node, version[node]) for node in range(self.num_nodes) if self.fits(node, demand)
+                ]
             heapq.heapify(heap)
             self._heaps[(name, demand)] = (key, heap, [len(self._changed)])
         else:
@@ -112,6 +137,26 @@ class NodeState:
                 return node
             heapq.heappop(heap)  # stale, or too full for this demand until its resources change
         return -1
+
+
+class _ClusterArrays:
+    """Per-cluster constants of `NodeState` (a cluster spec is immutable), built once per run, not per slot."""
+
+    _last: tuple[ClusterSpec, _ClusterArrays] | None = None
+
+    def __init__(self, cluster: ClusterSpec) -> None:
+        self.capacity = np.array([node.capacity.as_tuple() for node in cluster.nodes], dtype=float).reshape(-1, 3)
+        self.capacity_rows: list[Demand] = [(row[0], row[1], row[2]) for row in self.capacity.tolist()]
+        # 1 / capacity per resource (0 where the node has none of it) for the utilisation key
+        self.inverse = np.divide(1.0, self.capacity, out=np.zeros_like(self.capacity), where=self.capacity > 0)
+        self.inverse_rows: list[list[float]] = self.inverse.tolist()
+
+    @classmethod
+    def of(cls, cluster: ClusterSpec) -> _ClusterArrays:
+        last = cls._last
+        if last is None or last[0] is not cluster:
+            last = cls._last = (cluster, cls(cluster))
+        return last[1]
 
 
 class Placer(Protocol):
@@ -175,3 +220,10 @@ def place_sticky(view: ClusterView, targets: Sequence[tuple[int, int]], placer: 
         else:
             jobs[spec.job_id] = JobAllocation(tuple(worker_nodes), tuple(ps_nodes))
     return Allocation(jobs)
+
+
+def _utilisation_of_all(state: NodeState) -> np.ndarray:
+    return state.utilisation_of_all()
+
+
+VECTORISED_KEYS[NodeState.utilisation] = _utilisation_of_all
