@@ -77,8 +77,8 @@ class NumpyPolicy:
     def from_state_dict(
         cls, state: Mapping[str, object], shape: InputShape, config: NetworkConfig, use_compiled: bool = True
     ) -> NumpyPolicy:
-        """`use_compiled`: greedy decisions of a `per-job-local` network go through the numba kernel when numba
-        is installed (`dl2.rl.compiled`)."""
+        """`use_compiled`: a `per-job-local` network's decisions (greedy, and the logits of sampled ones) go
+        through the numba kernel when numba is installed (`dl2.rl.compiled`)."""
         if config.kind == "mlp":
             parts = {"trunk": _linear_layers(state, "trunk."), "head": _single(state, "head")}
         else:
