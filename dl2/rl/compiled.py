@@ -42,7 +42,8 @@ def _greedy_local(
     last_bias: np.ndarray,
     logits: np.ndarray,
 ) -> int:
-    """Writes the masked logits into `logits` and returns the greedy action. `cached_jobs`, `embeddings`,
+    """Writes every action's logit into `logits` (unmasked: sampling masks them) and returns the best action
+    that `mask` allows. `cached_jobs`, `embeddings`,
     `head_part` and `occupied` carry the columns between calls and are updated in place."""
     width = embeddings.shape[1]
     for j in range(window):

@@ -103,9 +103,9 @@ class HeuristicScheduler:
                 allocation = place_sticky(view, targets, self.placer)
                 self._memo_key, self._memo = key, allocation
                 return allocation
-        counts: Counts = [[0, 0] for _ in view.jobs]
         demands = self._role_demands(view)
         direct = None if self.compat else self.direct_counts(view, demands)
+        counts: Counts = [[0, 0] for _ in view.jobs]
         if direct is not None:
             allocation = place_sticky(view, [(w, p) for w, p in direct], self.placer)
         elif self.compat:

@@ -39,7 +39,7 @@ class DRF(HeuristicScheduler):
         return self.water_fill(view, demands, self._smallest)
 
     def requests(self, view: ClusterView, counts: Counts) -> RequestStream:
-        g_total, c_total, m_total = _totals(view)
+        totals = _totals(view)
         jobs = view.jobs
         demands = [(job.spec.worker_demand.as_tuple(), job.spec.ps_demand.as_tuple()) for job in jobs]
         # an all-reduce job (no PS) is capped by its workers only
@@ -67,28 +67,20 @@ class DRF(HeuristicScheduler):
                 levels[index] = (current, [])
             front = current[0]
             workers, ps = counts[front]
-            (wg, wc, wm), (pg, pc, pm) = demands[front]
-            # the same arithmetic as theirs, (w * worker + p * ps) / total, so ties break the same way
-            share = max(
-                (workers * wg + ps * pg) / g_total,
-                (workers * wc + ps * pc) / c_total,
-                (workers * wm + ps * pm) / m_total,
-            )
-            heapq.heapreplace(heap, (share, front, index))
+            heapq.heapreplace(heap, (_share(workers, ps, demands[front], totals), front, index))
 
     def water_fill(self, view: ClusterView, demands: list[RoleDemands], smallest: tuple[float, float, float]) -> Counts:
         """The per-job counts that `requests` run through `fill.fill_with_placer` gives (realistic mode);
         `demands` and `smallest` as that mechanism takes them."""
-        g_total, c_total, m_total = _totals(view)
+        totals = _totals(view)
         jobs = view.jobs
-        pairs = [(job.spec.worker_demand.as_tuple(), job.spec.ps_demand.as_tuple()) for job in jobs]
+        pairs = [(worker, ps) for worker, ps, _ in demands]
         counts: Counts = [[0, 0] for _ in jobs]
         free_g, free_c, free_m = view.cluster.total_capacity.as_tuple()
         low_g, low_c, low_m = smallest
         classes = _classes(view, pairs)
         weightless = [not isinstance(key, tuple) for key in classes]
         members = list(classes.values())  # per class: its jobs at its current level, in rank order
-        level = [0] * len(members)
         refused = [False] * len(members)
         caps = [bundle_caps(job.spec)[0] for job in jobs]
         has_ps = [job.spec.max_ps > 0 for job in jobs]
@@ -131,15 +123,19 @@ class DRF(HeuristicScheduler):
                 if refused[index] or not advanced[index]:
                     continue
                 members[index] = ranks = advanced[index]
-                level[index] = k = level[index] + 1
-                (wg, wc, wm), (pg, pc, pm) = pairs[ranks[0]]
-                ps = k if has_ps[ranks[0]] else 0
-                # the same arithmetic as `requests`, so ties break the same way
-                next_share = max(
-                    (k * wg + ps * pg) / g_total, (k * wc + ps * pc) / c_total, (k * wm + ps * pm) / m_total
-                )
-                heapq.heappush(heap, (next_share, index))
+                workers, ps = counts[ranks[0]]  # the class's jobs now hold equal counts: its next level
+                heapq.heappush(heap, (_share(workers, ps, pairs[ranks[0]], totals), index))
         return counts
+
+
+def _share(workers: int, ps: int, pair: tuple[Demand, Demand], totals: tuple[float, float, float]) -> float:
+    """A job's dominant share holding these tasks. The same arithmetic as the authors' code, (w * worker +
+    p * ps) / total, so that ties break the same way in `requests` and `water_fill`."""
+    (wg, wc, wm), (pg, pc, pm) = pair
+    g_total, c_total, m_total = totals
+    return max(
+        (workers * wg + ps * pg) / g_total, (workers * wc + ps * pc) / c_total, (workers * wm + ps * pm) / m_total
+    )
 
 
 def _totals(view: ClusterView) -> tuple[float, float, float]:
