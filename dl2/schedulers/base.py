@@ -59,9 +59,12 @@ class HeuristicScheduler:
             gpu -= need_gpu
             cpu -= need_cpu
             mem -= need_mem
+            # the request stream grants `demand <= free` without tolerance: so does this test (and what is left
+            # only shrinks, so an overloaded cluster is known as soon as it shows)
+            if gpu < 0.0 or cpu < 0.0 or mem < 0.0:
+                return None
             targets.append(target)
-        # the request stream grants `demand <= free` without tolerance: so does this test
-        return targets if gpu >= 0.0 and cpu >= 0.0 and mem >= 0.0 else None
+        return targets
 
     def _role_demands(self, view: ClusterView) -> list[RoleDemands]:
         """Per rank, the job's worker/PS/bundle demands (computed once per job and run)."""

@@ -21,9 +21,11 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Hashable
+from itertools import chain
 
-from dl2.core import ClusterView
+from dl2.core import ClusterView, JobSpec
 from dl2.schedulers.base import HeuristicScheduler
+from dl2.schedulers.placement import Placer
 from dl2.schedulers.requests import Counts, Demand, RequestStream, Role, RoleDemands, below_caps, bundle_caps
 
 
@@ -69,21 +71,44 @@ class DRF(HeuristicScheduler):
             workers, ps = counts[front]
             heapq.heapreplace(heap, (_share(workers, ps, demands[front], totals), front, index))
 
+    def __init__(self, compat: bool = False, placer: Placer | None = None) -> None:
+        super().__init__(compat, placer)
+        self.reset()
+
+    def reset(self) -> None:
+        super().reset()
+        self._fill_info: dict[str, tuple[Hashable | None, int, bool]] = {}
+
     def water_fill(self, view: ClusterView, demands: list[RoleDemands], smallest: tuple[float, float, float]) -> Counts:
         """The per-job counts that `requests` run through `fill.fill_with_placer` gives (realistic mode);
         `demands` and `smallest` as that mechanism takes them."""
         totals = _totals(view)
         jobs = view.jobs
-        pairs = [(worker, ps) for worker, ps, _ in demands]
-        counts: Counts = [[0, 0] for _ in jobs]
+        num_jobs = len(jobs)
+        # per job, fixed for the run: its class key (None: no bundle at all), bundle cap and whether it has PS
+        info = self._fill_info
+        classes: dict[Hashable, list[int]] = {}
+        caps = [0] * num_jobs
+        has_ps = [False] * num_jobs
+        for rank, job in enumerate(jobs):
+            entry = info.get(job.spec.job_id)
+            if entry is None:
+                entry = info[job.spec.job_id] = _fill_entry(job.spec, demands[rank], totals)
+            key, caps[rank], has_ps[rank] = entry
+            if key is not None:
+                classes.setdefault(rank if key is _WEIGHTLESS else key, []).append(rank)
+        members = list(classes.values())  # per class: its jobs at its current level, in rank order
+        weightless = [not isinstance(key, tuple) for key in classes]
+        bundles = [demands[ranks[0]][Role.BUNDLE] for ranks in members]
+        pairs = [(demands[ranks[0]][0], demands[ranks[0]][1]) for ranks in members]
+        class_of = [0] * num_jobs
+        for index, ranks in enumerate(members):
+            for rank in ranks:
+                class_of[rank] = index
+        refused = [False] * len(members)
+        workers = [0] * num_jobs  # bundles granted: a job's PS count is the same, or 0 without PS
         free_g, free_c, free_m = view.cluster.total_capacity.as_tuple()
         low_g, low_c, low_m = smallest
-        classes = _classes(view, pairs)
-        weightless = [not isinstance(key, tuple) for key in classes]
-        members = list(classes.values())  # per class: its jobs at its current level, in rank order
-        refused = [False] * len(members)
-        caps = [bundle_caps(job.spec)[0] for job in jobs]
-        has_ps = [job.spec.max_ps > 0 for job in jobs]
         heap = [(0.0, index) for index in range(len(members))]
         heapq.heapify(heap)
         while heap:
@@ -92,16 +117,13 @@ class DRF(HeuristicScheduler):
             while heap and heap[0][0] == share:
                 tier.append(heapq.heappop(heap)[1])
             # the classes of a tier take turns in rank order, as the stream's heap of (share, rank) has them
-            if len(tier) == 1:
-                order = [(rank, tier[0]) for rank in members[tier[0]]]
-            else:
-                order = sorted((rank, index) for index in tier for rank in members[index])
+            order = members[tier[0]] if len(tier) == 1 else sorted(chain.from_iterable(members[i] for i in tier))
             advanced: dict[int, list[int]] = {index: [] for index in tier}
-            for rank, index in order:
+            for rank in order:
+                index = class_of[rank]
                 if refused[index]:
                     continue  # free capacity only shrinks: the class's later bundles are refused too
-                gpu, cpu, mem = demands[rank][Role.BUNDLE]
-                count = counts[rank]
+                gpu, cpu, mem = bundles[index]
                 while True:  # one bundle; a weightless job keeps the lowest share, so it takes all in a row
                     if not (gpu <= free_g and cpu <= free_c and mem <= free_m):
                         refused[index] = True
@@ -109,12 +131,10 @@ class DRF(HeuristicScheduler):
                     free_g -= gpu
                     free_c -= cpu
                     free_m -= mem
-                    count[0] += 1
-                    if has_ps[rank]:
-                        count[1] += 1
+                    count = workers[rank] = workers[rank] + 1
                     if free_g < low_g or free_c < low_c or free_m < low_m:
-                        return counts  # nothing can be granted any more
-                    if count[0] >= caps[rank]:
+                        return _counts(workers, has_ps)  # nothing can be granted any more
+                    if count >= caps[rank]:
                         break
                     if not weightless[index]:
                         advanced[index].append(rank)
@@ -123,9 +143,31 @@ class DRF(HeuristicScheduler):
                 if refused[index] or not advanced[index]:
                     continue
                 members[index] = ranks = advanced[index]
-                workers, ps = counts[ranks[0]]  # the class's jobs now hold equal counts: its next level
-                heapq.heappush(heap, (_share(workers, ps, pairs[ranks[0]], totals), index))
-        return counts
+                count = workers[ranks[0]]  # the class's jobs now hold equal counts: its next level
+                heapq.heappush(heap, (_share(count, count if has_ps[ranks[0]] else 0, pairs[index], totals), index))
+        return _counts(workers, has_ps)
+
+
+_WEIGHTLESS = "weightless"
+"""`_fill_entry`'s class key of a job whose bundle adds no share (a class of its own, keyed by its rank)."""
+
+
+def _fill_entry(
+    spec: JobSpec, demands: RoleDemands, totals: tuple[float, float, float]
+) -> tuple[Hashable | None, int, bool]:
+    """A job's class key as `_classes` gives it (None when it cannot take a bundle), bundle cap and PS flag."""
+    cap = bundle_caps(spec)[0]
+    has_ps = spec.max_ps > 0
+    if not below_caps(spec, 0, 0):
+        return None, cap, has_ps
+    (wg, wc, wm), (pg, pc, pm) = demands[0], demands[1]
+    g_total, c_total, m_total = totals
+    weightless = (wg + pg) / g_total == (wc + pc) / c_total == (wm + pm) / m_total == 0.0
+    return (_WEIGHTLESS if weightless else ((demands[0], demands[1]), has_ps)), cap, has_ps
+
+
+def _counts(workers: list[int], has_ps: list[bool]) -> Counts:
+    return [[count, count if with_ps else 0] for count, with_ps in zip(workers, has_ps, strict=True)]
 
 
 def _share(workers: int, ps: int, pair: tuple[Demand, Demand], totals: tuple[float, float, float]) -> float:

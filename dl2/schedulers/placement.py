@@ -18,7 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
-from dl2.core import Allocation, Architecture, ClusterSpec, ClusterView, JobAllocation
+from dl2.core import Allocation, Architecture, ClusterSpec, ClusterView, JobAllocation, JobSpec
 
 Demand = tuple[float, float, float]
 NodeKey = Callable[["NodeState", int], float]
@@ -27,6 +27,8 @@ closing over it, so a state does not hold a cycle through its own heaps (it is f
 round ends, not at the next full garbage collection)."""
 
 _EPS = 1e-9
+_VECTORISE_FROM_NODES = 32
+"""Below this many nodes a scalar ranking costs less than NumPy's per-call overhead."""
 
 VECTORISED_KEYS: dict[NodeKey, Callable[[NodeState], np.ndarray]] = {}
 """Node keys with a form that ranks every node of a fresh state at once (the same float operations)."""
@@ -50,7 +52,9 @@ class NodeState:
         self.capacity: list[Demand] = shape.capacity_rows
         self.free: list[list[float]] = free.tolist()
         self._free_array = free
-        """`free` as built (vectorised rankings use it while no task has been placed yet)."""
+        """`free` as an array for vectorised rankings, brought up to date (from `_changed`) when one is built."""
+        self._synced = 0
+        """How much of `_changed` `_free_array` has taken in."""
         self._inverse: list[list[float]] = shape.inverse_rows
         self._inverse_array = shape.inverse
         self.version = [0] * len(self.capacity)
@@ -90,11 +94,20 @@ class NodeState:
         )
 
     def utilisation_of_all(self) -> np.ndarray:
-        """`utilisation` of every node as the state was built (before any `take`)."""
-        used = 1.0 - self._free_array * self._inverse_array
+        """`utilisation` of every node (the same float operations, so the same values)."""
+        used = 1.0 - self._synced_free() * self._inverse_array
         used[self._inverse_array == 0] = 0.0  # a resource the node lacks counts as unused
         result: np.ndarray = used.max(axis=1)
         return result
+
+    def _synced_free(self) -> np.ndarray:
+        """`free` as an array: the rows of the nodes changed since the last call are copied over."""
+        changed = self._changed
+        if self._synced < len(changed):
+            nodes = list(dict.fromkeys(changed[self._synced :]))
+            self._free_array[nodes] = [self.free[node] for node in nodes]
+            self._synced = len(changed)
+        return self._free_array
 
     def best(self, name: object, key: NodeKey, demand: Demand) -> int:
         """The node with the lowest `key` that fits `demand` (ties: lowest index), or -1.
@@ -107,16 +120,18 @@ class NodeState:
         version = self.version
         if entry is None:
             vectorised = VECTORISED_KEYS.get(key)
-            if vectorised is not None and not self._changed:
-                # the first ranking of a round on a big cluster: keys and fits for every node at once (the same
-                # float operations as the scalar key and `fits`, so the same order)
+            if vectorised is not None and self.num_nodes >= _VECTORISE_FROM_NODES:
+                # a ranking's first use on a big cluster: keys and fits for every node at once (the same float
+                # operations as the scalar key and `fits`, so the same order)
+                free = self._synced_free()
                 fitting = np.flatnonzero(
-                    (demand[0] <= self._free_array[:, 0] + _EPS)
-                    & (demand[1] <= self._free_array[:, 1] + _EPS)
-                    & (demand[2] <= self._free_array[:, 2] + _EPS)
+                    (demand[0] <= free[:, 0] + _EPS)
+                    & (demand[1] <= free[:, 1] + _EPS)
+                    & (demand[2] <= free[:, 2] + _EPS)
                 )
                 keys = vectorised(self)[fitting]
-                heap = list(zip(keys.tolist(), fitting.tolist(), [0] * len(fitting), strict=True))
+                nodes = fitting.tolist()
+                heap = list(zip(keys.tolist(), nodes, [version[node] for node in nodes], strict=True))
             else:
                 heap = [
                     (key(self, node), node, version[node]) for node in range(self.num_nodes) if self.fits(node, demand)
@@ -172,31 +187,50 @@ class Placer(Protocol):
         ...
 
 
+_Growth = tuple[int, int, list[int], list[int]]
+"""A job's targets (workers, PS) and the worker and PS nodes it keeps, to which new tasks are added."""
+
+
 def place_sticky(view: ClusterView, targets: Sequence[tuple[int, int]], placer: Placer) -> Allocation:
     """Allocation giving job `view.jobs[r]` up to `targets[r]` = (workers, PS), keeping existing tasks in place."""
-    # only jobs that hold tasks or will: a long queue of waiting jobs costs nothing here
-    relevant = [
-        (job, workers, ps)
-        for job, (workers, ps) in zip(view.jobs, targets, strict=True)
-        if workers or ps or not job.allocation.is_empty
-    ]
-    kept: list[tuple[list[int], list[int]]] = []
+    # per job that holds tasks or will (a long queue of waiting jobs costs nothing here): its allocation as it
+    # stands when its target is what it holds (most jobs in most slots), else what it keeps and its targets
+    entries: list[tuple[JobSpec, JobAllocation, _Growth | None]] = []
     used: dict[Demand, list[int]] = {}
     grows = False
-    for job, workers, ps in relevant:
+    for job, (workers, ps) in zip(view.jobs, targets, strict=True):
         old = job.allocation
-        keep_workers = list(old.worker_nodes[:workers])
-        keep_ps = list(old.ps_nodes[:ps])
-        used.setdefault(job.spec.worker_demand.as_tuple(), []).extend(keep_workers)
-        used.setdefault(job.spec.ps_demand.as_tuple(), []).extend(keep_ps)
-        kept.append((keep_workers, keep_ps))
+        held_workers, held_ps = old.worker_nodes, old.ps_nodes
+        if not (workers or ps or held_workers or held_ps):
+            continue
+        spec = job.spec
+        worker_used = used.setdefault(spec.worker_demand.as_tuple(), [])
+        ps_used = used.setdefault(spec.ps_demand.as_tuple(), [])
+        if (
+            len(held_workers) == workers
+            and len(held_ps) == ps
+            and held_workers
+            and (held_ps or spec.architecture is Architecture.ALLREDUCE)
+        ):
+            worker_used.extend(held_workers)
+            ps_used.extend(held_ps)
+            entries.append((spec, old, None))  # runnable as it stands: nothing to place or give back
+            continue
+        keep_workers = list(held_workers[:workers])
+        keep_ps = list(held_ps[:ps])
+        worker_used.extend(keep_workers)
+        ps_used.extend(keep_ps)
+        entries.append((spec, old, (workers, ps, keep_workers, keep_ps)))
         grows = grows or len(keep_workers) < workers or len(keep_ps) < ps
     # with no task to place, the free resources per node are never needed (on a big cluster, building them is
     # most of the cost of a slot in which a job finished and the others keep what they hold)
     state = NodeState(view.cluster, used) if grows else None
     jobs: dict[str, JobAllocation] = {}
-    for (job, workers, ps), (worker_nodes, ps_nodes) in zip(relevant, kept, strict=True):
-        spec = job.spec
+    for spec, old, growth in entries:
+        if growth is None:
+            jobs[spec.job_id] = old
+            continue
+        workers, ps, worker_nodes, ps_nodes = growth
         worker_demand, ps_demand = spec.worker_demand.as_tuple(), spec.ps_demand.as_tuple()
         for count, nodes, demand in ((workers, worker_nodes, worker_demand), (ps, ps_nodes, ps_demand)):
             while len(nodes) < count:
@@ -214,7 +248,6 @@ def place_sticky(view: ClusterView, targets: Sequence[tuple[int, int]], placer: 
                 for node in ps_nodes:
                     state.give(node, ps_demand)
             continue
-        old = job.allocation
         if tuple(worker_nodes) == old.worker_nodes and tuple(ps_nodes) == old.ps_nodes:
             jobs[spec.job_id] = old
         else:

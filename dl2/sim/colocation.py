@@ -24,9 +24,10 @@ class CoLocation:
         """`table[victim type][aggressor type]`: the slowdown one job of the aggressor's type inflicts."""
         self.table = table
         num_types = table.shape[0]
-        self.counts = np.zeros((num_nodes, num_types), dtype=np.int32)
-        self.worst = np.ones((num_nodes, num_types))
-        """[server, victim type]: the largest slowdown a job of that type placed there suffers."""
+        # plain lists: a job's few servers are read and written one at a time, which NumPy indexing makes slower
+        self.counts: list[list[int]] = [[0] * num_types for _ in range(num_nodes)]
+        self.worst: list[list[float]] = [[1.0] * num_types for _ in range(num_nodes)]
+        """[server][victim type]: the largest slowdown a job of that type placed there suffers."""
         self._own_type = np.eye(num_types, dtype=np.int32)[None, :, :]
         self._placed: dict[int, tuple[JobAllocation, int, list[int]]] = {}
         self._jobs_on: list[set[int]] = [set() for _ in range(num_nodes)]
@@ -34,7 +35,8 @@ class CoLocation:
         """Per placed job (by index), its slowdown factor (1 when it shares no server)."""
 
     def update(self, jobs: Iterable[tuple[int, JobAllocation, int]], gone: Iterable[int] = ()) -> None:
-        """`jobs`: (index, allocation, type) of every active job; `gone`: jobs that left (finished)."""
+        """`jobs`: (index, allocation, type) of active jobs whose allocation may have changed (a job not listed
+        keeps its placement); `gone`: jobs that left (finished)."""
         changed: set[int] = set()
         moved: set[int] = set()
         for i in gone:
@@ -52,32 +54,35 @@ class CoLocation:
                 continue
             self._remove(i, changed)
             self._placed[i] = (allocation, kind, nodes)
-            self.counts[nodes, kind] += 1
+            counts, jobs_on = self.counts, self._jobs_on
             for node in nodes:
-                self._jobs_on[node].add(i)
+                counts[node][kind] += 1
+                jobs_on[node].add(i)
             changed.update(nodes)
             moved.add(i)
         if not changed:
             return
-        rows = np.fromiter(changed, dtype=np.int64, count=len(changed))
+        rows = list(changed)
         # another job of the victim's own type counts only when two jobs of that type share the server
-        others = (self.counts[rows][:, None, :] - self._own_type) > 0
-        self.worst[rows] = np.where(others, self.table[None, :, :], 1.0).max(axis=2)
+        others = (np.array([self.counts[node] for node in rows])[:, None, :] - self._own_type) > 0
+        worst = self.worst
+        for node, row in zip(rows, np.where(others, self.table[None, :, :], 1.0).max(axis=2).tolist(), strict=True):
+            worst[node] = row
         affected = set(moved)
         for node in changed:
             affected.update(self._jobs_on[node])
-        worst = self.worst
         for i in affected:
             _, kind, nodes = self._placed[i]
-            self.factors[i] = float(worst[nodes, kind].max())
+            self.factors[i] = max(worst[node][kind] for node in nodes)
 
     def _remove(self, i: int, changed: set[int]) -> None:
         entry = self._placed.pop(i, None)
         if entry is None:
             return
         _, kind, nodes = entry
-        self.counts[nodes, kind] -= 1
+        counts, jobs_on = self.counts, self._jobs_on
         for node in nodes:
-            self._jobs_on[node].discard(i)
+            counts[node][kind] -= 1
+            jobs_on[node].discard(i)
         changed.update(nodes)
         self.factors.pop(i, None)

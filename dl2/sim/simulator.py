@@ -221,8 +221,9 @@ class Simulation:
         start = self.time_s
         end = start + self.slot_s
         active = self.active
-        changed = self._apply_changes(allocation, start)
-        throughputs = self._throughputs(active, changed)
+        # the previous slot's allocation again (most slots): every job keeps what it holds, new arrivals nothing
+        moved = [] if allocation is self.previous else self._apply_changes(allocation, start)
+        throughputs = self._throughputs(active, moved)
         progressed: dict[str, float] = {}
         finished: list[str] = []
         allocated_units = 0.0
@@ -308,9 +309,9 @@ class Simulation:
                         f"gpu={demand.gpu:g} cpu={demand.cpu:g} mem_gb={demand.mem_gb:g}, more than any node offers"
                     )
 
-    def _apply_changes(self, allocation: Allocation, start: float) -> bool:
-        """Record each job's new tasks; a change pays the rescale pause. Returns whether anything changed."""
-        changed = False
+    def _apply_changes(self, allocation: Allocation, start: float) -> list[int]:
+        """Record each job's new tasks; a change pays the rescale pause. Returns the jobs whose servers changed."""
+        moved: list[int] = []
         for i in self.active:
             new = allocation.get(self.specs[i].job_id)
             old = self.allocation[i]
@@ -320,7 +321,7 @@ class Simulation:
             if new.same_placement(old):
                 self.allocation[i] = new
                 continue
-            changed = True
+            moved.append(i)
             self.allocation[i] = new
             if new.is_empty:
                 continue
@@ -328,9 +329,9 @@ class Simulation:
             if was_running or self.first_start_s[i] is not None:
                 self.num_rescales[i] += 1
             self.paused_until[i] = start + self.config.rescale.pause_s(self.rng, was_running)
-        return changed
+        return moved
 
-    def _throughputs(self, active: list[int], changed: bool) -> list[float]:
+    def _throughputs(self, active: list[int], moved: list[int]) -> list[float]:
         """Throughput of each active job this slot: placement, interference and noise."""
         specs, allocation, speed = self.specs, self.allocation, self.speed
         if self.config.mode is Mode.COMPAT:
@@ -341,9 +342,10 @@ class Simulation:
             values = [self._base_throughput(i) for i in active]
             colocation = self._colocation
             if colocation is not None:
-                if changed or self._finished_since or not colocation.factors:
+                if moved or self._finished_since:
+                    # only jobs whose servers changed, and those that left, change who shares a server
                     allocation_of, type_of = self.allocation, self._type_of
-                    colocation.update(((i, allocation_of[i], type_of[i]) for i in active), self._finished_since)
+                    colocation.update(((i, allocation_of[i], type_of[i]) for i in moved), self._finished_since)
                     self._finished_since = []
                 factors = colocation.factors
                 values = [v / factors.get(i, 1.0) for v, i in zip(values, active, strict=True)]
