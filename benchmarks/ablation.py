@@ -20,13 +20,12 @@ when given). With the defaults: 20 trainings of 40 episodes each, about 30 minut
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
-from common import environment, print_table, write_json
+from common import dl2, environment, print_table, project_path, write_json
 from tqdm import tqdm
 
 from dl2.sim.metrics import mean_ci95
@@ -44,14 +43,6 @@ SLOT_S = 1200.0
 """The authors' slot (compat mode reports JCTs in slots)."""
 STALL_SLOTS = 500
 BASELINES = ("drf", "optimus")
-
-
-def dl2(*arguments: str) -> str:
-    command = [sys.executable, "-m", "dl2.cli.main", *arguments]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"dl2 {' '.join(arguments)} failed:\n{done.stderr[-2000:]}")
-    return done.stdout
 
 
 def train(out: Path, variant: str, seed: int, args: argparse.Namespace) -> Path:
@@ -177,7 +168,7 @@ def main() -> None:
     )
     payload = {
         "environment": environment(),
-        "warm_up": str(args.model.relative_to(ROOT) if args.model.is_relative_to(ROOT) else args.model),
+        "warm_up": project_path(args.model),
         "iterations": args.iterations,
         "episodes_per_iteration": args.episodes,
         "seeds": seeds,

@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -48,3 +49,21 @@ def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     for row in rows:
         table.add_row(*row)
     Console(width=200).print(table)
+
+
+def dl2(*arguments: str) -> str:
+    """Run the `dl2` command line with this interpreter from the project root; its stdout, or an error with the
+    end of its stderr."""
+    root = Path(__file__).resolve().parent.parent
+    command = [sys.executable, "-m", "dl2.cli.main", *arguments]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=root, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"dl2 {' '.join(arguments)} failed:\n{done.stderr[-2000:]}")
+    return done.stdout
+
+
+def project_path(path: Path) -> str:
+    """`path` relative to the project root when it lies inside it (results files then read the same anywhere)."""
+    root = Path(__file__).resolve().parent.parent
+    path = path.resolve()
+    return str(path.relative_to(root) if path.is_relative_to(root) else path)

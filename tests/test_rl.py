@@ -333,6 +333,25 @@ def test_a_corrupt_config_is_an_input_error(tmp_path: Path, content: str) -> Non
         LearnedScheduler.from_dir(tmp_path / "nowhere")
 
 
+# --- workload sources ----------------------------------------------------------------------------------------------
+
+
+def test_authors_source_can_leave_job_types_out() -> None:
+    """`without=` drops types from the mix (DL2 §6.4's unseen types); without it the draws are unchanged."""
+    plain = workload("authors-small", 7)
+    assert plain.name == generate_authors_workload(SETTINGS["small"], 7).name == "authors-small-uniform/7"
+    assert [job.spec.model for job in plain.jobs] == [
+        job.spec.model for job in generate_authors_workload(SETTINGS["small"], 7, without=()).jobs
+    ]
+    assert {"seq2seq", "dssm"} <= {job.spec.model for job in plain.jobs}
+    restricted = workload("authors-small:poisson:without=seq2seq+dssm", 7)
+    assert restricted.name == "authors-small-poisson-without-seq2seq+dssm/7"
+    assert len(restricted.jobs) == SETTINGS["small"].num_jobs
+    assert {job.spec.model for job in restricted.jobs}.isdisjoint({"seq2seq", "dssm"})
+    with pytest.raises(InputError, match=r"unknown job type.*gpt"):
+        workload("authors-small:without=gpt", 0)
+
+
 # --- demonstrations ------------------------------------------------------------------------------------------------
 
 

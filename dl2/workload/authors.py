@@ -45,10 +45,19 @@ SETTINGS = {
 }
 
 
-def generate_authors_workload(setting: AuthorsSetting, seed: int, arrivals: str = "uniform") -> Workload:
-    """A workload of `setting` drawn with `seed` (uniform or poisson arrivals)."""
+def generate_authors_workload(
+    setting: AuthorsSetting, seed: int, arrivals: str = "uniform", without: tuple[str, ...] = ()
+) -> Workload:
+    """A workload of `setting` drawn with `seed` (uniform or poisson arrivals). `without`: job types left out of
+    the mix (the others stay uniform), to warm a policy up without them (DL2 §6.4, unseen job types)."""
     if arrivals not in ("uniform", "poisson"):
         raise ValueError(f"arrivals must be 'uniform' or 'poisson', got {arrivals!r}")
+    unknown = sorted(set(without) - set(MODEL_NAMES))
+    if unknown:
+        raise ValueError(f"unknown job type(s) {', '.join(unknown)}; known: {', '.join(MODEL_NAMES)}")
+    models = [name for name in MODEL_NAMES if name not in without]
+    if not models:
+        raise ValueError("every job type is left out")
     rng = np.random.default_rng(seed)
     cluster = ClusterSpec.homogeneous(
         setting.num_nodes, Resources(gpu=8.0, cpu=8.0), kind="dl2-slots", name=setting.name
@@ -60,7 +69,7 @@ def generate_authors_workload(setting: AuthorsSetting, seed: int, arrivals: str 
         if arrivals == "poisson":
             count = min(setting.arrivals_per_slot, int(rng.poisson(setting.arrivals_per_slot)))
         for _ in range(min(count, setting.num_jobs - len(jobs))):
-            profile = CATALOGUE[MODEL_NAMES[int(rng.integers(len(MODEL_NAMES)))]]
+            profile = CATALOGUE[models[int(rng.integers(len(models)))]]
             epochs = float(int(profile.epochs_fraction * setting.max_epochs))
             spec = JobSpec(
                 job_id=str(len(jobs) + 1),
@@ -75,6 +84,7 @@ def generate_authors_workload(setting: AuthorsSetting, seed: int, arrivals: str 
             )
             jobs.append(Job(spec, epochs))
         slot += 1
+    suffix = f"-without-{'+'.join(without)}" if without else ""
     return Workload(
-        f"authors-{setting.name}-{arrivals}/{seed}", cluster, tuple(jobs), setting.slot_s, source="generator"
+        f"authors-{setting.name}-{arrivals}{suffix}/{seed}", cluster, tuple(jobs), setting.slot_s, source="generator"
     )
