@@ -11,6 +11,7 @@ job count.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import chain
 
 import numpy as np
 
@@ -24,10 +25,10 @@ class CoLocation:
         """`table[victim type][aggressor type]`: the slowdown one job of the aggressor's type inflicts."""
         self.table = table
         num_types = table.shape[0]
-        # plain lists: a job's few servers are read and written one at a time, which NumPy indexing makes slower
+        # counts as plain lists: a job's few servers are counted one at a time, which NumPy indexing makes slower
         self.counts: list[list[int]] = [[0] * num_types for _ in range(num_nodes)]
-        self.worst: list[list[float]] = [[1.0] * num_types for _ in range(num_nodes)]
-        """[server][victim type]: the largest slowdown a job of that type placed there suffers."""
+        self.worst = np.ones((num_nodes, num_types))
+        """[server, victim type]: the largest slowdown a job of that type placed there suffers."""
         self._own_type = np.eye(num_types, dtype=np.int32)[None, :, :]
         self._placed: dict[int, tuple[JobAllocation, int, list[int]]] = {}
         self._jobs_on: list[set[int]] = [set() for _ in range(num_nodes)]
@@ -65,15 +66,20 @@ class CoLocation:
         rows = list(changed)
         # another job of the victim's own type counts only when two jobs of that type share the server
         others = (np.array([self.counts[node] for node in rows])[:, None, :] - self._own_type) > 0
-        worst = self.worst
-        for node, row in zip(rows, np.where(others, self.table[None, :, :], 1.0).max(axis=2).tolist(), strict=True):
-            worst[node] = row
+        self.worst[rows] = np.where(others, self.table[None, :, :], 1.0).max(axis=2)
         affected = set(moved)
         for node in changed:
             affected.update(self._jobs_on[node])
-        for i in affected:
-            _, kind, nodes = self._placed[i]
-            self.factors[i] = max(worst[node][kind] for node in nodes)
+        # each affected job's factor, the largest over its servers, for all of them at once
+        victims = list(affected)
+        if not victims:
+            return
+        placed = [self._placed[i] for i in victims]
+        lengths = np.fromiter((len(nodes) for _, _, nodes in placed), dtype=np.int64, count=len(placed))
+        kinds = np.repeat(np.fromiter((kind for _, kind, _ in placed), dtype=np.int64, count=len(placed)), lengths)
+        values = self.worst[list(chain.from_iterable(nodes for _, _, nodes in placed)), kinds]
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        self.factors.update(zip(victims, np.maximum.reduceat(values, starts).tolist(), strict=True))
 
     def _remove(self, i: int, changed: set[int]) -> None:
         entry = self._placed.pop(i, None)
