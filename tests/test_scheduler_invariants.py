@@ -488,24 +488,31 @@ RANKINGS = [("least", _utilisation), ("most", _negative_utilisation), ("gpu", _f
         ),
         max_size=40,
     ),
+    vectorised=st.booleans(),
 )
 def test_node_rankings_always_return_the_best_fitting_node(
-    capacities: list[tuple[float, float, float]], operations: list[tuple[int, tuple[float, float, float], bool]]
+    capacities: list[tuple[float, float, float]],
+    operations: list[tuple[int, tuple[float, float, float], bool]],
+    vectorised: bool,
 ) -> None:
     """The lazily cleaned heaps of `NodeState.best` must name the node a scan of the cluster would: the lowest
-    key among nodes that fit, ties to the lowest index, as tasks are taken and given back."""
+    key among nodes that fit, ties to the lowest index, as tasks are taken and given back. A third demand is
+    first ranked after tasks have moved (the vectorised first ranking must see the state as it is then)."""
     cluster = ClusterSpec(tuple(NodeSpec(i, Resources(*capacity)) for i, capacity in enumerate(capacities)))
     # tasks already running on the first nodes: the fresh state's free resources differ per node
     state = NodeState(cluster, {(1.0, 2.0, 4.0): [n for n in range(len(capacities)) if n % 2 and capacities[n][0]]})
+    state.vectorise_from_nodes = 1 if vectorised else 10**9  # the placers' keys, either way, on these small clusters
     held: list[tuple[int, tuple[float, float, float]]] = []
-    for node, demand, release in [(99, (0.0, 0.0, 0.0), False), *operations]:  # first: rank the fresh state
+    steps = [(99, (0.0, 0.0, 0.0), False), *operations]  # first: rank the fresh state
+    for step, (node, demand, release) in enumerate(steps):
         if release and held:
             state.give(*held.pop())
         elif node < state.num_nodes and state.fits(node, demand):
             state.take(node, demand)
             held.append((node, demand))
+        late = ((2.0, 1.0, 1.0),) if step >= len(steps) // 2 else ()
         for name, key in RANKINGS:
-            for wanted in ((1.0, 2.0, 4.0), (0.0, 4.0, 8.0)):
+            for wanted in ((1.0, 2.0, 4.0), (0.0, 4.0, 8.0), *late):
                 fitting = [(key(state, n), n) for n in range(state.num_nodes) if state.fits(n, wanted)]  # type: ignore[operator]
                 expected = min(fitting)[1] if fitting else -1
                 assert state.best(name, key, wanted) == expected  # type: ignore[arg-type]

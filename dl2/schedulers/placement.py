@@ -27,8 +27,6 @@ closing over it, so a state does not hold a cycle through its own heaps (it is f
 round ends, not at the next full garbage collection)."""
 
 _EPS = 1e-9
-_VECTORISE_FROM_NODES = 32
-"""Below this many nodes a scalar ranking costs less than NumPy's per-call overhead."""
 
 VECTORISED_KEYS: dict[NodeKey, Callable[[NodeState], np.ndarray]] = {}
 """Node keys with a form that ranks every node of a fresh state at once (the same float operations)."""
@@ -41,6 +39,10 @@ class NodeState:
     last pushed: a node found too full is dropped from that heap and comes back only when its resources change.
     So a nearly full cluster does not make every placement scan every node.
     """
+
+    vectorise_from_nodes = 32
+    """A ranking's first use is computed with NumPy from this many nodes on (below it, a scalar ranking costs less
+    than NumPy's per-call overhead); the same order either way."""
 
     def __init__(self, cluster: ClusterSpec, used: dict[Demand, list[int]] | None = None) -> None:
         """`used`: nodes of the tasks already placed, grouped by their demand (one entry per task)."""
@@ -120,7 +122,7 @@ class NodeState:
         version = self.version
         if entry is None:
             vectorised = VECTORISED_KEYS.get(key)
-            if vectorised is not None and self.num_nodes >= _VECTORISE_FROM_NODES:
+            if vectorised is not None and self.num_nodes >= self.vectorise_from_nodes:
                 # a ranking's first use on a big cluster: keys and fits for every node at once (the same float
                 # operations as the scalar key and `fits`, so the same order)
                 free = self._synced_free()
