@@ -34,7 +34,7 @@ from dl2.core import (
     Workload,
 )
 from dl2.schedulers.base import HeuristicScheduler
-from dl2.schedulers.placement import NodeState
+from dl2.schedulers.placement import NodeState, place_sticky
 from dl2.schedulers.registry import COMPAT_SCHEDULERS, PLACERS, SCHEDULERS, make_scheduler
 from dl2.schedulers.requests import Role, below_caps
 from dl2.sim import simulator
@@ -516,6 +516,24 @@ def test_node_rankings_always_return_the_best_fitting_node(
                 fitting = [(key(state, n), n) for n in range(state.num_nodes) if state.fits(n, wanted)]  # type: ignore[operator]
                 expected = min(fitting)[1] if fitting else -1
                 assert state.best(name, key, wanted) == expected  # type: ignore[arg-type]
+
+
+def test_sticky_placement_keeps_held_tasks_and_frees_unrunnable_ones() -> None:
+    """Two 8-GPU/8-CPU nodes. Job a keeps exactly what it holds (the very same allocation object); job b holds a
+    worker without a PS, which cannot run, so it gets nothing and its node is free again; job c, new, gets a
+    worker on the least-loaded node (node 1, empty once b's worker is given back) and its PS on the lowest-index
+    node of the two now equally loaded ones (both at a dominant share of 0.5): node 0."""
+    cluster = ClusterSpec.homogeneous(2, Resources(gpu=8.0, cpu=8.0))
+    held = {"a": JobAllocation((0,), (0,)), "b": JobAllocation((1,), ()), "c": JobAllocation((), ())}
+    jobs = tuple(
+        JobView(make_job(job_id, 10.0).spec, 0.0, 0.0, allocation, 0.0, 0.0, 0) for job_id, allocation in held.items()
+    )
+    view = ClusterView(0.0, 1, 1200.0, cluster, jobs, Allocation({k: v for k, v in held.items() if v.worker_nodes}))
+    allocation = place_sticky(view, [(1, 1), (1, 0), (1, 1)], PLACERS["load-balance"]())
+    assert allocation.jobs["a"] is held["a"]
+    assert "b" not in allocation.jobs
+    assert allocation.jobs["c"] == JobAllocation((1,), (0,))
+    assert list(allocation.jobs) == ["a", "c"]
 
 
 @pytest.mark.parametrize("scheduler", ["drf", "fifo", "srtf"])
