@@ -93,7 +93,7 @@ class DRF(HeuristicScheduler):
         for rank, job in enumerate(jobs):
             entry = info.get(job.spec.job_id)
             if entry is None:
-                entry = info[job.spec.job_id] = _fill_entry(job.spec, demands[rank], totals)
+                entry = info[job.spec.job_id] = _fill_entry(job.spec, (demands[rank][0], demands[rank][1]), totals)
             key, caps[rank], has_ps[rank] = entry
             if key is not None:
                 classes.setdefault(rank if key is _WEIGHTLESS else key, []).append(rank)
@@ -153,17 +153,19 @@ _WEIGHTLESS = "weightless"
 
 
 def _fill_entry(
-    spec: JobSpec, demands: RoleDemands, totals: tuple[float, float, float]
+    spec: JobSpec, pair: tuple[Demand, Demand], totals: tuple[float, float, float]
 ) -> tuple[Hashable | None, int, bool]:
-    """A job's class key as `_classes` gives it (None when it cannot take a bundle), bundle cap and PS flag."""
+    """A job's class key (None when it cannot take a bundle; `_WEIGHTLESS` for a class of its own), its bundle
+    cap and whether it has PS. A class holds the jobs of equal bundle weight: equal demands, and both with or
+    both without PS."""
     cap = bundle_caps(spec)[0]
     has_ps = spec.max_ps > 0
     if not below_caps(spec, 0, 0):
         return None, cap, has_ps
-    (wg, wc, wm), (pg, pc, pm) = demands[0], demands[1]
+    (wg, wc, wm), (pg, pc, pm) = pair
     g_total, c_total, m_total = totals
     weightless = (wg + pg) / g_total == (wc + pc) / c_total == (wm + pm) / m_total == 0.0
-    return (_WEIGHTLESS if weightless else ((demands[0], demands[1]), has_ps)), cap, has_ps
+    return (_WEIGHTLESS if weightless else (pair, has_ps)), cap, has_ps
 
 
 def _counts(workers: list[int], has_ps: list[bool]) -> Counts:
@@ -187,15 +189,13 @@ def _totals(view: ClusterView) -> tuple[float, float, float]:
 
 
 def _classes(view: ClusterView, demands: list[tuple[Demand, Demand]]) -> dict[Hashable, list[int]]:
-    """Ranks (in order) of the jobs below their caps per class of equal bundle weight: equal demands and both
-    with or both without PS. A job whose bundle adds no share is a class of its own (it keeps the lowest share
-    while it grows, so it must take its bundles in a row, as a heap of jobs does)."""
-    g_total, c_total, m_total = _totals(view)
+    """Ranks (in order) of the jobs below their caps per class of equal bundle weight (`_fill_entry`). A job whose
+    bundle adds no share is a class of its own, keyed by its rank (it keeps the lowest share while it grows, so it
+    must take its bundles in a row, as a heap of jobs does)."""
+    totals = _totals(view)
     members: dict[Hashable, list[int]] = {}
     for rank, job in enumerate(view.jobs):
-        if below_caps(job.spec, 0, 0):
-            (wg, wc, wm), (pg, pc, pm) = demands[rank]
-            weightless = (wg + pg) / g_total == (wc + pc) / c_total == (wm + pm) / m_total == 0.0
-            key: Hashable = rank if weightless else (demands[rank], job.spec.max_ps > 0)
-            members.setdefault(key, []).append(rank)
+        key = _fill_entry(job.spec, demands[rank], totals)[0]
+        if key is not None:
+            members.setdefault(rank if key is _WEIGHTLESS else key, []).append(rank)
     return members
