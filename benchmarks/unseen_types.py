@@ -130,7 +130,7 @@ def main() -> None:
         ["+ RL, mean over seeds"] + [f"{summary[k]['mean']:.2f} ±{summary[k]['ci95']:.2f}" for k in summary],
     )
     print_table(
-        f"Unseen job types ({', '.join(held_out)}; {results[policies.__iter__().__next__()]['held_out_jobs']} test "
+        f"Unseen job types ({', '.join(held_out)}; {next(iter(results.values()))['held_out_jobs']} test "
         f"jobs): avg JCT (slots) on the authors' 10 small test workloads (compat); RL {args.iterations} iterations "
         f"x {args.episodes} episodes",
         ["policy", "all jobs", "held-out types", "other types"],

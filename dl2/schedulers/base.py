@@ -28,18 +28,15 @@ class HeuristicScheduler:
     def __init__(self, compat: bool = False, placer: Placer | None = None) -> None:
         self.compat = compat
         self.placer = placer or LoadBalancePlacer()
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget what the last run cached (subclasses extend it with their own per-run state)."""
         self._memo_key: Hashable | None = None
         self._memo: Allocation | None = None
         self._demands: dict[str, RoleDemands] = {}
         self._smallest: tuple[float, float, float] = (math.inf, math.inf, math.inf)
         self._at_caps: dict[str, tuple[tuple[int, int], Demand]] = {}
-
-    def reset(self) -> None:
-        self._memo_key = None
-        self._memo = None
-        self._demands = {}
-        self._smallest = (math.inf, math.inf, math.inf)
-        self._at_caps = {}
 
     def _targets_if_all_fit(self, view: ClusterView) -> list[tuple[int, int]] | None:
         """Every job's bundle caps, if together they fit the cluster's total capacity (else None)."""

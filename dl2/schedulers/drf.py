@@ -25,7 +25,6 @@ from itertools import chain
 
 from dl2.core import ClusterView, JobSpec
 from dl2.schedulers.base import HeuristicScheduler
-from dl2.schedulers.placement import Placer
 from dl2.schedulers.requests import Counts, Demand, RequestStream, Role, RoleDemands, below_caps, bundle_caps
 
 
@@ -70,10 +69,6 @@ class DRF(HeuristicScheduler):
             front = current[0]
             workers, ps = counts[front]
             heapq.heapreplace(heap, (_share(workers, ps, demands[front], totals), front, index))
-
-    def __init__(self, compat: bool = False, placer: Placer | None = None) -> None:
-        super().__init__(compat, placer)
-        self.reset()
 
     def reset(self) -> None:
         super().reset()

@@ -48,7 +48,6 @@ class OptimusFitted(HeuristicScheduler):
     def __init__(self, compat: bool = False, placer: Placer | None = None) -> None:
         super().__init__(compat, placer)
         self.prior = typical_curve()
-        self.reset()
 
     def reset(self) -> None:
         super().reset()

@@ -29,7 +29,7 @@ round ends, not at the next full garbage collection)."""
 _EPS = 1e-9
 
 VECTORISED_KEYS: dict[NodeKey, Callable[[NodeState], np.ndarray]] = {}
-"""Node keys with a form that ranks every node of a fresh state at once (the same float operations)."""
+"""Node keys with a form that ranks every node of a state at once (the same float operations)."""
 
 
 class NodeState:
@@ -208,12 +208,7 @@ def place_sticky(view: ClusterView, targets: Sequence[tuple[int, int]], placer: 
         spec = job.spec
         worker_used = used.setdefault(spec.worker_demand.as_tuple(), [])
         ps_used = used.setdefault(spec.ps_demand.as_tuple(), [])
-        if (
-            len(held_workers) == workers
-            and len(held_ps) == ps
-            and held_workers
-            and (held_ps or spec.architecture is Architecture.ALLREDUCE)
-        ):
+        if len(held_workers) == workers and len(held_ps) == ps and _runnable(spec, held_workers, held_ps):
             worker_used.extend(held_workers)
             ps_used.extend(held_ps)
             entries.append((spec, old, None))  # runnable as it stands: nothing to place or give back
@@ -242,8 +237,7 @@ def place_sticky(view: ClusterView, targets: Sequence[tuple[int, int]], placer: 
                     break
                 state.take(node, demand)
                 nodes.append(node)
-        runnable = bool(worker_nodes) and (spec.architecture is Architecture.ALLREDUCE or bool(ps_nodes))
-        if not runnable:
+        if not _runnable(spec, worker_nodes, ps_nodes):
             if state is not None:
                 for node in worker_nodes:
                     state.give(node, worker_demand)
@@ -255,6 +249,11 @@ def place_sticky(view: ClusterView, targets: Sequence[tuple[int, int]], placer: 
         else:
             jobs[spec.job_id] = JobAllocation(tuple(worker_nodes), tuple(ps_nodes))
     return Allocation(jobs)
+
+
+def _runnable(spec: JobSpec, worker_nodes: Sequence[int], ps_nodes: Sequence[int]) -> bool:
+    """A job makes progress with workers, and with a PS too unless it is all-reduce."""
+    return bool(worker_nodes) and (spec.architecture is Architecture.ALLREDUCE or bool(ps_nodes))
 
 
 def _utilisation_of_all(state: NodeState) -> np.ndarray:
