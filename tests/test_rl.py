@@ -30,6 +30,7 @@ from dl2.rl.learned import LearnedScheduler
 from dl2.rl.model_io import PolicyConfig, load_config, load_state, save_model
 from dl2.rl.networks import MASKED_LOGIT, NetworkConfig, PolicyNetwork, ValueNetwork
 from dl2.rl.rollout import Episode, EpisodeTask, run_episode, slot_returns
+from dl2.rl.rollout_teacher import FILLS, KNEES, UntilRefused, make_rollout_teacher
 from dl2.rl.supervised import SupervisedConfig, train_supervised
 from dl2.rl.workers import LocalPool
 from dl2.rl.workload_source import workload
@@ -395,7 +396,59 @@ def test_dagger_labels_are_the_teachers_answers(warm_up_source: str) -> None:
     assert set(np.unique(data.actions)) - {stop_action(6)}  # not only stops
 
 
+def test_a_heuristic_until_refused_replays_the_authors_mechanism(warm_up_source: str) -> None:
+    """Replayed through a `SlotDecision` (one window), `UntilRefused(h)` is `h`'s own compatibility-mode run."""
+    jobs = workload(warm_up_source, 3)
+    speed = speed_model(Mode.COMPAT)
+    base = make_scheduler("srpt-knee-fill", speed, True)
+    own = simulate(jobs, base, SimConfig.compat(), speed)
+    observation = ObservationConfig(window=jobs.num_jobs)
+    _, replayed = record(jobs, UntilRefused(base), SimConfig.compat(), observation, LoadBalancePlacer(), every=50)
+    assert replayed == pytest.approx(float(np.mean([job.jct_s for job in own.jobs])), rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_rollout_teacher_never_does_worse_than_its_base(rl_source: str, seed: int) -> None:
+    """Rollout policy improvement: the base's own slot is always a candidate, so the teacher's run is at least as
+    good as the base heuristic's; it leaves the run it looks ahead from untouched."""
+    jobs = workload(rl_source, seed)
+    speed = speed_model(Mode.COMPAT)
+    own = simulate(jobs, make_scheduler("srpt-knee-fill", speed, True), SimConfig.compat(), speed)
+    own_jct = float(np.mean([job.jct_s for job in own.jobs]))
+    observation = ObservationConfig(window=jobs.num_jobs)
+    teacher = make_rollout_teacher("rollout:srpt-knee-fill", speed, True, observation.window)
+    assert teacher.name == "rollout:srpt-knee-fill"
+    assert len(teacher.variants) == len(KNEES) * len(FILLS) + 1
+    data, jct = record(jobs, teacher, SimConfig.compat(), observation, LoadBalancePlacer(), every=5)
+    assert jct <= own_jct * (1 + 1e-12)
+    assert teacher.rollouts > 0 and sum(teacher.chosen.values()) > 0
+    assert np.all(data.masks[np.arange(len(data)), data.actions] == 1)
+    simulation = Simulation(jobs, SimConfig.compat(), speed)
+    teacher.reset()
+    view = simulation.begin_slot()
+    chosen = teacher.heuristic_for(simulation, view)
+    assert chosen in teacher.variants
+    assert (simulation.slot, simulation.progress, simulation.num_finished) == (view.slot, [0.0] * jobs.num_jobs, 0)
+
+
+def test_rollout_teachers_exist_for_srpt_knee_fill_only() -> None:
+    with pytest.raises(InputError, match="rollout teachers improve one of: srpt-knee-fill"):
+        make_rollout_teacher("rollout:drf", speed_model(Mode.COMPAT), True, 10)
+
+
 # --- supervised warm-up --------------------------------------------------------------------------------------------
+
+
+def test_recording_in_worker_processes_gives_the_same_demonstrations(warm_up_source: str) -> None:
+    config = training.WarmUpConfig(teacher="srpt-knee", source=warm_up_source, observation=ObservationConfig(window=6))
+    finished: list[None] = []
+    alone = training.record_teacher(config, [0, 1, 2])
+    parallel = training.record_teacher(replace(config, workers=2), [0, 1, 2], lambda: finished.append(None))
+    assert len(finished) == 3
+    for (data, jct), (same_data, same_jct) in zip(alone, parallel, strict=True):
+        assert jct == same_jct
+        assert np.array_equal(data.actions, same_data.actions)
+        assert np.array_equal(data.observations, same_data.observations)
 
 
 def test_warm_up_imitates_srpt_knee(warm_up_source: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -791,6 +844,38 @@ def test_train_sl_writes_a_model_folder(warm_model: Path) -> None:
     assert (config.observation.window, config.network.hidden, config.mode) == (10, (16,), "compat")
     assert metadata["kind"] == "warm-up" and metadata["facts"]["demonstrations"] > 0
     assert len(metadata["history"]["train_loss"]) == 20
+
+
+def test_train_sl_continues_a_model_on_dagger_rounds_only(warm_model: Path, tiny_csv: Path, tmp_path: Path) -> None:
+    out = tmp_path / "continued"
+    common = ("train-sl", "--teacher", "drf", "--source", str(tiny_csv), "--mode", "compat", "--epochs", "2")
+    assert (
+        main(
+            [
+                *common,
+                "--init",
+                str(warm_model),
+                "--episodes",
+                "0",
+                "--dagger-rounds",
+                "1",
+                "--dagger-episodes",
+                "1",
+                "--workers",
+                "1",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    config, metadata = load_config(out)
+    assert (config.observation.window, config.network.hidden) == (10, (16,))  # the model's, not the defaults
+    assert metadata["init"] == str(warm_model) and metadata["facts"]["demonstrations"] > 0
+    assert metadata["facts"]["teacher_replayed_avg_jct_s"] is None
+    assert len(metadata["history"]["train_loss"]) == 2
+    assert main([*common, "--episodes", "0", "--out", str(tmp_path / "nothing")]) != 0
+    assert not (tmp_path / "nothing").exists()
 
 
 def test_simulate_runs_a_model_folder(warm_model: Path, tiny_csv: Path, capsys: pytest.CaptureFixture[str]) -> None:

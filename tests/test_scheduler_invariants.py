@@ -216,6 +216,34 @@ def test_realistic_runs_are_deterministic_per_seed(scheduler: str) -> None:
     assert other.jobs != first.jobs  # the seed drives the speed noise
 
 
+@pytest.mark.parametrize("scheduler", ["drf", "srpt-knee-fill"])
+def test_a_forked_run_finishes_exactly_like_the_original(scheduler: str) -> None:
+    """Noise, checkpoint-restart times (the random generator) and co-location all carry over to the fork, and
+    advancing the fork leaves the original where it was."""
+    speed = speed_model(Mode.REALISTIC)
+    config = SimConfig.realistic(5, rescale=RescaleCost(kind=RescaleKind.CHECKPOINT), epoch_error=0.2)
+    workload = contended(0.5)
+    whole = simulate(workload, make_scheduler(scheduler, speed, False), config, speed, interference_model())
+
+    def finish(run: simulator.Simulation) -> SimResult:
+        policy = make_scheduler(scheduler, speed, False)
+        while not run.done:
+            run.apply(policy.schedule(run.begin_slot()))
+        return run.result(scheduler)
+
+    original = simulator.Simulation(workload, config, speed, interference_model())
+    policy = make_scheduler(scheduler, speed, False)
+    for _ in range(30):
+        original.apply(policy.schedule(original.begin_slot()))
+    twin = original.fork()
+    slot, progress = original.slot, list(original.progress)
+    forked = finish(twin)
+    assert (original.slot, original.progress) == (slot, progress)
+    assert not original.done
+    assert forked.jobs == whole.jobs
+    assert finish(original).jobs == whole.jobs
+
+
 @pytest.mark.parametrize("scheduler", sorted(SCHEDULERS))
 def test_realistic_checkpoint_restarts_and_estimate_errors_keep_the_invariants(scheduler: str) -> None:
     workload = contended(0.5)

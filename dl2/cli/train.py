@@ -23,7 +23,10 @@ def add_parsers(subparsers: argparse._SubParsersAction[Any]) -> None:
         "(cross-entropy). Writes a model folder: weights, config.json, MODEL_CARD.md, learning curve.",
     )
     sl.add_argument(
-        "--teacher", default="optimus", help="heuristic to imitate (drf, fifo, srtf, optimus, tiresias, ...)"
+        "--teacher",
+        default="optimus",
+        help="heuristic to imitate (drf, fifo, srtf, optimus, tiresias, srpt-knee-fill, ...), or "
+        "rollout:srpt-knee-fill (per slot, the variant of it whose simulated continuation ends best)",
     )
     _add_common(sl)
     sl.add_argument("--episodes", type=int, default=12, help="workloads the teacher is recorded on")
@@ -32,6 +35,14 @@ def add_parsers(subparsers: argparse._SubParsersAction[Any]) -> None:
     sl.add_argument("--learning-rate", type=float, default=1e-3)
     sl.add_argument("--dagger-rounds", type=int, default=2, help="DAgger rounds after behaviour cloning")
     sl.add_argument("--dagger-episodes", type=int, default=4, help="workloads per DAgger round")
+    sl.add_argument("--workers", type=int, default=2, help="processes recording workloads in parallel")
+    sl.add_argument(
+        "--init",
+        type=Path,
+        default=None,
+        help="model folder to start from (its window and network are kept); with --episodes 0 it learns from "
+        "DAgger rounds only: it drives, the teacher labels",
+    )
     sl.set_defaults(run=run_sl)
 
     rl = subparsers.add_parser(
@@ -121,11 +132,26 @@ def _check_out(args: argparse.Namespace) -> None:
 def run_sl(args: argparse.Namespace) -> int:
     _check_out(args)
     from dl2.env.observation import ObservationConfig
+    from dl2.rl.model_io import load_config, load_state
+    from dl2.rl.networks import PolicyNetwork
     from dl2.rl.plots import plot_warm_up
     from dl2.rl.supervised import SupervisedConfig
-    from dl2.rl.training import WarmUpConfig, policy_config, save_trained, warm_up
+    from dl2.rl.training import WarmUpConfig, policy_config, recorded_workloads, save_trained, warm_up
 
+    if args.episodes < 0 or args.dagger_rounds < 0 or args.dagger_episodes < 0:
+        raise UsageError("--episodes, --dagger-rounds and --dagger-episodes must not be negative")
+    if args.episodes == 0 and (args.init is None or args.dagger_rounds * args.dagger_episodes == 0):
+        raise UsageError("--episodes 0 needs --init and at least one DAgger round with at least one workload")
     network = _network(args)
+    observation = ObservationConfig(window=args.window)
+    policy = None
+    if args.init is not None:
+        loaded, _ = load_config(args.init)
+        if loaded.mode != args.mode:
+            raise UsageError(f"{args.init} is a {loaded.mode}-mode model; this warm-up is in {args.mode} mode")
+        observation, network = loaded.observation, loaded.network
+        policy = PolicyNetwork(observation.shape, network)
+        policy.load_state_dict(load_state(args.init))
     config = WarmUpConfig(
         teacher=args.teacher,
         source=args.source,
@@ -134,8 +160,9 @@ def run_sl(args: argparse.Namespace) -> int:
         record_every=args.record_every,
         dagger_rounds=args.dagger_rounds,
         dagger_episodes=args.dagger_episodes,
-        observation=ObservationConfig(window=args.window),
+        observation=observation,
         placer=args.placer,
+        workers=args.workers,
         supervised=SupervisedConfig(
             epochs=args.epochs, learning_rate=args.learning_rate, network=network, seed=args.seed
         ),
@@ -144,17 +171,20 @@ def run_sl(args: argparse.Namespace) -> int:
     print(
         f"recording {args.teacher} on {args.episodes} workloads of {args.source} ({args.mode} mode)...", file=sys.stderr
     )
+    recording = tqdm(total=recorded_workloads(config), desc="recording", unit="workload", file=sys.stderr)
     bar = tqdm(total=args.epochs * (1 + args.dagger_rounds), desc="warm-up", unit="epoch", file=sys.stderr)
 
     def on_epoch(epoch: int, loss: float, accuracy: float) -> None:
         bar.set_postfix(loss=f"{loss:.3f}", held_out_accuracy=f"{accuracy:.3f}")
         bar.update()
 
-    policy, history, facts = warm_up(config, on_epoch)
+    policy, history, facts = warm_up(config, on_epoch, recording.update, policy)
+    recording.close()
     bar.close()
     seconds = time.perf_counter() - started
     metadata = {
         "kind": "warm-up",
+        "init": None if args.init is None else str(args.init),
         "warm_up": _jsonable(config),
         "facts": facts,
         "seconds": seconds,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -41,6 +42,10 @@ class Demonstrations:
     def __len__(self) -> int:
         return len(self.actions)
 
+    def empty(self) -> Demonstrations:
+        """No demonstrations, with this one's shapes."""
+        return Demonstrations(self.observations[:0], self.masks[:0], self.actions[:0])
+
     @classmethod
     def concatenate(cls, parts: Iterable[Demonstrations]) -> Demonstrations:
         parts = list(parts)
@@ -49,6 +54,18 @@ class Demonstrations:
             np.concatenate([p.masks for p in parts]),
             np.concatenate([p.actions for p in parts]),
         )
+
+
+@runtime_checkable
+class SlotTeacher(Protocol):
+    """A teacher that acts, slot by slot, as one of several heuristics, chosen from the run's state (which it may
+    simulate ahead from: `dl2.rl.rollout_teacher`)."""
+
+    name: str
+
+    def reset(self) -> None: ...
+
+    def heuristic_for(self, simulation: Simulation, view: ClusterView) -> HeuristicScheduler: ...
 
 
 def _window_view(view: ClusterView, decision: SlotDecision) -> ClusterView:
@@ -113,7 +130,7 @@ def replay_targets(decision: SlotDecision, targets: dict[str, tuple[int, int]]) 
 
 def record(
     workload: Workload,
-    teacher: Scheduler,
+    teacher: Scheduler | SlotTeacher,
     sim: SimConfig,
     observation: ObservationConfig,
     placer: Placer,
@@ -136,6 +153,8 @@ def record(
         keep = slot % every == 0
         if isinstance(teacher, HeuristicScheduler):
             replay = replay_stream(decision, teacher)
+        elif isinstance(teacher, SlotTeacher):
+            replay = replay_stream(decision, teacher.heuristic_for(simulation, view))
         else:
             allocation = teacher.schedule(view)
             targets = {job_id: (a.num_workers, a.num_ps) for job_id, a in allocation.jobs.items()}
@@ -191,7 +210,7 @@ def teacher_action(decision: SlotDecision, teacher: Scheduler, targets: dict[str
 def record_on_policy(
     workload: Workload,
     student: Callable[[np.ndarray, np.ndarray], int],
-    teacher: Scheduler,
+    teacher: Scheduler | SlotTeacher,
     sim: SimConfig,
     observation: ObservationConfig,
     placer: Placer,
@@ -213,14 +232,15 @@ def record_on_policy(
         view = simulation.begin_slot()
         decision = SlotDecision(view, observation.window, compat, placer, work_conserving=True)
         targets = None
-        if not isinstance(teacher, HeuristicScheduler):
-            allocation = teacher.schedule(view)
+        labeller: Scheduler = teacher.heuristic_for(simulation, view) if isinstance(teacher, SlotTeacher) else teacher
+        if not isinstance(labeller, HeuristicScheduler):
+            allocation = labeller.schedule(view)
             targets = {job_id: (a.num_workers, a.num_ps) for job_id, a in allocation.jobs.items()}
         while not decision.done:
             state = observer(decision)
             mask = decision.mask()
             if slot % every == 0:
-                label = teacher_action(decision, teacher, targets)
+                label = teacher_action(decision, labeller, targets)
                 observations.append(state)
                 masks.append(np.maximum(mask, np.eye(1, len(mask), label, dtype=np.int8)[0]))
                 actions.append(label)

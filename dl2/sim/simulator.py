@@ -12,6 +12,7 @@ scheduler to the end.
 
 from __future__ import annotations
 
+import copy
 import gc
 import math
 import time
@@ -162,6 +163,19 @@ class Simulation:
             table = np.array(self.interference.table, dtype=float)
             self._colocation = CoLocation(table, self.cluster.num_nodes)
             self._type_of = [self.interference.model_index[spec.model] for spec in self.specs]
+
+    def fork(self) -> Simulation:
+        """An independent copy of the run as it stands: advancing either leaves the other unchanged, and both
+        advance exactly as this run would (the random generator is copied with its state). The workload,
+        models and job specs are shared (they are never modified); what changes per slot is copied. Lets a
+        teacher try alternative allocations from the same state (`dl2.rl.rollout_teacher`)."""
+        twin = copy.copy(self)
+        for name, value in vars(self).items():
+            if isinstance(value, list | dict):
+                setattr(twin, name, value.copy())
+        twin.rng = copy.deepcopy(self.rng)
+        twin._colocation = copy.deepcopy(self._colocation)
+        return twin
 
     # -- the loop -------------------------------------------------------------------------------------------
 

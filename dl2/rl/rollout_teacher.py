@@ -1,0 +1,154 @@
+"""A teacher better than any one heuristic: rollout policy improvement over `srpt-knee-fill`.
+
+Imitation cannot beat its teacher, and per-action policy gradients find almost nothing to learn in the
+authors' setting (`benchmarks/counterfactuals.py`: three changes in four to a single decision leave the
+outcome unchanged). A whole slot's allocation matters more, and the simulator can say by how much. At every
+slot this teacher tries each of a few variants of the base heuristic (other knee and fill levels of
+`srpt-knee-fill`, `dl2.schedulers.srpt_knee`), continues a copy of the run (`Simulation.fork`) with the base
+heuristic from the allocation each variant gives, and acts as the variant whose run ends with the lowest total
+JCT. This is one step of policy iteration by simulation, the *rollout algorithm* (Bertsekas, Tsitsiklis & Wu
+1997; Tesauro & Galperin 1996): as the base heuristic is one of the variants, the result is never worse than the
+base on the workload it runs on, and usually better.
+
+The teacher is privileged, like Optimus's speed oracle: its continuations see the training workload's future
+arrivals and exact epochs. The student it trains (`dl2 train-sl --teacher rollout:srpt-knee-fill`) sees only
+the observation, so what it learns is which variant suits which state, not the future.
+
+Variants give their first slot through the same `SlotDecision` the policy drives (a refused request is
+skipped, as when a teacher's decisions are replayed), so they are allocations the student can reproduce.
+Continuations use the base heuristic's own mechanism, which is about five times faster (in compatibility mode
+it stops at the first refused request; replayed, it would skip it: 69.62 against 69.86 slots on the
+validation workloads). That mechanism's own slot is a variant too (`UntilRefused`), so the base's own run is
+always among the choices: the teacher's run is never worse than the base heuristic's (while at most J jobs are
+active; beyond, the student's windows of J split the slot differently).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dl2.core import Allocation, ClusterView, InputError
+from dl2.env.decision import SlotDecision
+from dl2.rl.demonstrations import replay_stream
+from dl2.schedulers.base import HeuristicScheduler
+from dl2.schedulers.placement import Placer
+from dl2.schedulers.requests import Counts, RequestStream
+from dl2.schedulers.srpt_knee import DEFAULT_FILL_EFFICIENCY, FILL_KNEE_EFFICIENCY, SRPTKnee
+from dl2.sim.config import Mode
+from dl2.sim.simulator import Simulation
+from dl2.workload.speed import SpeedModel
+
+PREFIX = "rollout:"
+KNEES = (0.4, 0.5, 0.6, 0.7, 0.8)
+"""Knee levels the variants try (the base's is 0.6)."""
+FILLS: tuple[float | None, ...] = (None, 0.8, 0.9, 1.0)
+"""Fill levels the variants try (None: no second pass; the base's is 0.9)."""
+SUPPORTED_BASES = ("srpt-knee-fill",)
+
+
+class UntilRefused(HeuristicScheduler):
+    """`inner`'s requests up to its first refused one: the slot `inner` gives with the authors' mechanism (which
+    stops there), as requests a `SlotDecision` can replay."""
+
+    def __init__(self, inner: HeuristicScheduler) -> None:
+        self.inner = inner
+        super().__init__(inner.compat, inner.placer)
+        self.name = f"{inner.name} (until refused)"
+
+    def reset(self) -> None:
+        super().reset()
+        self.inner.reset()
+
+    def requests(self, view: ClusterView, counts: Counts) -> RequestStream:
+        stream = self.inner.requests(view, counts)
+        try:
+            request = next(stream)
+            while (yield request):
+                request = stream.send(True)
+        except StopIteration:
+            return
+        finally:
+            stream.close()
+
+
+class RolloutTeacher:
+    """Chooses, per slot, the variant of the base heuristic whose simulated continuation ends best."""
+
+    def __init__(
+        self,
+        base: HeuristicScheduler,
+        variants: Sequence[HeuristicScheduler],
+        window: int,
+        placer: Placer | None = None,
+    ) -> None:
+        """`variants`: heuristics tried at each slot (the base is tried first and wins ties)."""
+        self.base = base
+        self.variants = [base, *(v for v in variants if v is not base)]
+        self.window = window
+        self.placer = placer
+        self.name = f"{PREFIX}{base.name}"
+        self.rollouts = 0
+        """Continuations simulated so far (each from one slot to the end of the run)."""
+        self.chosen: dict[int, int] = {}
+        """How often each variant (by index in `variants`) was chosen where the variants disagreed."""
+
+    def reset(self) -> None:
+        for variant in self.variants:
+            variant.reset()
+
+    def heuristic_for(self, simulation: Simulation, view: ClusterView) -> HeuristicScheduler:
+        """The variant to act as in this slot, `view` being `simulation`'s current one."""
+        distinct: dict[tuple[tuple[str, int, int], ...], int] = {}
+        allocations: list[Allocation] = []
+        for index, variant in enumerate(self.variants):
+            decision = SlotDecision(view, self.window, simulation.config.mode is Mode.COMPAT, self.placer)
+            for action in replay_stream(decision, variant):
+                decision.step(action)
+            allocation = decision.allocation()
+            key = tuple(sorted((job_id, a.num_workers, a.num_ps) for job_id, a in allocation.jobs.items()))
+            if key not in distinct:
+                distinct[key] = index
+                allocations.append(allocation)
+        if len(distinct) == 1:
+            return self.base
+        best_index, best_total = 0, float("inf")
+        for index, allocation in zip(distinct.values(), allocations, strict=True):
+            total = self._total_jct_after(simulation, allocation)
+            if total < best_total - 1e-6:
+                best_index, best_total = index, total
+        self.chosen[best_index] = self.chosen.get(best_index, 0) + 1
+        return self.variants[best_index]
+
+    def _total_jct_after(self, simulation: Simulation, allocation: Allocation) -> float:
+        """Sum of JCTs (s) if this slot runs `allocation` and the base heuristic decides every later slot."""
+        self.rollouts += 1
+        twin = simulation.fork()
+        twin.apply(allocation)
+        base = self.base
+        while not twin.done:
+            twin.apply(base.schedule(twin.begin_slot()))
+        finishes = twin.finish_s
+        return sum(finish - spec.arrival_s for finish, spec in zip(finishes, twin.specs, strict=True) if finish)
+
+
+def is_rollout_teacher(name: str) -> bool:
+    return name.startswith(PREFIX)
+
+
+def make_rollout_teacher(
+    name: str, speed: SpeedModel, compat: bool, window: int, placer: Placer | None = None
+) -> RolloutTeacher:
+    """`rollout:srpt-knee-fill`: the base heuristic with its knee in `KNEES` and its fill in `FILLS`."""
+    base_name = name.removeprefix(PREFIX)
+    if base_name not in SUPPORTED_BASES:
+        raise InputError(name, f"rollout teachers improve one of: {', '.join(SUPPORTED_BASES)}")
+    base = SRPTKnee(speed, compat, placer, FILL_KNEE_EFFICIENCY, DEFAULT_FILL_EFFICIENCY)
+    # in compatibility mode the continuations' own slot differs from the replayed one (see the module's doc)
+    variants: list[HeuristicScheduler] = [UntilRefused(base)] if compat else []
+    variants += [
+        SRPTKnee(speed, compat, placer, knee, fill)
+        for knee in KNEES
+        for fill in FILLS
+        if (knee, fill) != (FILL_KNEE_EFFICIENCY, DEFAULT_FILL_EFFICIENCY)
+    ]
+    return RolloutTeacher(base, variants, window, placer)
