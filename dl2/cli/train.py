@@ -35,6 +35,7 @@ def add_parsers(subparsers: argparse._SubParsersAction[Any]) -> None:
     sl.add_argument("--learning-rate", type=float, default=1e-3)
     sl.add_argument("--dagger-rounds", type=int, default=2, help="DAgger rounds after behaviour cloning")
     sl.add_argument("--dagger-episodes", type=int, default=4, help="workloads per DAgger round")
+    sl.add_argument("--dagger-max-slots", type=int, default=3000, help="cut a DAgger workload after this many slots")
     sl.add_argument("--workers", type=int, default=2, help="processes recording workloads in parallel")
     sl.add_argument(
         "--init",
@@ -140,6 +141,8 @@ def run_sl(args: argparse.Namespace) -> int:
 
     if args.episodes < 0 or args.dagger_rounds < 0 or args.dagger_episodes < 0:
         raise UsageError("--episodes, --dagger-rounds and --dagger-episodes must not be negative")
+    if args.dagger_max_slots < 1:
+        raise UsageError("--dagger-max-slots must be at least 1")
     if args.episodes == 0 and (args.init is None or args.dagger_rounds * args.dagger_episodes == 0):
         raise UsageError("--episodes 0 needs --init and at least one DAgger round with at least one workload")
     network = _network(args)
@@ -160,6 +163,7 @@ def run_sl(args: argparse.Namespace) -> int:
         record_every=args.record_every,
         dagger_rounds=args.dagger_rounds,
         dagger_episodes=args.dagger_episodes,
+        dagger_max_slots=args.dagger_max_slots,
         observation=observation,
         placer=args.placer,
         workers=args.workers,
@@ -172,7 +176,8 @@ def run_sl(args: argparse.Namespace) -> int:
         f"recording {args.teacher} on {args.episodes} workloads of {args.source} ({args.mode} mode)...", file=sys.stderr
     )
     recording = tqdm(total=recorded_workloads(config), desc="recording", unit="workload", file=sys.stderr)
-    bar = tqdm(total=args.epochs * (1 + args.dagger_rounds), desc="warm-up", unit="epoch", file=sys.stderr)
+    trainings = (1 if args.episodes else 0) + args.dagger_rounds  # no first training without teacher runs
+    bar = tqdm(total=args.epochs * trainings, desc="warm-up", unit="epoch", file=sys.stderr)
 
     def on_epoch(epoch: int, loss: float, accuracy: float) -> None:
         bar.set_postfix(loss=f"{loss:.3f}", held_out_accuracy=f"{accuracy:.3f}")

@@ -232,14 +232,19 @@ def record_on_policy(
         view = simulation.begin_slot()
         decision = SlotDecision(view, observation.window, compat, placer, work_conserving=True)
         targets = None
-        labeller: Scheduler = teacher.heuristic_for(simulation, view) if isinstance(teacher, SlotTeacher) else teacher
-        if not isinstance(labeller, HeuristicScheduler):
-            allocation = labeller.schedule(view)
-            targets = {job_id: (a.num_workers, a.num_ps) for job_id, a in allocation.jobs.items()}
+        labeller: Scheduler | None = None
+        if isinstance(teacher, SlotTeacher):
+            # its choice can cost many simulations, and only recorded slots need a label
+            labeller = teacher.heuristic_for(simulation, view) if slot % every == 0 else None
+        else:
+            labeller = teacher if slot % every == 0 else None
+            if not isinstance(teacher, HeuristicScheduler):  # it may keep state: it decides every slot
+                allocation = teacher.schedule(view)
+                targets = {job_id: (a.num_workers, a.num_ps) for job_id, a in allocation.jobs.items()}
         while not decision.done:
             state = observer(decision)
             mask = decision.mask()
-            if slot % every == 0:
+            if labeller is not None:
                 label = teacher_action(decision, labeller, targets)
                 observations.append(state)
                 masks.append(np.maximum(mask, np.eye(1, len(mask), label, dtype=np.int8)[0]))

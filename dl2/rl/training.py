@@ -60,6 +60,8 @@ class WarmUpConfig:
     teacher labels what it sees, and training continues on all data so far (0: plain behaviour cloning)."""
     dagger_episodes: int = 4
     """Workloads per DAgger round."""
+    dagger_max_slots: int = 3_000
+    """A DAgger workload is cut after this many slots (a poor student can take far longer than its teacher)."""
     observation: ObservationConfig = field(default_factory=ObservationConfig)
     placer: str = "load-balance"
     supervised: SupervisedConfig = field(default_factory=SupervisedConfig)
@@ -183,6 +185,7 @@ def record_student(config: WarmUpConfig, student: NumpyPolicy, seed: int) -> Dem
         config.observation,
         PLACERS[config.placer](),
         config.record_every,
+        config.dagger_max_slots,
     )
 
 
