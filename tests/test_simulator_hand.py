@@ -115,3 +115,30 @@ def test_srpt_knee_fill_tops_a_lone_job_up_past_its_knee(compat: bool) -> None:
     filled = SRPTKnee(LinearSpeed(), compat, efficiency=0.6, fill_efficiency=0.9).schedule(view).jobs["a"]
     assert (knee.num_workers, knee.num_ps) == (3, 1)
     assert (filled.num_workers, filled.num_ps) == (4, 1)
+    ladder = SRPTKnee(LinearSpeed(), compat, efficiency=0.6, fill_efficiency=(0.7, 0.8, 1.0))
+    assert ladder.name == "srpt-knee-ladder"
+    laddered = ladder.schedule(view).jobs["a"]
+    assert (laddered.num_workers, laddered.num_ps) == (4, 1)
+    with pytest.raises(ValueError, match="fill_efficiency must be in"):
+        SRPTKnee(LinearSpeed(), compat, fill_efficiency=(0.8, 0.0))
+
+
+@pytest.mark.parametrize("compat", [True, False])
+def test_srpt_knee_ladder_lets_every_job_climb_a_level_before_the_shortest_climbs_the_next(compat: bool) -> None:
+    """Two jobs of up to 10 workers (LinearSpeed: best 10) on 8 eight-GPU servers, room for 16 four-GPU workers.
+    Knees at 0.6 give each 6 workers, leaving 4. srpt-knee-fill's one pass to 0.9 (9 workers) gives the shorter
+    job `a` 3 of them and `b` the last; the ladder's 0.8 level (8 workers) gives each 2, and nothing is left
+    for its 1.0 level."""
+    from dl2.schedulers.srpt_knee import SRPTKnee
+
+    jobs = make_job("a", epochs=10.0, max_tasks=10), make_job("b", epochs=100.0, max_tasks=10)
+    workload = one_node_workload(*jobs, num_nodes=8)
+    config = SimConfig.compat() if compat else SimConfig.realistic(seed=0)
+    view = Simulation(workload, config, LinearSpeed()).begin_slot()
+
+    def counts(fills: float | tuple[float, ...]) -> dict[str, tuple[int, int]]:
+        allocation = SRPTKnee(LinearSpeed(), compat, efficiency=0.6, fill_efficiency=fills).schedule(view)
+        return {job_id: (a.num_workers, a.num_ps) for job_id, a in allocation.jobs.items()}
+
+    assert counts(0.9) == {"a": (9, 1), "b": (7, 1)}
+    assert counts((0.8, 1.0)) == {"a": (8, 1), "b": (8, 1)}

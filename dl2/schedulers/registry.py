@@ -12,7 +12,7 @@ from dl2.schedulers.load_balance import LoadBalancePlacer
 from dl2.schedulers.optimus import OptimusOracle
 from dl2.schedulers.optimus_fitted import OptimusFitted
 from dl2.schedulers.placement import Placer
-from dl2.schedulers.srpt_knee import DEFAULT_FILL_EFFICIENCY, FILL_KNEE_EFFICIENCY, SRPTKnee
+from dl2.schedulers.srpt_knee import DEFAULT_FILL_EFFICIENCY, FILL_KNEE_EFFICIENCY, LADDER_FILLS, SRPTKnee
 from dl2.schedulers.srtf import SRTF
 from dl2.schedulers.tetris import TetrisPlacer
 from dl2.schedulers.tiresias import Tiresias
@@ -37,9 +37,12 @@ SCHEDULERS: dict[str, SchedulerFactory] = {
     "srpt-knee-fill": lambda speed, compat, placer: SRPTKnee(
         speed, compat, placer, FILL_KNEE_EFFICIENCY, DEFAULT_FILL_EFFICIENCY
     ),
+    "srpt-knee-ladder": lambda speed, compat, placer: SRPTKnee(
+        speed, compat, placer, FILL_KNEE_EFFICIENCY, LADDER_FILLS
+    ),
 }
 
-COMPAT_SCHEDULERS = ("drf", "fifo", "srtf", "optimus", "srpt-knee", "srpt-knee-fill")
+COMPAT_SCHEDULERS = ("drf", "fifo", "srtf", "optimus", "srpt-knee", "srpt-knee-fill", "srpt-knee-ladder")
 """Schedulers with a compatibility-mode version: the authors' four, and ours that uses their mechanism."""
 
 
