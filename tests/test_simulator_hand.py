@@ -112,7 +112,7 @@ def test_srpt_knee_fill_tops_a_lone_job_up_past_its_knee(compat: bool) -> None:
     config = SimConfig.compat() if compat else SimConfig.realistic(seed=0)
     view = Simulation(workload, config, LinearSpeed()).begin_slot()
     knee = SRPTKnee(LinearSpeed(), compat).schedule(view).jobs["a"]
-    filled = SRPTKnee(LinearSpeed(), compat, efficiency=0.6, fill_efficiency=0.9).schedule(view).jobs["a"]
+    filled = SRPTKnee(LinearSpeed(), compat, efficiency=0.6, fill_efficiency=(0.9,)).schedule(view).jobs["a"]
     assert (knee.num_workers, knee.num_ps) == (3, 1)
     assert (filled.num_workers, filled.num_ps) == (4, 1)
     ladder = SRPTKnee(LinearSpeed(), compat, efficiency=0.6, fill_efficiency=(0.7, 0.8, 1.0))
@@ -136,9 +136,9 @@ def test_srpt_knee_ladder_lets_every_job_climb_a_level_before_the_shortest_climb
     config = SimConfig.compat() if compat else SimConfig.realistic(seed=0)
     view = Simulation(workload, config, LinearSpeed()).begin_slot()
 
-    def counts(fills: float | tuple[float, ...]) -> dict[str, tuple[int, int]]:
+    def counts(fills: tuple[float, ...]) -> dict[str, tuple[int, int]]:
         allocation = SRPTKnee(LinearSpeed(), compat, efficiency=0.6, fill_efficiency=fills).schedule(view)
         return {job_id: (a.num_workers, a.num_ps) for job_id, a in allocation.jobs.items()}
 
-    assert counts(0.9) == {"a": (9, 1), "b": (7, 1)}
+    assert counts((0.9,)) == {"a": (9, 1), "b": (7, 1)}
     assert counts((0.8, 1.0)) == {"a": (8, 1), "b": (8, 1)}

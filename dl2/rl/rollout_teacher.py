@@ -104,21 +104,18 @@ class RolloutTeacher:
 
     def heuristic_for(self, simulation: Simulation, view: ClusterView) -> HeuristicScheduler:
         """The variant to act as in this slot, `view` being `simulation`'s current one."""
-        distinct: dict[tuple[tuple[str, int, int], ...], int] = {}
-        allocations: list[Allocation] = []
+        distinct: dict[tuple[tuple[str, int, int], ...], tuple[int, Allocation]] = {}
         for index, variant in enumerate(self.variants):
             decision = SlotDecision(view, self.window, simulation.config.mode is Mode.COMPAT, self.placer)
             for action in replay_stream(decision, variant):
                 decision.step(action)
             allocation = decision.allocation()
             key = tuple(sorted((job_id, a.num_workers, a.num_ps) for job_id, a in allocation.jobs.items()))
-            if key not in distinct:
-                distinct[key] = index
-                allocations.append(allocation)
+            distinct.setdefault(key, (index, allocation))
         if len(distinct) == 1:
             return self.base
         best_index, best_total = 0, float("inf")
-        for index, allocation in zip(distinct.values(), allocations, strict=True):
+        for index, allocation in distinct.values():
             total = self._total_jct_after(simulation, allocation)
             if total < best_total - 1e-6:
                 best_index, best_total = index, total
@@ -148,11 +145,11 @@ def make_rollout_teacher(
     base_name = name.removeprefix(PREFIX)
     if base_name not in SUPPORTED_BASES:
         raise InputError(name, f"rollout teachers improve one of: {', '.join(SUPPORTED_BASES)}")
-    base = SRPTKnee(speed, compat, placer, FILL_KNEE_EFFICIENCY, DEFAULT_FILL_EFFICIENCY)
+    base = SRPTKnee(speed, compat, placer, FILL_KNEE_EFFICIENCY, (DEFAULT_FILL_EFFICIENCY,))
     # in compatibility mode the continuations' own slot differs from the replayed one (see the module's doc)
     variants: list[HeuristicScheduler] = [UntilRefused(base)] if compat else []
     variants += [
-        SRPTKnee(speed, compat, placer, knee, fill)
+        SRPTKnee(speed, compat, placer, knee, () if fill is None else (fill,))
         for knee in KNEES
         for fill in FILLS
         if (knee, fill) != (FILL_KNEE_EFFICIENCY, DEFAULT_FILL_EFFICIENCY)

@@ -7,9 +7,10 @@ validation seeds, and the test workloads (e.g. the authors' reference files) are
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -87,20 +88,18 @@ def _in_parallel(
 ) -> list[_R]:
     """`function` over `arguments` in order, in up to `workers` forked processes (1: in this one); `on_done` is
     called here as each one finishes."""
-    results = []
-    if workers <= 1 or len(arguments) <= 1:
-        for argument in arguments:
-            results.append(function(argument))
-            if on_done is not None:
-                on_done()
-        return results
-    context = multiprocessing.get_context("fork")
-    with context.Pool(min(workers, len(arguments))) as pool:
-        for result in pool.imap(function, arguments, chunksize=1):
+    with contextlib.ExitStack() as stack:
+        if workers <= 1 or len(arguments) <= 1:
+            finished: Iterable[_R] = map(function, arguments)
+        else:
+            pool = stack.enter_context(multiprocessing.get_context("fork").Pool(min(workers, len(arguments))))
+            finished = pool.imap(function, arguments, chunksize=1)
+        results = []
+        for result in finished:
             results.append(result)
             if on_done is not None:
                 on_done()
-    return results
+        return results
 
 
 def _record_one(task: tuple[WarmUpConfig, int]) -> tuple[Demonstrations, float]:
@@ -152,9 +151,8 @@ def warm_up(
     next_seed = config.seed_offset + config.episodes
     for _ in range(config.dagger_rounds):
         student = NumpyPolicy.from_state_dict(policy.state_dict(), config.observation.shape, config.supervised.network)
-        seeds = list(range(next_seed, next_seed + config.dagger_episodes))
+        tasks = [(config, student, seed) for seed in range(next_seed, next_seed + config.dagger_episodes)]
         next_seed += config.dagger_episodes
-        tasks = [(config, student, seed) for seed in seeds]
         labelled = _in_parallel(_record_student, tasks, config.workers, on_workload)
         train = Demonstrations.concatenate([train, *labelled])
         policy, more = train_supervised(

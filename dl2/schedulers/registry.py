@@ -35,7 +35,7 @@ SCHEDULERS: dict[str, SchedulerFactory] = {
     "tiresias": lambda speed, compat, placer: Tiresias(placer),
     "srpt-knee": lambda speed, compat, placer: SRPTKnee(speed, compat, placer),
     "srpt-knee-fill": lambda speed, compat, placer: SRPTKnee(
-        speed, compat, placer, FILL_KNEE_EFFICIENCY, DEFAULT_FILL_EFFICIENCY
+        speed, compat, placer, FILL_KNEE_EFFICIENCY, (DEFAULT_FILL_EFFICIENCY,)
     ),
     "srpt-knee-ladder": lambda speed, compat, placer: SRPTKnee(
         speed, compat, placer, FILL_KNEE_EFFICIENCY, LADDER_FILLS

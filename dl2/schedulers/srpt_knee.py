@@ -50,15 +50,12 @@ class SRPTKnee(HeuristicScheduler):
         compat: bool = False,
         placer: Placer | None = None,
         efficiency: float = DEFAULT_EFFICIENCY,
-        fill_efficiency: float | tuple[float, ...] | None = None,
+        fill_efficiency: tuple[float, ...] = (),
     ) -> None:
-        """`fill_efficiency`: None for one pass (`srpt-knee`); else the second pass's target (`srpt-knee-fill`),
-        or the targets of one pass each (`srpt-knee-ladder`)."""
+        """`fill_efficiency`: the target of each pass after the knees, in order: none for `srpt-knee`, one for
+        `srpt-knee-fill`, several for `srpt-knee-ladder`."""
         super().__init__(compat, placer)
-        if isinstance(fill_efficiency, tuple):
-            fills = fill_efficiency
-        else:
-            fills = () if fill_efficiency is None else (fill_efficiency,)
+        fills = tuple(fill_efficiency)
         for name, value in (("efficiency", efficiency), *(("fill_efficiency", fill) for fill in fills)):
             if not 0 < value <= 1:
                 raise ValueError(f"{name} must be in (0, 1], got {value}")
