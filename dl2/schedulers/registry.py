@@ -12,6 +12,7 @@ from dl2.schedulers.load_balance import LoadBalancePlacer
 from dl2.schedulers.optimus import OptimusOracle
 from dl2.schedulers.optimus_fitted import OptimusFitted
 from dl2.schedulers.placement import Placer
+from dl2.schedulers.speedup_hull import SpeedupHull
 from dl2.schedulers.srpt_knee import DEFAULT_FILL_EFFICIENCY, FILL_KNEE_EFFICIENCY, LADDER_FILLS, SRPTKnee
 from dl2.schedulers.srtf import SRTF
 from dl2.schedulers.tetris import TetrisPlacer
@@ -40,9 +41,19 @@ SCHEDULERS: dict[str, SchedulerFactory] = {
     "srpt-knee-ladder": lambda speed, compat, placer: SRPTKnee(
         speed, compat, placer, FILL_KNEE_EFFICIENCY, LADDER_FILLS
     ),
+    "speedup-hull": lambda speed, compat, placer: SpeedupHull(speed, compat, placer),
 }
 
-COMPAT_SCHEDULERS = ("drf", "fifo", "srtf", "optimus", "srpt-knee", "srpt-knee-fill", "srpt-knee-ladder")
+COMPAT_SCHEDULERS = (
+    "drf",
+    "fifo",
+    "srtf",
+    "optimus",
+    "srpt-knee",
+    "srpt-knee-fill",
+    "srpt-knee-ladder",
+    "speedup-hull",
+)
 """Schedulers with a compatibility-mode version: the authors' four, and ours that uses their mechanism."""
 
 

@@ -1,0 +1,48 @@
+"""An order of task requests that the authors' least-loaded placement packs without stranding (compatibility mode).
+
+In the authors' mechanism every task goes to the least-loaded server (load: used slots of all types summed) and
+the first task that does not fit there ends the slot (`dl2.schedulers.least_loaded`). In their setting a GPU
+worker takes 4 GPU and 2 CPU slots (load 6), a PS or a CPU worker 2 CPU slots (load 2), on servers of 8 + 8.
+CPU is what runs out. Asked job by job, a server that received only CPU tasks is full at load 8 while servers
+holding GPU workers still have CPU room at load 12: the full server is the least-loaded one, and it refuses every
+later task. With `srpt-knee-ladder` on the validation workloads that strands about 32 of the 192 CPU task slots
+of a busy slot.
+
+Asking for the same tasks in another order avoids it. Water-filling by load places task kinds in the order asked,
+so: first `k` CPU tasks per server (all servers end level), then every GPU worker (each on a server that still
+has CPU room for it), then the remaining CPU tasks (onto the servers left lightest). With G GPU workers on N
+servers, `k = 4 - ceil(G / N)` fills every server's CPU. The order is checked by replaying the authors' placement
+on a copy; the first `k` (from the most CPU tasks first down) that places every task is used.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from dl2.core import ClusterSpec
+from dl2.schedulers.least_loaded import LeastLoadedNodes
+from dl2.schedulers.requests import Request, RoleDemands
+
+
+def places_everything(cluster: ClusterSpec, order: Sequence[Request], demands: Sequence[RoleDemands]) -> bool:
+    """Whether the authors' placement grants every request of `order` (on an empty cluster, as each slot starts)."""
+    nodes = LeastLoadedNodes(cluster)
+    return all(nodes.place(demands[rank][role]) >= 0 for rank, role in order)
+
+
+def packed_order(cluster: ClusterSpec, tasks: Sequence[Request], demands: Sequence[RoleDemands]) -> list[Request]:
+    """`tasks` (each request granted one task) reordered so that least-loaded placement grants them all: CPU-only
+    tasks up to `k` per server first, then the GPU tasks, then the other CPU-only tasks, for the largest `k` that
+    works. If none does, `tasks` in their own order (which the caller's mechanism then cuts where it must)."""
+    gpu_tasks = [task for task in tasks if demands[task[0]][task[1]][0] > 0]
+    cpu_tasks = [task for task in tasks if demands[task[0]][task[1]][0] <= 0]
+    if not gpu_tasks or not cpu_tasks:
+        return list(tasks)
+    num_nodes = cluster.num_nodes
+    for per_server in range(math.ceil(len(cpu_tasks) / num_nodes), -1, -1):
+        first = per_server * num_nodes
+        order = cpu_tasks[:first] + gpu_tasks + cpu_tasks[first:]
+        if places_everything(cluster, order, demands):
+            return order
+    return list(tasks)

@@ -1,0 +1,91 @@
+"""The packed request order (`dl2.schedulers.packing`) and the speed-up hull scheduler: hand cases and properties."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from conftest import COMPAT_PS, COMPAT_WORKER, make_job, one_node_workload
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dl2.core import ClusterSpec, JobAllocation, JobSpec, Resources
+from dl2.schedulers.packing import packed_order, places_everything
+from dl2.schedulers.requests import Role, RoleDemands
+from dl2.schedulers.speedup_hull import SpeedupHull
+from dl2.sim.config import SimConfig
+from dl2.sim.simulator import Simulation
+
+GPU_JOB: RoleDemands = (COMPAT_WORKER.as_tuple(), COMPAT_PS.as_tuple(), (4.0, 4.0, 0.0))
+"""Rank 0 in these cases: a PS job with GPU workers (the authors' slot units)."""
+
+
+def compat_cluster(num_nodes: int) -> ClusterSpec:
+    return ClusterSpec.homogeneous(num_nodes, Resources(gpu=8.0, cpu=8.0), kind="test")
+
+
+def test_asking_job_by_job_strands_a_server_that_the_packed_order_fills() -> None:
+    """Two servers of 8 GPU and 8 CPU slots; two jobs of 1 GPU worker and 3 PS each: 8 tasks, exactly the CPU.
+    Job by job, job 0's worker goes to server 0 (load 6) and its 3 PS to server 1 (load 6); job 1's worker then
+    goes to server 0 (load 12) and its first PS fills server 1's CPU at load 8, the least-loaded server: the next
+    PS is refused. Packed: 3 PS per server first (loads 6 and 6), then one worker on each."""
+    demands = [GPU_JOB, GPU_JOB]
+    job_by_job = [(0, Role.WORKER), *[(0, Role.PS)] * 3, (1, Role.WORKER), *[(1, Role.PS)] * 3]
+    cluster = compat_cluster(2)
+    assert not places_everything(cluster, job_by_job, demands)
+    packed = packed_order(cluster, job_by_job, demands)
+    assert packed == [*[(0, Role.PS)] * 3, *[(1, Role.PS)] * 3, (0, Role.WORKER), (1, Role.WORKER)]
+    assert places_everything(cluster, packed, demands)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 8), st.data())
+def test_the_packed_order_places_every_mix_that_fits_the_cluster_in_total(num_nodes: int, data: st.DataObject) -> None:
+    """Any G GPU workers and C CPU-only tasks with G <= 2N and G + C <= 4N (what the servers hold in total) are all
+    placed, whatever order they come in."""
+    gpu = data.draw(st.integers(0, 2 * num_nodes), label="gpu workers")
+    cpu = data.draw(st.integers(0, 4 * num_nodes - gpu), label="cpu tasks")
+    tasks = [(0, Role.WORKER)] * gpu + [(0, Role.PS)] * cpu
+    tasks = data.draw(st.permutations(tasks), label="asked in")
+    order = packed_order(compat_cluster(num_nodes), tasks, [GPU_JOB])
+    assert sorted(order) == sorted(tasks)
+    assert places_everything(compat_cluster(num_nodes), order, [GPU_JOB])
+
+
+class SquareRootSpeed:
+    """throughput = sqrt(workers) with at least one PS: returns diminish with every worker."""
+
+    def throughput(self, model: str, num_ps: int, num_workers: int) -> float:
+        return math.sqrt(num_workers) if num_ps > 0 else 0.0
+
+    def placed_throughput(self, spec: JobSpec, allocation: JobAllocation) -> float:
+        return self.throughput(spec.model, allocation.num_ps, allocation.num_workers)
+
+
+def test_the_hull_keeps_the_fastest_split_of_each_efficient_task_count() -> None:
+    """sqrt(w) with one PS: n tasks run at sqrt(n - 1), concave from 2 tasks on, so every count of 2 to 5 tasks is
+    on the hull (a second PS never helps); the empty allocation starts it."""
+    hull = SpeedupHull(SquareRootSpeed()).hull(make_job("a", epochs=1.0).spec)
+    assert [(p.tasks, p.ps, p.workers) for p in hull] == [(0, 0, 0), (2, 1, 1), (3, 1, 2), (4, 1, 3), (5, 1, 4)]
+    assert [p.throughput for p in hull] == pytest.approx([0.0, 1.0, math.sqrt(2), math.sqrt(3), 2.0])
+
+
+@pytest.mark.parametrize("compat", [True, False])
+@pytest.mark.parametrize(
+    ("size_exponent", "expected"), [(0.0, {"a": (3, 1), "b": (3, 1)}), (0.1, {"a": (4, 1), "b": (2, 1)})]
+)
+def test_speedup_hull_spends_each_task_where_it_adds_most_of_a_jobs_best_speed(
+    compat: bool, size_exponent: float, expected: dict[str, tuple[int, int]]
+) -> None:
+    """Two jobs of one type (sqrt speed, best 2 at 4 workers) on 3 servers: 6 GPU workers, 12 tasks. Steps along
+    the hull add 0.25, 0.207, 0.159 and 0.134 of the best speed per task. With alpha 0 the jobs tie at every
+    level and take turns, a first: 1+1, 1+2, 1+3 tasks each, then a's last step needs a 7th GPU worker. With alpha
+    0.1 the job 10 times shorter weighs 10^0.1 = 1.26 times more: a takes its first two steps (0.25, 0.261), b
+    its first two (0.25, 0.207 > 0.200), then a its third and fourth (0.200, 0.169 > b's 0.159): 4 workers and a
+    PS; b's third step would need a 7th GPU worker."""
+    jobs = make_job("a", epochs=10.0), make_job("b", epochs=100.0)
+    workload = one_node_workload(*jobs, num_nodes=3)
+    config = SimConfig.compat() if compat else SimConfig.realistic(seed=0)
+    view = Simulation(workload, config, SquareRootSpeed()).begin_slot()
+    allocation = SpeedupHull(SquareRootSpeed(), compat, size_exponent=size_exponent).schedule(view)
+    assert {job_id: (a.num_workers, a.num_ps) for job_id, a in allocation.jobs.items()} == expected
