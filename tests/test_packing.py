@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from dl2.core import ClusterSpec, JobAllocation, JobSpec, Resources
 from dl2.schedulers.packing import packed_order, places_everything
-from dl2.schedulers.requests import Role, RoleDemands
+from dl2.schedulers.requests import RequestStream, Role, RoleDemands
 from dl2.schedulers.speedup_hull import SpeedupHull
 from dl2.sim.config import SimConfig
 from dl2.sim.simulator import Simulation
@@ -89,3 +89,33 @@ def test_speedup_hull_spends_each_task_where_it_adds_most_of_a_jobs_best_speed(
     view = Simulation(workload, config, SquareRootSpeed()).begin_slot()
     allocation = SpeedupHull(SquareRootSpeed(), compat, size_exponent=size_exponent).schedule(view)
     assert {job_id: (a.num_workers, a.num_ps) for job_id, a in allocation.jobs.items()} == expected
+
+
+def test_speedup_hull_asks_only_for_what_a_partial_allocation_still_lacks() -> None:
+    """A DAgger label restarts the stream from the student's counts: tasks already held are not asked again, so a
+    job given its whole target is skipped and one given part of it gets the rest (the 3 servers and alpha 0.1 of
+    the case above: targets a 4 workers + 1 PS, b 2 workers + 1 PS)."""
+    workload = one_node_workload(make_job("a", epochs=10.0), make_job("b", epochs=100.0), num_nodes=3)
+    view = Simulation(workload, SimConfig.compat(), SquareRootSpeed()).begin_slot()
+    scheduler = SpeedupHull(SquareRootSpeed(), compat=True)
+
+    def granted_from(counts: list[list[int]]) -> list[tuple[int, Role]]:
+        """Every request, granted as the mechanism would (counting it)."""
+        stream, asked = scheduler.requests(view, counts), []
+        request = next(stream, None)
+        while request is not None:
+            asked.append(request)
+            counts[request[0]][request[1]] += 1
+            request = _send(stream)
+        return asked
+
+    assert granted_from([[4, 1], [2, 1]]) == []
+    asked = granted_from([[3, 1], [0, 0]])
+    assert sorted(asked) == [(0, Role.WORKER), (1, Role.WORKER), (1, Role.WORKER), (1, Role.PS)]
+
+
+def _send(stream: RequestStream) -> tuple[int, Role] | None:
+    try:
+        return stream.send(True)
+    except StopIteration:
+        return None

@@ -124,15 +124,19 @@ class SpeedupHull(HeuristicScheduler):
         return [[point.workers, point.ps] for point in self.targets(view, demands)]
 
     def requests(self, view: ClusterView, counts: Counts) -> RequestStream:
+        """This slot's targets, task by task; tasks that `counts` already holds are not asked again (a DAgger label
+        restarts the stream from a student's partial allocation)."""
         demands = self._role_demands(view)
+        targets = self.targets(view, demands)
         tasks: list[Request] = []
-        for rank, point in enumerate(self.targets(view, demands)):
+        for rank, point in enumerate(targets):
             tasks += [(rank, Role.WORKER)] * point.workers + [(rank, Role.PS)] * point.ps
         order = packed_order(view.cluster, tasks, demands) if self.pack and self.compat else tasks
-        for request in order:
-            # every task fits the cluster in total: a refusal (compatibility mode) is the mechanism's to act on. Not
-            # `yield from`: the mechanism sends grants back, which a list's iterator cannot take.
-            _ = yield request
+        for rank, role in order:
+            target = targets[rank].workers if role is Role.WORKER else targets[rank].ps
+            if counts[rank][role] < target:
+                # every task fits the cluster in total: a refusal (compatibility mode) is the mechanism's to act on
+                _ = yield rank, role
 
 
 def _slope(start: HullPoint, end: HullPoint) -> float:
