@@ -25,17 +25,26 @@ def compat_cluster(num_nodes: int) -> ClusterSpec:
 
 
 def test_asking_job_by_job_strands_a_server_that_the_packed_order_fills() -> None:
-    """Two servers of 8 GPU and 8 CPU slots; two jobs of 1 GPU worker and 3 PS each: 8 tasks, exactly the CPU.
-    Job by job, job 0's worker goes to server 0 (load 6) and its 3 PS to server 1 (load 6); job 1's worker then
-    goes to server 0 (load 12) and its first PS fills server 1's CPU at load 8, the least-loaded server: the next
-    PS is refused. Packed: 3 PS per server first (loads 6 and 6), then one worker on each."""
+    """Two servers of 8 GPU and 8 CPU slots; job 0 asks for 1 GPU worker and 3 PS, job 1 for 4 PS: 8 tasks, exactly
+    the CPU. Job by job, the worker goes to server 0 (load 6) and the PS to server 1 (2, 4, 6), then server 0 (8),
+    server 1 (8: its CPU is full) and server 0 (10): server 1 is now the least-loaded and refuses the last PS.
+    GPU workers first, or 1 or 2 PS per server first, strand one PS the same way; 3 PS per server first (loads 6
+    and 6), then the worker (server 0: load 12, CPU full), then the last PS (server 1) place all 8."""
     demands = [GPU_JOB, GPU_JOB]
-    job_by_job = [(0, Role.WORKER), *[(0, Role.PS)] * 3, (1, Role.WORKER), *[(1, Role.PS)] * 3]
+    job_by_job = [(0, Role.WORKER), *[(0, Role.PS)] * 3, *[(1, Role.PS)] * 4]
     cluster = compat_cluster(2)
     assert not places_everything(cluster, job_by_job, demands)
     packed = packed_order(cluster, job_by_job, demands)
-    assert packed == [*[(0, Role.PS)] * 3, *[(1, Role.PS)] * 3, (0, Role.WORKER), (1, Role.WORKER)]
+    assert packed == [*[(0, Role.PS)] * 3, *[(1, Role.PS)] * 3, (0, Role.WORKER), (1, Role.PS)]
     assert places_everything(cluster, packed, demands)
+
+
+def test_gpu_workers_are_asked_first_whenever_that_packs() -> None:
+    """Two jobs of 1 worker and 3 PS on two servers: one worker per server then the PS (loads 12 and 12) place
+    everything, so no job is left holding PS while waiting for its workers."""
+    tasks = [(0, Role.WORKER), *[(0, Role.PS)] * 3, (1, Role.WORKER), *[(1, Role.PS)] * 3]
+    packed = packed_order(compat_cluster(2), tasks, [GPU_JOB, GPU_JOB])
+    assert packed == [(0, Role.WORKER), (1, Role.WORKER), *[(0, Role.PS)] * 3, *[(1, Role.PS)] * 3]
 
 
 @settings(max_examples=200, deadline=None)

@@ -11,7 +11,8 @@ of a busy slot.
 Asking for the same tasks in another order avoids it. Water-filling by load places task kinds in the order asked,
 so: first `k` CPU tasks per server (all servers end level), then every GPU worker (each on a server that still
 has CPU room for it), then the remaining CPU tasks (onto the servers left lightest). With G GPU workers on N
-servers, `k = 4 - ceil(G / N)` fills every server's CPU. The order is checked by replaying the authors' placement
+servers, `k = 4 - ceil(G / N)` fills every server's CPU; a policy sees the switch in the least-loaded server's
+free CPU. The order is checked by replaying the authors' placement
 on a copy before it is used.
 """
 
@@ -33,25 +34,15 @@ def places_everything(cluster: ClusterSpec, order: Sequence[Request], demands: S
 
 def packed_order(cluster: ClusterSpec, tasks: Sequence[Request], demands: Sequence[RoleDemands]) -> list[Request]:
     """`tasks` (each request granted one task) reordered so that least-loaded placement grants them all: CPU-only
-    tasks up to `k` per server first, then the GPU tasks, then the other CPU-only tasks. `k` is the rule above when
-    it works: CPU-only tasks first until every server has room left for exactly the GPU tasks it will take, a
-    switch a policy can see in the least-loaded server's free CPU. Otherwise the largest `k` that works; if none
-    does, `tasks` in their own order (which the caller's mechanism then cuts where it must)."""
+    tasks up to `k` per server first, then the GPU tasks, then the other CPU-only tasks, for the smallest `k` that
+    works (0 when the cluster has room to spare: GPU workers first, so that no job holds PS without workers). If
+    none does, `tasks` in their own order (which the caller's mechanism then cuts where it must)."""
     gpu_tasks = [task for task in tasks if demands[task[0]][task[1]][0] > 0]
     cpu_tasks = [task for task in tasks if demands[task[0]][task[1]][0] <= 0]
     if not gpu_tasks or not cpu_tasks:
         return list(tasks)
     num_nodes = cluster.num_nodes
-    gpu_demand = demands[gpu_tasks[0][0]][gpu_tasks[0][1]]
-    cpu_demand = demands[cpu_tasks[0][0]][cpu_tasks[0][1]]
-    smallest_cpu = min(node.capacity.cpu for node in cluster.nodes)
-    slots = int(smallest_cpu // cpu_demand[1]) if cpu_demand[1] > 0 else 0
-    # a GPU task takes the CPU of this many CPU-only tasks (one in the authors' setting)
-    gpu_in_slots = math.ceil(gpu_demand[1] / cpu_demand[1]) if cpu_demand[1] > 0 else 0
-    rule = slots - gpu_in_slots * math.ceil(len(gpu_tasks) / num_nodes)
-    candidates = [rule] if rule >= 0 else []
-    candidates += range(math.ceil(len(cpu_tasks) / num_nodes), -1, -1)
-    for per_server in candidates:
+    for per_server in range(math.ceil(len(cpu_tasks) / num_nodes) + 1):
         first = per_server * num_nodes
         order = cpu_tasks[:first] + gpu_tasks + cpu_tasks[first:]
         if places_everything(cluster, order, demands):
