@@ -32,19 +32,33 @@ def places_everything(cluster: ClusterSpec, order: Sequence[Request], demands: S
     return all(nodes.place(demands[rank][role]) >= 0 for rank, role in order)
 
 
-def packed_order(cluster: ClusterSpec, tasks: Sequence[Request], demands: Sequence[RoleDemands]) -> list[Request]:
-    """`tasks` (each request granted one task) reordered so that least-loaded placement grants them all: CPU-only
-    tasks up to `k` per server first, then the GPU tasks, then the other CPU-only tasks, for the smallest `k` that
-    works (0 when the cluster has room to spare: GPU workers first, so that no job holds PS without workers). If
-    none does, `tasks` in their own order (which the caller's mechanism then cuts where it must)."""
-    gpu_tasks = [task for task in tasks if demands[task[0]][task[1]][0] > 0]
-    cpu_tasks = [task for task in tasks if demands[task[0]][task[1]][0] <= 0]
+def is_gpu_task(demands: Sequence[RoleDemands], task: Request) -> bool:
+    return demands[task[0]][task[1]][0] > 0
+
+
+def cpu_first_count(cluster: ClusterSpec, tasks: Sequence[Request], demands: Sequence[RoleDemands]) -> int | None:
+    """How many CPU-only tasks to ask for before the GPU tasks so that least-loaded placement grants every task of
+    `tasks`: `k` per server for the smallest `k` that works (0 when GPU workers first pack, so that no job holds PS
+    while its workers wait). None if no `k` works, or if all tasks are of one kind (any order is the same)."""
+    gpu_tasks = [task for task in tasks if is_gpu_task(demands, task)]
+    cpu_tasks = [task for task in tasks if not is_gpu_task(demands, task)]
     if not gpu_tasks or not cpu_tasks:
-        return list(tasks)
+        return None
     num_nodes = cluster.num_nodes
     for per_server in range(math.ceil(len(cpu_tasks) / num_nodes) + 1):
         first = per_server * num_nodes
-        order = cpu_tasks[:first] + gpu_tasks + cpu_tasks[first:]
-        if places_everything(cluster, order, demands):
-            return order
-    return list(tasks)
+        if places_everything(cluster, cpu_tasks[:first] + gpu_tasks + cpu_tasks[first:], demands):
+            return first
+    return None
+
+
+def packed_order(cluster: ClusterSpec, tasks: Sequence[Request], demands: Sequence[RoleDemands]) -> list[Request]:
+    """`tasks` (each request granted one task) reordered so that least-loaded placement grants them all: the first
+    `cpu_first_count` CPU-only tasks, then the GPU tasks, then the other CPU-only tasks. If no such order works,
+    `tasks` in their own order (which the caller's mechanism then cuts where it must)."""
+    first = cpu_first_count(cluster, tasks, demands)
+    if first is None:
+        return list(tasks)
+    gpu_tasks = [task for task in tasks if is_gpu_task(demands, task)]
+    cpu_tasks = [task for task in tasks if not is_gpu_task(demands, task)]
+    return cpu_tasks[:first] + gpu_tasks + cpu_tasks[first:]

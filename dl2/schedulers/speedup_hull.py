@@ -32,7 +32,7 @@ from functools import cache
 
 from dl2.core import Architecture, ClusterView, JobSpec, JobView
 from dl2.schedulers.base import HeuristicScheduler
-from dl2.schedulers.packing import packed_order
+from dl2.schedulers.packing import cpu_first_count, is_gpu_task
 from dl2.schedulers.placement import Placer
 from dl2.schedulers.requests import Counts, Request, RequestStream, Role, RoleDemands
 from dl2.workload.speed import SpeedModel
@@ -138,8 +138,28 @@ class SpeedupHull(HeuristicScheduler):
         for rank in order_of_jobs:
             point = targets[rank]
             tasks += [(rank, Role.WORKER)] * point.workers + [(rank, Role.PS)] * point.ps
-        order = packed_order(view.cluster, tasks, demands) if self.pack and self.compat else tasks
-        for rank, role in order:
+        first = cpu_first_count(view.cluster, tasks, demands) if self.pack and self.compat else None
+        if first is None:
+            yield from self._missing(tasks, targets, counts)
+            return
+        # the packed order, counted on what the slot already holds: a student that gave more CPU-only tasks than
+        # the first phase's share is labelled with GPU workers next, not with the rest of the phase
+        cpu_tasks = [task for task in tasks if not is_gpu_task(demands, task)]
+        gpu_tasks = [task for task in tasks if is_gpu_task(demands, task)]
+        for task in cpu_tasks:
+            held = sum(
+                count[1] + (count[0] if not is_gpu_task(demands, (rank, Role.WORKER)) else 0)
+                for rank, count in enumerate(counts)
+            )
+            if held >= first:
+                break
+            yield from self._missing([task], targets, counts)
+        yield from self._missing(gpu_tasks + cpu_tasks, targets, counts)
+
+    @staticmethod
+    def _missing(tasks: list[Request], targets: list[HullPoint], counts: Counts) -> RequestStream:
+        """The tasks of `tasks` that the slot does not hold yet (`counts` is live: grants update it)."""
+        for rank, role in tasks:
             target = targets[rank].workers if role is Role.WORKER else targets[rank].ps
             if counts[rank][role] < target:
                 # every task fits the cluster in total: a refusal (compatibility mode) is the mechanism's to act on
