@@ -9,10 +9,10 @@ from conftest import COMPAT_PS, COMPAT_WORKER, make_job, one_node_workload
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dl2.core import ClusterSpec, JobAllocation, JobSpec, Resources
+from dl2.core import ClusterSpec, ClusterView, JobAllocation, JobSpec, Resources
 from dl2.schedulers.packing import packed_order, places_everything
 from dl2.schedulers.requests import RequestStream, Role, RoleDemands
-from dl2.schedulers.speedup_hull import SpeedupHull
+from dl2.schedulers.speedup_hull import HullPoint, SpeedupHull
 from dl2.sim.config import SimConfig
 from dl2.sim.simulator import Simulation
 
@@ -128,3 +128,20 @@ def _send(stream: RequestStream) -> tuple[int, Role] | None:
         return stream.send(True)
     except StopIteration:
         return None
+
+
+class FixedTargets(SpeedupHull):
+    """SpeedupHull with this slot's targets given (the packing case above: 1 worker + 3 PS, and 4 PS)."""
+
+    def targets(self, view: ClusterView, demands: list[RoleDemands]) -> list[HullPoint]:
+        return [HullPoint(4, 1.0, 3, 1), HullPoint(4, 1.0, 4, 0)]
+
+
+def test_a_label_switches_to_gpu_workers_once_the_slot_holds_the_first_phase_of_cpu_tasks() -> None:
+    """The packed order asks for 6 PS (3 per server) before the worker. A student that instead gave job 1 its 4 PS
+    and job 0 two is labelled with job 0's worker next, not job 0's third PS: the first phase's share is spent."""
+    workload = one_node_workload(make_job("a", epochs=10.0), make_job("b", epochs=100.0), num_nodes=2)
+    view = Simulation(workload, SimConfig.compat(), SquareRootSpeed()).begin_slot()
+    scheduler = FixedTargets(SquareRootSpeed(), compat=True)
+    assert next(scheduler.requests(view, [[0, 0], [0, 0]])) == (0, Role.PS)
+    assert next(scheduler.requests(view, [[0, 2], [0, 4]])) == (0, Role.WORKER)
