@@ -12,8 +12,8 @@ Asking for the same tasks in another order avoids it. Water-filling by load plac
 so: first `k` CPU tasks per server (all servers end level), then every GPU worker (each on a server that still
 has CPU room for it), then the remaining CPU tasks (onto the servers left lightest). With G GPU workers on N
 servers, `k = 4 - ceil(G / N)` fills every server's CPU; a policy sees the switch in the least-loaded server's
-free CPU. The order is checked by replaying the authors' placement
-on a copy before it is used.
+free CPU. `cpu_first_count` takes the smallest `k` that a replay of the authors' placement confirms: 0 (GPU workers
+first) whenever that packs, so that no job holds PS while its workers wait.
 """
 
 from __future__ import annotations

@@ -18,8 +18,10 @@ In the contended setting the cluster is full nearly every slot and jobs hardly q
 the no-contention bound is jobs running below their best speed; spending each task where it buys the most speed
 is what helps, more than strict shortest-first order.
 
-In compatibility mode the tasks are requested in `packed_order`, which the authors' least-loaded placement
-packs without stranding CPU (`pack=False` keeps them job by job, to measure what packing adds). In realistic
+In compatibility mode the tasks are requested in the packed order (`dl2.schedulers.packing`), which the authors'
+least-loaded placement packs without stranding CPU: the first `cpu_first_count` CPU-only tasks, then the GPU
+workers, then the rest, each kind shortest remaining time first, the first phase counted on what the slot already
+holds (`pack=False` asks job by job, to measure what packing adds). In realistic
 mode the targets go straight to the placer. Like Optimus and `srpt-knee`, it uses the simulator's speed function
 (an oracle).
 """
@@ -62,7 +64,7 @@ class SpeedupHull(HeuristicScheduler):
         size_exponent: float = DEFAULT_SIZE_EXPONENT,
         pack: bool = True,
     ) -> None:
-        """`size_exponent`: alpha above; `pack`: request in `packed_order` (compatibility mode)."""
+        """`size_exponent`: alpha above; `pack`: request in the packed order (compatibility mode)."""
         super().__init__(compat, placer)
         self.speed = speed
         self.size_exponent = size_exponent
