@@ -36,12 +36,20 @@ def is_gpu_task(demands: Sequence[RoleDemands], task: Request) -> bool:
     return demands[task[0]][task[1]][0] > 0
 
 
+def split_by_kind(tasks: Sequence[Request], demands: Sequence[RoleDemands]) -> tuple[list[Request], list[Request]]:
+    """(CPU-only tasks, GPU tasks), each in the order of `tasks`."""
+    cpu_tasks: list[Request] = []
+    gpu_tasks: list[Request] = []
+    for task in tasks:
+        (gpu_tasks if is_gpu_task(demands, task) else cpu_tasks).append(task)
+    return cpu_tasks, gpu_tasks
+
+
 def cpu_first_count(cluster: ClusterSpec, tasks: Sequence[Request], demands: Sequence[RoleDemands]) -> int | None:
     """How many CPU-only tasks to ask for before the GPU tasks so that least-loaded placement grants every task of
     `tasks`: `k` per server for the smallest `k` that works (0 when GPU workers first pack, so that no job holds PS
     while its workers wait). None if no `k` works, or if all tasks are of one kind (any order is the same)."""
-    gpu_tasks = [task for task in tasks if is_gpu_task(demands, task)]
-    cpu_tasks = [task for task in tasks if not is_gpu_task(demands, task)]
+    cpu_tasks, gpu_tasks = split_by_kind(tasks, demands)
     if not gpu_tasks or not cpu_tasks:
         return None
     num_nodes = cluster.num_nodes
@@ -59,6 +67,5 @@ def packed_order(cluster: ClusterSpec, tasks: Sequence[Request], demands: Sequen
     first = cpu_first_count(cluster, tasks, demands)
     if first is None:
         return list(tasks)
-    gpu_tasks = [task for task in tasks if is_gpu_task(demands, task)]
-    cpu_tasks = [task for task in tasks if not is_gpu_task(demands, task)]
+    cpu_tasks, gpu_tasks = split_by_kind(tasks, demands)
     return cpu_tasks[:first] + gpu_tasks + cpu_tasks[first:]

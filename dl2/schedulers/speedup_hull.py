@@ -21,20 +21,20 @@ is what helps, more than strict shortest-first order.
 In compatibility mode the tasks are requested in the packed order (`dl2.schedulers.packing`), which the authors'
 least-loaded placement packs without stranding CPU: the first `cpu_first_count` CPU-only tasks, then the GPU
 workers, then the rest, each kind shortest remaining time first, the first phase counted on what the slot already
-holds (`pack=False` asks job by job, to measure what packing adds). In realistic
-mode the targets go straight to the placer. Like Optimus and `srpt-knee`, it uses the simulator's speed function
-(an oracle).
+holds (`pack=False` asks job by job, to measure what packing adds). In realistic mode the targets go straight to
+the placer. Like Optimus and `srpt-knee`, it uses the simulator's speed function (an oracle).
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 
 from dl2.core import Architecture, ClusterView, JobSpec, JobView
 from dl2.schedulers.base import HeuristicScheduler
-from dl2.schedulers.packing import cpu_first_count, is_gpu_task
+from dl2.schedulers.packing import cpu_first_count, is_gpu_task, split_by_kind
 from dl2.schedulers.placement import Placer
 from dl2.schedulers.requests import Counts, Request, RequestStream, Role, RoleDemands
 from dl2.workload.speed import SpeedModel
@@ -142,30 +142,32 @@ class SpeedupHull(HeuristicScheduler):
             tasks += [(rank, Role.WORKER)] * point.workers + [(rank, Role.PS)] * point.ps
         first = cpu_first_count(view.cluster, tasks, demands) if self.pack and self.compat else None
         if first is None:
-            yield from self._missing(tasks, targets, counts)
+            for request in self._missing(tasks, targets, counts):
+                _ = yield request  # not `yield from`: the mechanism sends grants back, which it cannot take
             return
         # the packed order, counted on what the slot already holds: a student that gave more CPU-only tasks than
         # the first phase's share is labelled with GPU workers next, not with the rest of the phase
-        cpu_tasks = [task for task in tasks if not is_gpu_task(demands, task)]
-        gpu_tasks = [task for task in tasks if is_gpu_task(demands, task)]
-        for task in cpu_tasks:
-            held = sum(
-                count[1] + (count[0] if not is_gpu_task(demands, (rank, Role.WORKER)) else 0)
-                for rank, count in enumerate(counts)
-            )
+        cpu_tasks, gpu_tasks = split_by_kind(tasks, demands)
+        held = sum(
+            ps + (workers if not is_gpu_task(demands, (rank, Role.WORKER)) else 0)
+            for rank, (workers, ps) in enumerate(counts)
+        )
+        for task in self._missing(cpu_tasks, targets, counts):
             if held >= first:
                 break
-            yield from self._missing([task], targets, counts)
-        yield from self._missing(gpu_tasks + cpu_tasks, targets, counts)
+            held += bool((yield task))
+        for task in self._missing(gpu_tasks + cpu_tasks, targets, counts):
+            _ = yield task
 
     @staticmethod
-    def _missing(tasks: list[Request], targets: list[HullPoint], counts: Counts) -> RequestStream:
-        """The tasks of `tasks` that the slot does not hold yet (`counts` is live: grants update it)."""
+    def _missing(tasks: list[Request], targets: list[HullPoint], counts: Counts) -> Iterator[Request]:
+        """The tasks of `tasks` that the slot does not hold yet, each checked when it is reached (`counts` is live:
+        grants update it). Every task fits the cluster in total: a refusal (compatibility mode) is the mechanism's
+        to act on."""
         for rank, role in tasks:
             target = targets[rank].workers if role is Role.WORKER else targets[rank].ps
             if counts[rank][role] < target:
-                # every task fits the cluster in total: a refusal (compatibility mode) is the mechanism's to act on
-                _ = yield rank, role
+                yield rank, role
 
 
 def _slope(start: HullPoint, end: HullPoint) -> float:
