@@ -88,7 +88,10 @@ def main() -> None:
         (f"speedup-hull, alpha {alpha:g}", SpeedupHull(speed, True, size_exponent=alpha)) for alpha in SIZE_EXPONENTS
     ]
     candidates += [
-        (f"speedup-hull, alpha {DEFAULT_SIZE_EXPONENT:g}, job by job", SpeedupHull(speed, True, pack=False)),
+        (
+            f"speedup-hull, alpha {DEFAULT_SIZE_EXPONENT:g}, job by job",
+            SpeedupHull(speed, True, order="shortest-first"),
+        ),
         ("srpt-knee-ladder", SRPTKnee(speed, True, None, FILL_KNEE_EFFICIENCY, LADDER_FILLS)),
         ("srpt-knee-ladder, packed", PackedLadder(speed)),
     ]

@@ -61,8 +61,9 @@ def realistic_workload(allreduce_fraction: float = 0.0) -> Workload:
 
 
 def make_env(kind: str, window: int, **changes: object) -> Dl2Env:
-    observation = ObservationConfig(window=window)
-    if kind == "compat":
+    """kind: 'compat', 'compat-packed' (packed requests), 'realistic' or 'realistic-allreduce'."""
+    observation = ObservationConfig(window=window, packed=kind == "compat-packed")
+    if kind.startswith("compat"):
         return Dl2Env([compat_workload()], EnvConfig(observation=observation, **changes))  # type: ignore[arg-type]
     allreduce = 0.5 if kind == "realistic-allreduce" else 0.0
     config = EnvConfig(observation=observation, sim=SimConfig.realistic(), **changes)  # type: ignore[arg-type]
@@ -94,12 +95,12 @@ def random_episode(env: Dl2Env, seed: int) -> tuple[list[np.ndarray], list[float
 
 
 @pytest.mark.parametrize("window", WINDOWS)
-@pytest.mark.parametrize("kind", ["compat", "realistic"])
+@pytest.mark.parametrize("kind", ["compat", "compat-packed", "realistic"])
 def test_check_env_passes(kind: str, window: int) -> None:
     env = make_env(kind, window)
     check_env(env, skip_render_check=True)
     observation, info = env.reset(seed=0)
-    assert observation.shape == (ObservationConfig(window=window).size,)
+    assert observation.shape == (ObservationConfig(window=window).size,)  # packing changes no feature's place
     assert info["action_mask"].shape == (action_count(window),)
 
 
@@ -203,7 +204,7 @@ def test_an_impossible_action_counts_as_stop() -> None:
 # --- determinism and rewards ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["compat", "realistic"])
+@pytest.mark.parametrize("kind", ["compat", "compat-packed", "realistic"])
 def test_same_seed_and_actions_give_the_same_episode(kind: str) -> None:
     first = make_env(kind, 4)
     observations, rewards, actions = random_episode(first, 7)
@@ -252,7 +253,7 @@ def test_jct_reward_leaves_out_only_waits_before_the_first_boundary() -> None:
     assert total_jct - counted <= len(jcts(env)) * slot_s
 
 
-@pytest.mark.parametrize("kind", ["compat", "realistic"])
+@pytest.mark.parametrize("kind", ["compat", "compat-packed", "realistic"])
 def test_progress_reward_sums_to_the_number_of_jobs(kind: str) -> None:
     env = make_env(kind, 20, reward="progress")
     _, rewards, _ = random_episode(env, 11)

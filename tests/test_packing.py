@@ -10,6 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dl2.core import ClusterSpec, ClusterView, JobAllocation, JobSpec, Resources
+from dl2.env.decision import SlotDecision, encode_action
+from dl2.schedulers.load_balance import LoadBalancePlacer
 from dl2.schedulers.packing import packed_order, places_everything
 from dl2.schedulers.requests import RequestStream, Role, RoleDemands
 from dl2.schedulers.speedup_hull import HullPoint, SpeedupHull
@@ -107,20 +109,35 @@ def test_speedup_hull_asks_only_for_what_a_partial_allocation_still_lacks() -> N
     workload = one_node_workload(make_job("a", epochs=10.0), make_job("b", epochs=100.0), num_nodes=3)
     view = Simulation(workload, SimConfig.compat(), SquareRootSpeed()).begin_slot()
     scheduler = SpeedupHull(SquareRootSpeed(), compat=True)
-
-    def granted_from(counts: list[list[int]]) -> list[tuple[int, Role]]:
-        """Every request, granted as the mechanism would (counting it)."""
-        stream, asked = scheduler.requests(view, counts), []
-        request = next(stream, None)
-        while request is not None:
-            asked.append(request)
-            counts[request[0]][request[1]] += 1
-            request = _send(stream)
-        return asked
-
-    assert granted_from([[4, 1], [2, 1]]) == []
-    asked = granted_from([[3, 1], [0, 0]])
+    assert _granted(scheduler, view, [[4, 1], [2, 1]]) == []
+    asked = _granted(scheduler, view, [[3, 1], [0, 0]])
     assert sorted(asked) == [(0, Role.WORKER), (1, Role.WORKER), (1, Role.WORKER), (1, Role.PS)]
+
+
+def test_the_marginal_order_asks_for_each_step_as_the_allocation_climbs() -> None:
+    """The alpha-0.1 case above climbs a's first two steps, b's two, then a's third and fourth: requests follow,
+    each step's workers then its PS; restarted from a partial allocation, steps already held are skipped."""
+    workload = one_node_workload(make_job("a", epochs=10.0), make_job("b", epochs=100.0), num_nodes=3)
+    view = Simulation(workload, SimConfig.compat(), SquareRootSpeed()).begin_slot()
+    scheduler = SpeedupHull(SquareRootSpeed(), compat=True, order="marginal")
+    a_worker, a_ps, b_worker, b_ps = (0, Role.WORKER), (0, Role.PS), (1, Role.WORKER), (1, Role.PS)
+    assert _granted(scheduler, view, [[0, 0], [0, 0]]) == [
+        *(a_worker, a_ps, a_worker),
+        *(b_worker, b_ps, b_worker),
+        *(a_worker, a_worker),
+    ]
+    assert _granted(scheduler, view, [[2, 1], [0, 0]]) == [b_worker, b_ps, b_worker, a_worker, a_worker]
+
+
+def _granted(scheduler: SpeedupHull, view: ClusterView, counts: list[list[int]]) -> list[tuple[int, Role]]:
+    """Every request of the scheduler's stream, granted as the mechanism would (counting it)."""
+    stream, asked = scheduler.requests(view, counts), []
+    request = next(stream, None)
+    while request is not None:
+        asked.append(request)
+        counts[request[0]][request[1]] += 1
+        request = _send(stream)
+    return asked
 
 
 def _send(stream: RequestStream) -> tuple[int, Role] | None:
@@ -145,3 +162,30 @@ def test_a_label_switches_to_gpu_workers_once_the_slot_holds_the_first_phase_of_
     scheduler = FixedTargets(SquareRootSpeed(), compat=True)
     assert next(scheduler.requests(view, [[0, 0], [0, 0]])) == (0, Role.PS)
     assert next(scheduler.requests(view, [[0, 2], [0, 4]])) == (0, Role.WORKER)
+
+
+def test_a_packed_slot_decides_against_the_cluster_total_and_places_the_tasks_in_the_packed_order() -> None:
+    """The stranding case at the top, decided action by action: as decided, the slot ends before the last PS (the
+    least-loaded server is CPU-full); with packed requests all 8 tasks are possible, and the final allocation
+    places them all, 2 servers x 4 CPU task slots."""
+    workload = one_node_workload(make_job("a", epochs=10.0), make_job("b", epochs=100.0), num_nodes=2)
+    view = Simulation(workload, SimConfig.compat(), SquareRootSpeed()).begin_slot()
+    actions = [encode_action(0, Role.WORKER), *[encode_action(0, Role.PS)] * 3, *[encode_action(1, Role.PS)] * 4]
+    as_decided = SlotDecision(view, 2, compat=True)
+    assert [as_decided.step(action) for action in actions[:7]] == [True] * 7
+    assert as_decided.done  # the least-loaded server is CPU-full: nothing is possible any more
+    packed = SlotDecision(view, 2, compat=True, packed=True)
+    assert [packed.step(action) for action in actions] == [True] * 8
+    assert packed.done  # the CPU is spent: nothing else is possible
+    allocation = packed.allocation()
+    assert (allocation.get("a").num_workers, allocation.get("a").num_ps) == (1, 3)
+    assert allocation.get("b").num_ps == 4
+    ps_per_server = sorted(allocation.get("a").ps_nodes + allocation.get("b").ps_nodes)
+    assert ps_per_server == [0, 0, 0, 1, 1, 1, 1] or ps_per_server == [0, 0, 0, 0, 1, 1, 1]
+
+
+def test_packed_requests_are_a_compatibility_mode_option() -> None:
+    workload = one_node_workload(make_job("a", epochs=10.0))
+    view = Simulation(workload, SimConfig.realistic(seed=0), SquareRootSpeed()).begin_slot()
+    with pytest.raises(ValueError, match="compatibility-mode"):
+        SlotDecision(view, 2, compat=False, placer=LoadBalancePlacer(), packed=True)

@@ -241,9 +241,13 @@ def _tiny_compat_workload() -> Workload:
     return Workload("tiny", ClusterSpec.homogeneous(4, Resources(gpu=8.0, cpu=8.0)), full.jobs[:6], full.slot_s)
 
 
-def _saved_policy(directory: Path, kind: str = "per-job", seed: int = 0) -> tuple[PolicyConfig, PolicyNetwork]:
+def _saved_policy(
+    directory: Path, kind: str = "per-job", seed: int = 0, packed: bool = False
+) -> tuple[PolicyConfig, PolicyNetwork]:
     torch.manual_seed(seed)
-    config = PolicyConfig(observation=ObservationConfig(window=4), network=NetworkConfig(hidden=(16,), kind=kind))
+    config = PolicyConfig(
+        observation=ObservationConfig(window=4, packed=packed), network=NetworkConfig(hidden=(16,), kind=kind)
+    )
     policy = PolicyNetwork(config.observation.shape, config.network)
     save_model(directory, config, policy.state_dict(), card="# test\n", metadata={"seed": seed})
     return config, policy
@@ -282,6 +286,16 @@ def test_saved_mlp_model_round_trips(tmp_path: Path) -> None:
     config, policy = _saved_policy(directory, kind="mlp")
     assert load_config(directory)[0].network.kind == "mlp"
     _decisions_agree(config, policy, directory)
+
+
+def test_a_packed_requests_model_round_trips_and_older_configs_load_as_asked_as_decided(tmp_path: Path) -> None:
+    directory = tmp_path / "packed"
+    config, policy = _saved_policy(directory, packed=True)
+    assert load_config(directory)[0].observation.packed
+    _decisions_agree(config, policy, directory)
+    data = json.loads((directory / "config.json").read_text())
+    del data["observation"]["packed"]  # a model saved before the option existed
+    assert not PolicyConfig.from_json_dict(data).observation.packed
 
 
 class Smuggled:

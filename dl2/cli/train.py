@@ -105,6 +105,12 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         help="'mlp' is DL2's shape; 'per-job-local' keeps the cluster out of the job encoder (fastest inference)",
     )
     parser.add_argument("--placer", default="load-balance", help="realistic-mode placer")
+    parser.add_argument(
+        "--packed",
+        action="store_true",
+        help="compat mode: the policy decides counts against the cluster's total capacity and the slot's tasks are "
+        "then asked of the authors' placement in an order it packs (their environment asks each task as decided)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True, help="model folder to write")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing folder (kept as .previous)")
@@ -128,6 +134,8 @@ def _check_out(args: argparse.Namespace) -> None:
         raise UsageError(f"{args.out} exists; pass --overwrite to replace it (the old one is kept as .previous)")
     if args.window < 1:
         raise UsageError("--window must be at least 1")
+    if args.packed and args.mode != "compat":
+        raise UsageError("--packed is a compat-mode option (realistic mode places by --placer)")
 
 
 def run_sl(args: argparse.Namespace) -> int:
@@ -146,7 +154,7 @@ def run_sl(args: argparse.Namespace) -> int:
     if args.episodes == 0 and (args.init is None or args.dagger_rounds * args.dagger_episodes == 0):
         raise UsageError("--episodes 0 needs --init and at least one DAgger round with at least one workload")
     network = _network(args)
-    observation = ObservationConfig(window=args.window)
+    observation = ObservationConfig(window=args.window, packed=args.packed)
     policy = None
     if args.init is not None:
         loaded, _ = load_config(args.init)
@@ -225,7 +233,7 @@ def run_rl(args: argparse.Namespace) -> int:
     from dl2.rl.workers import make_pool
 
     policy = value = None
-    observation = ObservationConfig(window=args.window)
+    observation = ObservationConfig(window=args.window, packed=args.packed)
     network = _network(args)
     inherited: dict[str, Any] = {}
     if args.init is not None:

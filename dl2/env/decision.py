@@ -10,6 +10,12 @@ in the authors' environment, and an action is possible only if that server can h
 action is possible if the cluster's free capacity in total can host it, and the finished targets are placed
 by a placer, sticky across slots (`dl2.schedulers.placement`). The teachers, the environment and
 `LearnedScheduler` all drive this same object.
+
+`packed=True` (compatibility mode only) separates what DL2 decides from the order of requests: an action is
+possible if the cluster's free capacity in total can host it, and when the slot's allocation is final its tasks
+are asked of the authors' least-loaded placement in the packed order (`dl2.schedulers.packing`), the first
+refusal ending the slot as in their mechanism. Asked as decided, a policy must also learn an order that this
+placement packs, or it strands CPU (about 32 of 192 task slots with `srpt-knee-ladder`).
 """
 
 from __future__ import annotations
@@ -21,8 +27,9 @@ import numpy as np
 
 from dl2.core import Allocation, Architecture, ClusterView, JobAllocation
 from dl2.schedulers.least_loaded import LeastLoadedNodes
+from dl2.schedulers.packing import packed_order
 from dl2.schedulers.placement import Placer, place_sticky
-from dl2.schedulers.requests import Role, RoleDemands, role_demands
+from dl2.schedulers.requests import Request, Role, RoleDemands, role_demands
 
 ROLES_PER_JOB = 3
 _EPS = 1e-9
@@ -53,17 +60,24 @@ class SlotDecision:
         placer: Placer | None = None,
         demands: Sequence[RoleDemands] | None = None,
         work_conserving: bool = False,
+        packed: bool = False,
     ) -> None:
         """`work_conserving`: stop is not allowed while the slot has granted nothing and something fits (an
-        empty slot never shortens any job; a policy that stops there could starve every job forever)."""
+        empty slot never shortens any job; a policy that stops there could starve every job forever). `packed`:
+        see the module's docstring."""
         if not compat and placer is None:
             raise ValueError("realistic mode needs a placer")
+        if packed and not compat:
+            raise ValueError("packed requests are a compatibility-mode option (realistic mode places by a placer)")
         self.serial = next(SlotDecision._serials)
         """Unique per decision object (unlike `id()`, never reused), so observers can tell decisions apart."""
         self.view = view
         self.jobs = view.jobs
         self.window = window
         self.compat = compat
+        self.packed = packed
+        self.places_each_task = compat and not packed
+        """Whether each granted task goes to a server at once (the authors' environment)."""
         self.placer = placer
         n = len(self.jobs)
         role_table = list(demands) if demands is not None else [role_demands(job.spec) for job in self.jobs]
@@ -84,7 +98,7 @@ class SlotDecision:
         self.total = np.array(view.cluster.total_capacity.as_tuple(), dtype=float)
         self.free_total = self.total.copy()
         """The cluster's free capacity in total (what is left to grant)."""
-        if compat:
+        if self.places_each_task:
             self.nodes = LeastLoadedNodes(view.cluster)
             self.worker_nodes: list[list[int]] = [[] for _ in self.jobs]
             self.ps_nodes: list[list[int]] = [[] for _ in self.jobs]
@@ -114,9 +128,9 @@ class SlotDecision:
         return range(self.first_rank, min(self.first_rank + self.window, len(self.jobs)))
 
     def next_free(self) -> np.ndarray:
-        """What the next task can use: the least-loaded server's free resources (compatibility mode) or the
-        cluster's free capacity in total (realistic mode)."""
-        if self.compat:
+        """What the next task can use: the least-loaded server's free resources (compatibility mode, asked as
+        decided) or the cluster's free capacity in total (realistic mode, packed requests)."""
+        if self.places_each_task:
             nodes = self.nodes
             node = nodes.heap[0] % nodes.num_nodes
             return np.array((nodes.free_gpu[node], nodes.free_cpu[node], nodes.free_mem[node]))
@@ -135,7 +149,7 @@ class SlotDecision:
         cached = self._possible_cache
         if cached is not None and cached[0] == self.version:
             return cached[1]
-        if self.compat:
+        if self.places_each_task:
             nodes = self.nodes
             node = nodes.heap[0] % nodes.num_nodes
             free = (nodes.free_gpu[node], nodes.free_cpu[node], nodes.free_mem[node])
@@ -217,7 +231,7 @@ class SlotDecision:
     def _grant(self, rank: int, role: Role) -> None:
         adds_worker = role is not Role.PS
         adds_ps = role is Role.PS or (role is Role.BUNDLE and bool(self.is_ps[rank]))
-        if self.compat:
+        if self.places_each_task:
             node = self.nodes.place(self.demands[rank][role])
             if adds_worker:
                 self.worker_nodes[rank].append(node)
@@ -242,6 +256,8 @@ class SlotDecision:
 
     def allocation(self) -> Allocation:
         """The slot's final allocation (a PS job without a worker or without a PS gets nothing)."""
+        if self.packed:
+            self._place_packed()
         if self.compat:
             return Allocation(
                 {
@@ -252,3 +268,18 @@ class SlotDecision:
             )
         assert self.placer is not None
         return place_sticky(self.view, [(int(w), int(p)) for w, p in self.counts], self.placer)
+
+    def _place_packed(self) -> None:
+        """Ask the authors' placement for the slot's tasks in the packed order; the first refusal ends the slot (with
+        the authors' units every allocation that fits the cluster in total is placed: `tests/test_packing.py`)."""
+        tasks: list[Request] = []
+        for rank, (workers, ps) in enumerate(self.counts.tolist()):
+            tasks += [(rank, Role.WORKER)] * workers + [(rank, Role.PS)] * ps
+        nodes = LeastLoadedNodes(self.view.cluster)
+        self.worker_nodes = [[] for _ in self.jobs]
+        self.ps_nodes = [[] for _ in self.jobs]
+        for rank, role in packed_order(self.view.cluster, tasks, self.demands):
+            node = nodes.place(self.demands[rank][role])
+            if node < 0:
+                break
+            (self.worker_nodes if role is Role.WORKER else self.ps_nodes)[rank].append(node)

@@ -127,7 +127,12 @@ class Dl2Env(gymnasium.Env[np.ndarray, np.int64]):
         while not self.simulation.done:
             view = self.simulation.begin_slot()
             self.decision = SlotDecision(
-                view, self.config.window, self.compat, self.placer, work_conserving=self.config.work_conserving
+                view,
+                self.config.window,
+                self.compat,
+                self.placer,
+                work_conserving=self.config.work_conserving,
+                packed=self.compat and self.config.observation.packed,
             )
             if self.slots >= self.config.max_slots:  # cut here; the observation shows the state it was cut in
                 return reward, False, True

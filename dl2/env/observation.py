@@ -6,8 +6,8 @@ Per job of the current window (zero-padded), in columns:
   flag, then what changes with every action: workers and PS granted so far this slot (/ cap) and the job's
   dominant share of the cluster.
 Then cluster-wide: free GPU and CPU fractions (what is left to grant), the same two for where the next task
-would go (compatibility mode: the least-loaded server; realistic: the cluster), jobs in the system and jobs
-outside the window (/ 4 J, capped), and the window index.
+would go (compatibility mode: the least-loaded server; realistic mode or packed requests: the cluster), jobs in
+the system and jobs outside the window (/ 4 J, capped), and the window index.
 
 A window's columns are built once; an action only changes three numbers, so observing is cheap. DL2's code fed
 raw, unnormalised values with the type as an integer; `raw_dl2=True` reproduces their six rows (type id, slots
@@ -55,6 +55,11 @@ class ObservationConfig:
     """J: jobs shown at once (DL2 uses 20 in its experiments, 40 in its default parameters)."""
     raw_dl2: bool = False
     """Feed the authors' six raw rows per job instead of normalised features (for comparison only)."""
+    packed: bool = False
+    """Compatibility mode: actions are checked against the cluster's free capacity in total and the slot's tasks
+    are then asked in the packed order (`SlotDecision`'s `packed`); False: each action is a request to the
+    least-loaded server as it is decided (the authors' environment). It changes what an action means and what
+    the 'next task' features show, so it belongs to the policy's configuration."""
 
     @property
     def shape(self) -> InputShape:
@@ -139,7 +144,7 @@ class Observer:
     def _fill_tail(self, decision: SlotDecision) -> None:
         total_gpu, total_cpu, _ = decision.total.tolist()
         free_gpu, free_cpu, _ = decision.free_total.tolist()
-        if decision.compat:
+        if decision.places_each_task:
             nodes = decision.nodes
             node = nodes.heap[0] % nodes.num_nodes
             capacity = decision.view.cluster.nodes[node].capacity

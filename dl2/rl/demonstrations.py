@@ -149,7 +149,7 @@ def record(
     slot = 0
     while not simulation.done:
         view = simulation.begin_slot()
-        decision = SlotDecision(view, observation.window, compat, placer)
+        decision = SlotDecision(view, observation.window, compat, placer, packed=compat and observation.packed)
         keep = slot % every == 0
         if isinstance(teacher, HeuristicScheduler):
             replay = replay_stream(decision, teacher)
@@ -230,7 +230,9 @@ def record_on_policy(
     slot = 0
     while not simulation.done and slot < max_slots:
         view = simulation.begin_slot()
-        decision = SlotDecision(view, observation.window, compat, placer, work_conserving=True)
+        decision = SlotDecision(
+            view, observation.window, compat, placer, work_conserving=True, packed=compat and observation.packed
+        )
         targets = None
         labeller: Scheduler | None = None
         if isinstance(teacher, SlotTeacher):

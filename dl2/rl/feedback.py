@@ -81,7 +81,7 @@ def feedback_batch(
     for index, time_s in enumerate(sorted(by_slot)):
         slot_records = by_slot[time_s]
         view = _view(slot_records, cluster, index)
-        decision = SlotDecision(view, observation.window, compat, placer)
+        decision = SlotDecision(view, observation.window, compat, placer, packed=compat and observation.packed)
         targets = {r.job_id: (r.applied_workers, r.applied_ps) for r in slot_records}
         for action in replay_targets(decision, targets):
             observations.append(observer(decision))

@@ -57,7 +57,15 @@ class LearnedScheduler:
         self.decisions = 0
 
     def schedule(self, view: ClusterView) -> Allocation:
-        decision = SlotDecision(view, self.config.observation.window, self.compat, self.placer, work_conserving=True)
+        observation = self.config.observation
+        decision = SlotDecision(
+            view,
+            observation.window,
+            self.compat,
+            self.placer,
+            work_conserving=True,
+            packed=self.compat and observation.packed,
+        )
         policy, observer, rng = self.policy, self.observer, self.rng
         while not decision.done:
             if rng is None:

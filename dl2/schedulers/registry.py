@@ -42,6 +42,7 @@ SCHEDULERS: dict[str, SchedulerFactory] = {
         speed, compat, placer, FILL_KNEE_EFFICIENCY, LADDER_FILLS
     ),
     "speedup-hull": lambda speed, compat, placer: SpeedupHull(speed, compat, placer),
+    "speedup-hull-marginal": lambda speed, compat, placer: SpeedupHull(speed, compat, placer, order="marginal"),
 }
 
 COMPAT_SCHEDULERS = (
@@ -53,6 +54,7 @@ COMPAT_SCHEDULERS = (
     "srpt-knee-fill",
     "srpt-knee-ladder",
     "speedup-hull",
+    "speedup-hull-marginal",
 )
 """Schedulers with a compatibility-mode version: the authors' four, and ours that uses their mechanism."""
 

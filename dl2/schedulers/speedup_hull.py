@@ -21,8 +21,14 @@ is what helps, more than strict shortest-first order.
 In compatibility mode the tasks are requested in the packed order (`dl2.schedulers.packing`), which the authors'
 least-loaded placement packs without stranding CPU: the first `cpu_first_count` CPU-only tasks, then the GPU
 workers, then the rest, each kind shortest remaining time first, the first phase counted on what the slot already
-holds (`pack=False` asks job by job, to measure what packing adds). In realistic mode the targets go straight to
-the placer. Like Optimus and `srpt-knee`, it uses the simulator's speed function (an oracle).
+holds (`order="shortest-first"` asks job by job, to measure what packing adds). In realistic mode the targets go
+straight to the placer. Like Optimus and `srpt-knee`, it uses the simulator's speed function (an oracle).
+
+`order="marginal"` (registered as `speedup-hull-marginal`) asks for the tasks in the order the allocation climbs,
+highest priority first: each request is then the best next segment given what the slot holds, which a policy
+scores job by job. It is the teacher for DL2 policies whose slot is packed after the decision
+(`ObservationConfig.packed`); asked that way of the authors' placement directly, it strands CPU like any
+job-by-job order.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from dl2.schedulers.requests import Counts, Request, RequestStream, Role, RoleDe
 from dl2.workload.speed import SpeedModel
 
 DEFAULT_SIZE_EXPONENT = 0.1
+ORDERS = ("packed", "shortest-first", "marginal")
 _EPS = 1e-9
 
 
@@ -62,13 +69,18 @@ class SpeedupHull(HeuristicScheduler):
         compat: bool = False,
         placer: Placer | None = None,
         size_exponent: float = DEFAULT_SIZE_EXPONENT,
-        pack: bool = True,
+        order: str = "packed",
     ) -> None:
-        """`size_exponent`: alpha above; `pack`: request in the packed order (compatibility mode)."""
+        """`size_exponent`: alpha above; `order`: how the tasks are requested, 'packed' (compatibility mode; elsewhere
+        as 'shortest-first'), 'shortest-first' (job by job) or 'marginal' (as the allocation climbs)."""
+        if order not in ORDERS:
+            raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
         super().__init__(compat, placer)
         self.speed = speed
         self.size_exponent = size_exponent
-        self.pack = pack
+        self.order = order
+        if order == "marginal":
+            self.name = "speedup-hull-marginal"
         self._hull = cache(self._build_hull)
 
     def _build_hull(
@@ -101,6 +113,13 @@ class SpeedupHull(HeuristicScheduler):
 
     def targets(self, view: ClusterView, demands: list[RoleDemands]) -> list[HullPoint]:
         """Per rank, the hull point the job is given this slot (tasks 0: nothing)."""
+        return self.climb(view, demands)[0]
+
+    def climb(
+        self, view: ClusterView, demands: list[RoleDemands]
+    ) -> tuple[list[HullPoint], list[tuple[int, HullPoint]]]:
+        """The targets, and the steps that reach them in the order taken: (rank, hull point reached)."""
+        steps: list[tuple[int, HullPoint]] = []
         hulls = [self.hull(job.spec) for job in view.jobs]
         level = [0] * len(hulls)
         free = list(view.cluster.total_capacity.as_tuple())
@@ -121,9 +140,10 @@ class SpeedupHull(HeuristicScheduler):
                 continue  # this job stays where it is; smaller steps of other jobs may still fit
             free = [free[r] - need[r] for r in range(3)]
             level[rank] += 1
+            steps.append((rank, step))
             if level[rank] + 1 < len(hull):
                 heapq.heappush(heap, (-_slope(step, hull[level[rank] + 1]) * weights[rank], rank))
-        return [hull[at] for hull, at in zip(hulls, level, strict=True)]
+        return [hull[at] for hull, at in zip(hulls, level, strict=True)], steps
 
     def direct_counts(self, view: ClusterView, demands: list[RoleDemands]) -> Counts | None:
         return [[point.workers, point.ps] for point in self.targets(view, demands)]
@@ -132,6 +152,12 @@ class SpeedupHull(HeuristicScheduler):
         """This slot's targets, task by task; tasks that `counts` already holds are not asked again (a DAgger label
         restarts the stream from a student's partial allocation)."""
         demands = self._role_demands(view)
+        if self.order == "marginal":
+            for rank, point in self.climb(view, demands)[1]:
+                for role, target in ((Role.WORKER, point.workers), (Role.PS, point.ps)):
+                    for _ in range(target - counts[rank][role]):  # only what the slot does not hold yet
+                        _ = yield rank, role
+            return
         targets = self.targets(view, demands)
         # shortest remaining time first within each kind of task: an order a policy scores job by job (a student
         # imitated the arrival order far worse)
@@ -140,7 +166,7 @@ class SpeedupHull(HeuristicScheduler):
         for rank in order_of_jobs:
             point = targets[rank]
             tasks += [(rank, Role.WORKER)] * point.workers + [(rank, Role.PS)] * point.ps
-        first = cpu_first_count(view.cluster, tasks, demands) if self.pack and self.compat else None
+        first = cpu_first_count(view.cluster, tasks, demands) if self.order == "packed" and self.compat else None
         if first is None:
             for request in self._missing(tasks, targets, counts):
                 _ = yield request  # not `yield from`: the mechanism sends grants back, which it cannot take
