@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from conftest import COMPAT_PS, COMPAT_WORKER, make_job, one_node_workload
 from hypothesis import given, settings
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 from dl2.core import ClusterSpec, ClusterView, JobAllocation, JobSpec, Resources
 from dl2.env.decision import SlotDecision, encode_action
 from dl2.schedulers.load_balance import LoadBalancePlacer
-from dl2.schedulers.packing import packed_order, places_everything
+from dl2.schedulers.packing import packed_order, place_packed, places_everything
 from dl2.schedulers.requests import RequestStream, Role, RoleDemands
 from dl2.schedulers.speedup_hull import HullPoint, SpeedupHull
 from dl2.sim.config import SimConfig
@@ -61,6 +62,10 @@ def test_the_packed_order_places_every_mix_that_fits_the_cluster_in_total(num_no
     order = packed_order(compat_cluster(num_nodes), tasks, [GPU_JOB])
     assert sorted(order) == sorted(tasks)
     assert places_everything(compat_cluster(num_nodes), order, [GPU_JOB])
+    placed = place_packed(compat_cluster(num_nodes), tasks, [GPU_JOB])
+    assert sorted(task for task, _ in placed) == sorted(tasks)
+    tasks_per_server = np.bincount([node for _, node in placed], minlength=num_nodes)
+    assert tasks_per_server.max(initial=0) <= 4  # 8 CPU slots, 2 per task
 
 
 class SquareRootSpeed:
@@ -116,17 +121,26 @@ def test_speedup_hull_asks_only_for_what_a_partial_allocation_still_lacks() -> N
 
 def test_the_marginal_order_asks_for_each_step_as_the_allocation_climbs() -> None:
     """The alpha-0.1 case above climbs a's first two steps, b's two, then a's third and fourth: requests follow,
-    each step's workers then its PS; restarted from a partial allocation, steps already held are skipped."""
+    each step's workers and PS paired as bundles, then the rest; restarted from a partial allocation, what is held
+    is not asked again."""
     workload = one_node_workload(make_job("a", epochs=10.0), make_job("b", epochs=100.0), num_nodes=3)
     view = Simulation(workload, SimConfig.compat(), SquareRootSpeed()).begin_slot()
     scheduler = SpeedupHull(SquareRootSpeed(), compat=True, order="marginal")
-    a_worker, a_ps, b_worker, b_ps = (0, Role.WORKER), (0, Role.PS), (1, Role.WORKER), (1, Role.PS)
+    a_worker, a_bundle, b_worker, b_bundle = (0, Role.WORKER), (0, Role.BUNDLE), (1, Role.WORKER), (1, Role.BUNDLE)
     assert _granted(scheduler, view, [[0, 0], [0, 0]]) == [
-        *(a_worker, a_ps, a_worker),
-        *(b_worker, b_ps, b_worker),
+        *(a_bundle, a_worker),
+        *(b_bundle, b_worker),
         *(a_worker, a_worker),
     ]
-    assert _granted(scheduler, view, [[2, 1], [0, 0]]) == [b_worker, b_ps, b_worker, a_worker, a_worker]
+    assert _granted(scheduler, view, [[2, 1], [0, 0]]) == [b_bundle, b_worker, a_worker, a_worker]
+    assert _granted(scheduler, view, [[1, 0], [0, 0]]) == [
+        (0, Role.PS),
+        a_worker,
+        b_bundle,
+        b_worker,
+        a_worker,
+        a_worker,
+    ]
 
 
 def _granted(scheduler: SpeedupHull, view: ClusterView, counts: list[list[int]]) -> list[tuple[int, Role]]:
@@ -135,7 +149,9 @@ def _granted(scheduler: SpeedupHull, view: ClusterView, counts: list[list[int]])
     request = next(stream, None)
     while request is not None:
         asked.append(request)
-        counts[request[0]][request[1]] += 1
+        rank, role = request
+        for held in (Role.WORKER, Role.PS) if role is Role.BUNDLE else (role,):
+            counts[rank][held] += 1
         request = _send(stream)
     return asked
 

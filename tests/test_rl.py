@@ -28,6 +28,7 @@ from dl2.rl.inference import NumpyPolicy
 from dl2.rl.learned import LearnedScheduler
 from dl2.rl.model_io import PolicyConfig, load_config, load_state, save_model
 from dl2.rl.networks import MASKED_LOGIT, NetworkConfig, PolicyNetwork, ValueNetwork
+from dl2.rl.perturbation import PerturbationTask, run_perturbations
 from dl2.rl.rollout import Episode, EpisodeTask, run_episode, slot_returns
 from dl2.rl.rollout_teacher import FILLS, KNEES, UntilRefused, make_rollout_teacher
 from dl2.rl.supervised import SupervisedConfig, train_supervised
@@ -786,6 +787,41 @@ def test_actor_critic_switches_run(rl_source: str, changes: dict[str, object]) -
     if not config.value_baseline:
         assert all(stats.value_loss == 0.0 for stats in state.history)
     assert set(state.best_policy) == set(trainer.policy.state_dict())
+
+
+def test_perturbation_credit_runs_end_to_end(rl_source: str) -> None:
+    torch.set_num_threads(1)
+    env, config = _rl(rl_source, credit="perturbation", perturbation_probability=0.5, learning_rate=0.01)
+    trainer, state = training.fine_tune(env, config, LocalPool(0))
+    assert len(state.history) == 2
+    assert all(stats.validation_jct_s is not None and math.isfinite(stats.policy_loss) for stats in state.history)
+    assert set(state.best_policy) == set(trainer.policy.state_dict())
+
+
+def test_perturbed_slots_carry_their_exact_advantage(warm_model: Path, tiny_csv: Path) -> None:
+    """Every slot perturbed: a batch holds only slots whose allocation differed from the greedy one, each decision
+    with its slot's advantage; the same task gives the same batch (compatibility mode is deterministic); and its
+    greedy baseline is the greedy policy's own run."""
+    greedy = LearnedScheduler.from_dir(warm_model, compat=True)
+    task = PerturbationTask(greedy.policy, greedy.config, str(tiny_csv), 0, 1, slot_probability=1.0)
+    batch = run_perturbations(task)
+    again = run_perturbations(task)
+    np.testing.assert_array_equal(batch.actions, again.actions)
+    np.testing.assert_array_equal(batch.advantages, again.advantages)
+    assert batch.perturbed_slots >= batch.changed_slots >= batch.improved_slots >= 0
+    assert len(batch.actions) == len(batch.advantages) == len(batch.observations) == len(batch.masks)
+    assert batch.changed_slots > 0
+    assert all(batch.masks[np.arange(len(batch.actions)), batch.actions] == 1)
+    assert len(np.unique(batch.advantages)) <= batch.changed_slots
+    result = simulate(workload(task.source, 0), greedy, SimConfig.compat(), speed_model(Mode.COMPAT))
+    assert batch.greedy_avg_jct_s == pytest.approx(float(np.mean([job.jct_s for job in result.jobs])))
+
+
+def test_perturbation_credit_needs_compatibility_mode(rl_source: str) -> None:
+    env, config = _rl(rl_source, credit="perturbation")
+    task = replace(ActorCritic(env, config).perturbation_tasks()[0], config=PolicyConfig(mode="realistic"))
+    with pytest.raises(ValueError, match="compatibility mode"):
+        run_perturbations(task)
 
 
 def _episode_arrays(episode: Episode) -> list[np.ndarray]:

@@ -70,6 +70,15 @@ def add_parsers(subparsers: argparse._SubParsersAction[Any]) -> None:
         action="store_true",
         help="advantage: return-to-go minus that of the other episodes on the same workload (--group-size > 1)",
     )
+    rl.add_argument(
+        "--credit",
+        choices=["returns", "perturbation"],
+        default="returns",
+        help="advantages from slot returns (DL2) or, in compat mode, exact: one slot sampled, the rest greedy",
+    )
+    rl.add_argument(
+        "--perturbation-probability", type=float, default=0.05, help="--credit perturbation: share of slots sampled"
+    )
     rl.add_argument("--no-exploration", action="store_true", help="ablation: no job-aware exploration")
     rl.add_argument("--no-replay", action="store_true", help="ablation: no experience replay")
     rl.add_argument("--learning-rate", type=float, default=3e-4)
@@ -244,6 +253,10 @@ def run_rl(args: argparse.Namespace) -> int:
         if (args.init / "value.pt").is_file():
             value = ValueNetwork(observation.shape, network)
             value.load_state_dict(load_state(args.init, "value.pt"))
+    if args.credit == "perturbation" and args.mode != "compat":
+        raise UsageError("--credit perturbation needs --mode compat (a deterministic simulator)")
+    if not 0.0 < args.perturbation_probability <= 1.0:
+        raise UsageError("--perturbation-probability must be in (0, 1]")
     if args.sibling_baseline and args.group_size < 2:
         raise UsageError("--sibling-baseline needs --group-size of at least 2 (episodes to compare on a workload)")
     if args.group_size < 1 or args.episodes_per_iteration % args.group_size:
@@ -280,6 +293,8 @@ def run_rl(args: argparse.Namespace) -> int:
         epochs_per_iteration=args.epochs,
         network=network,
         seed=args.seed,
+        credit=args.credit,
+        perturbation_probability=args.perturbation_probability,
     )
     torch.manual_seed(args.seed)
     started = time.perf_counter()

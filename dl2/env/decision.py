@@ -27,7 +27,7 @@ import numpy as np
 
 from dl2.core import Allocation, Architecture, ClusterView, JobAllocation
 from dl2.schedulers.least_loaded import LeastLoadedNodes
-from dl2.schedulers.packing import packed_order
+from dl2.schedulers.packing import place_packed
 from dl2.schedulers.placement import Placer, place_sticky
 from dl2.schedulers.requests import Request, Role, RoleDemands, role_demands
 
@@ -141,8 +141,11 @@ class SlotDecision:
         self._window_slice = slice(ranks.start, ranks.stop)
         self._window_demands = self.demand_array[self._window_slice]
         self._window_fits: dict[tuple[float, float, float], np.ndarray] = {}
-        """Which (job, role) demands fit, per free-resource vector of the least-loaded server (compatibility
-        mode, where a slot meets only a handful of distinct vectors)."""
+        """Which (job, role) demands fit, per free-resource vector clipped to the window's largest demand (what
+        is free beyond it changes nothing): the least-loaded server's meets a handful of vectors in a slot, the
+        cluster's total one per grant until it runs low."""
+        largest = self._window_demands.max(axis=(0, 1)) if len(self._window_demands) else np.zeros(3)
+        self._window_largest: tuple[float, float, float] = tuple(largest.tolist())
 
     def _window_possible(self) -> np.ndarray:
         """(jobs in window, 3 roles) booleans: within caps and fitting what is free (cached per state)."""
@@ -152,12 +155,14 @@ class SlotDecision:
         if self.places_each_task:
             nodes = self.nodes
             node = nodes.heap[0] % nodes.num_nodes
-            free = (nodes.free_gpu[node], nodes.free_cpu[node], nodes.free_mem[node])
-            fits = self._window_fits.get(free)
-            if fits is None:
-                fits = self._window_fits[free] = np.all(self._window_demands <= np.array(free) + _EPS, axis=2)
+            gpu, cpu, mem = nodes.free_gpu[node], nodes.free_cpu[node], nodes.free_mem[node]
         else:
-            fits = np.all(self._window_demands <= self.free_total + _EPS, axis=2)
+            gpu, cpu, mem = self.free_total.tolist()
+        largest_gpu, largest_cpu, largest_mem = self._window_largest
+        free = (min(gpu, largest_gpu), min(cpu, largest_cpu), min(mem, largest_mem))
+        fits = self._window_fits.get(free)
+        if fits is None:
+            fits = self._window_fits[free] = np.all(self._window_demands <= np.array(free) + _EPS, axis=2)
         possible: np.ndarray = fits & self._room[self._window_slice]
         self._possible_cache = (self.version, possible)
         return possible
@@ -275,11 +280,7 @@ class SlotDecision:
         tasks: list[Request] = []
         for rank, (workers, ps) in enumerate(self.counts.tolist()):
             tasks += [(rank, Role.WORKER)] * workers + [(rank, Role.PS)] * ps
-        nodes = LeastLoadedNodes(self.view.cluster)
         self.worker_nodes = [[] for _ in self.jobs]
         self.ps_nodes = [[] for _ in self.jobs]
-        for rank, role in packed_order(self.view.cluster, tasks, self.demands):
-            node = nodes.place(self.demands[rank][role])
-            if node < 0:
-                break
+        for (rank, role), node in place_packed(self.view.cluster, tasks, self.demands):
             (self.worker_nodes if role is Role.WORKER else self.ps_nodes)[rank].append(node)

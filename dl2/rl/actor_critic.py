@@ -25,7 +25,9 @@ import torch
 from dl2.env.env import EnvConfig
 from dl2.rl.exploration import ExplorationConfig
 from dl2.rl.inference import NumpyPolicy
+from dl2.rl.model_io import PolicyConfig
 from dl2.rl.networks import NetworkConfig, PolicyNetwork, ValueNetwork
+from dl2.rl.perturbation import PerturbationBatch, PerturbationTask
 from dl2.rl.rollout import Episode, EpisodeTask, slot_returns
 from dl2.rl.workers import RolloutPool
 
@@ -93,6 +95,13 @@ class RLConfig:
     """PPO-style ratio clipping of the policy update (None: plain REINFORCE)."""
     network: NetworkConfig = field(default_factory=NetworkConfig)
     seed: int = 0
+    credit: str = "returns"
+    """Where a decision's advantage comes from: 'returns' (DL2 §4.3: its slot's discounted return against the
+    baseline) or 'perturbation' (compatibility mode: one slot sampled, the rest greedy, the exact difference in
+    total JCT; `dl2.rl.perturbation`). With 'perturbation' every iteration plays `episodes_per_iteration`
+    training workloads greedily; the value network, replay and job-aware exploration are not used."""
+    perturbation_probability: float = 0.05
+    """'perturbation': chance that a slot with a decision is sampled."""
 
 
 class ReturnScale:
@@ -219,6 +228,42 @@ class ActorCritic:
             )
         return tasks
 
+    def perturbation_tasks(self) -> list[PerturbationTask]:
+        config = self.config
+        policy_config = PolicyConfig(self.env.observation, config.network, "compat", self.env.placer)
+        policy = self.numpy_policy()
+        tasks = []
+        for _ in range(config.episodes_per_iteration):
+            seed = config.train_seed_offset + self.episodes_played
+            self.episodes_played += 1
+            tasks.append(
+                PerturbationTask(
+                    policy,
+                    policy_config,
+                    config.train_source,
+                    seed,
+                    int(self.rng.integers(2**31 - 1)),
+                    config.perturbation_probability,
+                    self.env.max_slots,
+                )
+            )
+        return tasks
+
+    def update_perturbed(self, batches: list[PerturbationBatch]) -> tuple[float, float]:
+        """Policy steps on the sampled slots' decisions with their exact advantages (not re-centred: the greedy
+        continuation is already the baseline, and a slot that changed nothing must push nothing). Returns policy
+        loss and entropy."""
+        advantages = np.concatenate([b.advantages for b in batches])
+        if not advantages.size or not np.any(advantages):
+            return 0.0, float("nan")
+        return self._policy_steps(
+            np.concatenate([b.observations for b in batches]),
+            np.concatenate([b.masks for b in batches]),
+            np.concatenate([b.actions for b in batches]),
+            advantages.astype(np.float32),
+            centre=False,
+        )
+
     def validation_tasks(self) -> list[EpisodeTask]:
         policy = self.numpy_policy()
         whole = replace(self.env, max_slots=max(self.env.max_slots, self.config.validation_max_slots))
@@ -329,13 +374,20 @@ class ActorCritic:
         return advantage_slot[index], returns_slot[index], starts, targets
 
     def _policy_steps(
-        self, observations: np.ndarray, masks: np.ndarray, actions: np.ndarray, advantages: np.ndarray
+        self,
+        observations: np.ndarray,
+        masks: np.ndarray,
+        actions: np.ndarray,
+        advantages: np.ndarray,
+        centre: bool = True,
     ) -> tuple[float, float]:
+        """`centre`: subtract the batch mean from the advantages before scaling them to unit deviation."""
         config = self.config
         obs = torch.from_numpy(observations)
         mask = torch.from_numpy(masks)
         act = torch.from_numpy(actions)
-        adv = torch.from_numpy((advantages - advantages.mean()) / (advantages.std() + 1e-8)).float()
+        shifted = advantages - advantages.mean() if centre else advantages
+        adv = torch.from_numpy(shifted / (shifted.std() + 1e-8)).float()
         with torch.no_grad():
             old = torch.log_softmax(self.policy.masked_logits(obs, mask), dim=1).gather(1, act[:, None]).squeeze(1)
         losses, entropies = [], []
@@ -388,19 +440,33 @@ class ActorCritic:
         self.initial_validation_jct_s = initial
         for iteration in range(config.iterations):
             started = time.perf_counter()
-            episodes = pool.run(self.training_tasks(iteration))
-            mean_return, policy_loss, value_loss, entropy = self.update(episodes)
-            finished = [e.avg_jct_s for e in episodes if math.isfinite(e.avg_jct_s)]
-            stats = IterationStats(
-                iteration,
-                float(np.mean(finished)) if finished else math.nan,
-                mean_return,
-                policy_loss,
-                value_loss,
-                entropy,
-                sum(e.num_decisions for e in episodes),
-                0.0,
-            )
+            if config.credit == "perturbation":
+                batches = pool.run_perturbations(self.perturbation_tasks())
+                policy_loss, entropy = self.update_perturbed(batches)
+                stats = IterationStats(
+                    iteration,
+                    float(np.mean([b.greedy_avg_jct_s for b in batches])),
+                    float(np.mean(np.concatenate([b.advantages for b in batches]) if batches else [0.0])),
+                    policy_loss,
+                    0.0,
+                    entropy,
+                    sum(len(b.actions) for b in batches),
+                    0.0,
+                )
+            else:
+                episodes = pool.run(self.training_tasks(iteration))
+                mean_return, policy_loss, value_loss, entropy = self.update(episodes)
+                finished = [e.avg_jct_s for e in episodes if math.isfinite(e.avg_jct_s)]
+                stats = IterationStats(
+                    iteration,
+                    float(np.mean(finished)) if finished else math.nan,
+                    mean_return,
+                    policy_loss,
+                    value_loss,
+                    entropy,
+                    sum(e.num_decisions for e in episodes),
+                    0.0,
+                )
             last = iteration == config.iterations - 1
             if iteration % config.validate_every == config.validate_every - 1 or last:
                 stats.validation_jct_s = self.validate(pool)

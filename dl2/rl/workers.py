@@ -12,11 +12,14 @@ import os
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from dl2.rl.perturbation import PerturbationBatch, PerturbationTask, run_perturbations
 from dl2.rl.rollout import Episode, EpisodeTask, run_episode
 
 
 class RolloutPool(Protocol):
     def run(self, tasks: Sequence[EpisodeTask]) -> list[Episode]: ...
+
+    def run_perturbations(self, tasks: Sequence[PerturbationTask]) -> list[PerturbationBatch]: ...
 
     def close(self) -> None: ...
 
@@ -42,6 +45,11 @@ class LocalPool:
             return [run_episode(task) for task in tasks]
         return list(self._pool.map(run_episode, tasks, chunksize=1))
 
+    def run_perturbations(self, tasks: Sequence[PerturbationTask]) -> list[PerturbationBatch]:
+        if self._pool is None:
+            return [run_perturbations(task) for task in tasks]
+        return list(self._pool.map(run_perturbations, tasks, chunksize=1))
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.close()
@@ -58,10 +66,14 @@ class RayPool:
         if not ray.is_initialized():
             ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
         self._remote = ray.remote(run_episode)
+        self._remote_perturbations = ray.remote(run_perturbations)
         self._ray = ray
 
     def run(self, tasks: Sequence[EpisodeTask]) -> list[Episode]:
         return list(self._ray.get([self._remote.remote(task) for task in tasks]))
+
+    def run_perturbations(self, tasks: Sequence[PerturbationTask]) -> list[PerturbationBatch]:
+        return list(self._ray.get([self._remote_perturbations.remote(task) for task in tasks]))
 
     def close(self) -> None:
         self._ray.shutdown()

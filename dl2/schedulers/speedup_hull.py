@@ -25,10 +25,10 @@ holds (`order="shortest-first"` asks job by job, to measure what packing adds). 
 straight to the placer. Like Optimus and `srpt-knee`, it uses the simulator's speed function (an oracle).
 
 `order="marginal"` (registered as `speedup-hull-marginal`) asks for the tasks in the order the allocation climbs,
-highest priority first: each request is then the best next segment given what the slot holds, which a policy
-scores job by job. It is the teacher for DL2 policies whose slot is packed after the decision
-(`ObservationConfig.packed`); asked that way of the authors' placement directly, it strands CPU like any
-job-by-job order.
+highest priority first, a segment's workers and PS paired as bundles: each request is then the best next segment
+given what the slot holds, which a policy scores job by job. It is the teacher for DL2 policies whose slot is
+packed after the decision (`ObservationConfig.packed`); asked that way of the authors' placement directly, it
+strands CPU like any job-by-job order.
 """
 
 from __future__ import annotations
@@ -154,9 +154,16 @@ class SpeedupHull(HeuristicScheduler):
         demands = self._role_demands(view)
         if self.order == "marginal":
             for rank, point in self.climb(view, demands)[1]:
-                for role, target in ((Role.WORKER, point.workers), (Role.PS, point.ps)):
-                    for _ in range(target - counts[rank][role]):  # only what the slot does not hold yet
+                # only what the slot does not hold yet; a worker and a PS together as one bundle (DL2's third
+                # action: fewer decisions per slot)
+                more_workers = point.workers - counts[rank][Role.WORKER]
+                more_ps = point.ps - counts[rank][Role.PS]
+                bundles = max(min(more_workers, more_ps), 0)
+                for role, count in ((Role.BUNDLE, bundles), (Role.WORKER, more_workers - bundles)):
+                    for _ in range(count):
                         _ = yield rank, role
+                for _ in range(more_ps - bundles):
+                    _ = yield rank, Role.PS
             return
         targets = self.targets(view, demands)
         # shortest remaining time first within each kind of task: an order a policy scores job by job (a student

@@ -1,0 +1,152 @@
+"""Exact credit for one slot's decisions (compatibility mode): perturb one slot, finish greedily, compare.
+
+Why: in the contended setting a slot holds ~150-190 decisions and an episode ~250 slots. With returns as the
+signal (`dl2.rl.actor_critic`, DL2 §4.3), every decision of a slot shares one advantage that the sampling noise
+of every later slot also moves; `benchmarks/counterfactuals.py` measured that one action changes the total JCT by
+at most 0.17 %, so that advantage is nearly pure noise, and RL from a warm-up drifted (entropy up, JCT up).
+
+Compatibility mode is deterministic, so one slot's effect can be measured exactly, with common random numbers:
+run the greedy policy through a workload and keep a copy of the simulation at a few randomly chosen slots
+(`Simulation.fork`); at each copy, sample that one slot's decisions from the policy, then let the greedy policy
+finish the run. The difference between the greedy run's total JCT and this one is the exact advantage of the
+sampled decisions over the greedy ones (REINFORCE for a policy that samples at that slot and acts greedily
+elsewhere, with the greedy continuation as its baseline: an unbiased, low-variance gradient for improving the
+greedy policy one slot at a time). A sampled slot that gives the greedy allocation has advantage 0 and costs no
+continuation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from dl2.core import Allocation
+from dl2.env.decision import SlotDecision
+from dl2.env.observation import Observer
+from dl2.rl.inference import NumpyPolicy
+from dl2.rl.learned import LearnedScheduler
+from dl2.rl.model_io import PolicyConfig
+from dl2.rl.workload_source import workload
+from dl2.sim.config import SimConfig
+from dl2.sim.run import interference_model, speed_model
+from dl2.sim.simulator import Simulation
+
+
+@dataclass(frozen=True, slots=True)
+class PerturbationTask:
+    """One training workload's perturbed slots (picklable, for rollout workers)."""
+
+    policy: NumpyPolicy
+    config: PolicyConfig
+    source: str
+    workload_seed: int
+    rng_seed: int
+    slot_probability: float
+    """Chance that a slot with a decision is perturbed."""
+    max_slots: int = 3_000
+    """Runs are cut at this slot; a job unfinished by then counts the time it has spent so far (the same cut for
+    the greedy run and every branch, so that a policy that starves jobs is still compared, never stalled)."""
+
+
+@dataclass(slots=True)
+class PerturbationBatch:
+    """The sampled decisions of the perturbed slots whose allocation differed from the greedy one."""
+
+    observations: np.ndarray
+    masks: np.ndarray
+    actions: np.ndarray
+    advantages: np.ndarray
+    """Per decision: its slot's exact advantage, in slots of average JCT (greedy run minus perturbed run)."""
+    greedy_avg_jct_s: float
+    perturbed_slots: int
+    """Slots sampled (including those that gave the greedy allocation)."""
+    changed_slots: int
+    """Sampled slots whose allocation differed from the greedy one (each cost one continuation)."""
+    improved_slots: int
+    """Of those, how many finished the workload with a lower total JCT."""
+    workload: str
+
+
+def _total_jct_s(simulation: Simulation) -> float:
+    """Sum of JCTs; a job still running counts the time it has spent so far (one not yet arrived, nothing)."""
+    now = simulation.time_s
+    return float(
+        sum(
+            (finish if finish is not None else max(now, spec.arrival_s)) - spec.arrival_s
+            for finish, spec in zip(simulation.finish_s, simulation.specs, strict=True)
+        )
+    )
+
+
+def _finish_greedily(simulation: Simulation, greedy: LearnedScheduler, max_slots: int) -> None:
+    while not simulation.done and simulation.slot < max_slots:
+        simulation.apply(greedy.schedule(simulation.begin_slot()))
+
+
+def _counts(allocation: Allocation) -> dict[str, tuple[int, int]]:
+    return {job_id: (a.num_workers, a.num_ps) for job_id, a in allocation.jobs.items()}
+
+
+def run_perturbations(task: PerturbationTask) -> PerturbationBatch:
+    config = task.config
+    if config.mode != "compat":
+        raise ValueError("perturbation credit needs compatibility mode (a deterministic simulator)")
+    work = workload(task.source, task.workload_seed)
+    sim_config = replace(SimConfig.compat(task.workload_seed), stall_slots=task.max_slots + 1)
+    simulation = Simulation(work, sim_config, speed_model(sim_config.mode), interference_model())
+    greedy = LearnedScheduler(config, task.policy, greedy=True)
+    rng = np.random.default_rng(task.rng_seed)
+    branches = []
+    while not simulation.done and simulation.slot < task.max_slots:
+        view = simulation.begin_slot()
+        allocation = greedy.schedule(view)
+        if view.jobs and rng.random() < task.slot_probability:
+            branches.append((view, simulation.fork(), _counts(allocation)))
+        simulation.apply(allocation)
+    greedy_total = _total_jct_s(simulation)
+    scale = len(work.jobs) * work.slot_s  # advantages in slots of average JCT
+    observations, masks, actions, advantages = [], [], [], []
+    observer = Observer(config.observation)
+    changed = improved = 0
+    for view, twin, greedy_counts in branches:
+        decision = SlotDecision(
+            view,
+            config.observation.window,
+            True,
+            None,
+            work_conserving=True,
+            packed=config.observation.packed,
+        )
+        slot_observations, slot_masks, slot_actions = [], [], []
+        while not decision.done:
+            observation, mask = observer(decision), decision.mask()
+            action, _ = task.policy.act(observation, mask, rng)
+            slot_observations.append(observation)
+            slot_masks.append(mask)
+            slot_actions.append(action)
+            decision.step(action)
+        allocation = decision.allocation()
+        if _counts(allocation) == greedy_counts:
+            continue  # the greedy allocation again: advantage 0, nothing to learn or to simulate
+        changed += 1
+        twin.apply(allocation)
+        _finish_greedily(twin, greedy, task.max_slots)
+        advantage = (greedy_total - _total_jct_s(twin)) / scale
+        improved += advantage > 0
+        observations += slot_observations
+        masks += slot_masks
+        actions += slot_actions
+        advantages += [advantage] * len(slot_actions)
+    size = config.observation.size
+    return PerturbationBatch(
+        np.array(observations, dtype=np.float32).reshape(-1, size),
+        np.array(masks, dtype=np.int8).reshape(-1, 3 * config.observation.window + 1),
+        np.array(actions, dtype=np.int64),
+        np.array(advantages, dtype=np.float64),
+        greedy_total / len(work.jobs),
+        len(branches),
+        changed,
+        int(improved),
+        work.name,
+    )
