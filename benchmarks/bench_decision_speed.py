@@ -5,8 +5,9 @@ inference and hundreds of inferences per slot. Slots are taken from runs of the 
 workloads in compatibility mode (where 30-45 jobs are active at once); only slots with 35 to 45 active jobs
 count. Each slot is timed `--repeat` times and its fastest run counts (timeit's convention: on this shared
 virtual machine the slower runs measure other load; a single run of the same code varied from 3.7 to 6.1 ms
-median within an hour). A model with packed requests (`ObservationConfig.packed`) includes the packed placement of its slot. Also reported: time per decision (one network evaluation plus the environment's bookkeeping), and which
-inference ran: the numba kernel of `dl2.rl.compiled` (the default where numba is installed) or NumPy (`--numpy`).
+median within an hour). A model with packed requests (`ObservationConfig.packed`) includes the packed placement
+of its slot. Also reported: time per decision (one network evaluation plus the environment's bookkeeping), and
+which inference ran: the numba kernel of `dl2.rl.compiled` (the default where numba is installed) or NumPy (`--numpy`).
 """
 
 from __future__ import annotations
@@ -110,9 +111,7 @@ def main() -> None:
             ]
         ],
     )
-    print(
-        f"wrote {write_json(args.out, {'environment': environment(), 'core': core, **record, 'met': met})}"
-    )
+    print(f"wrote {write_json(args.out, {'environment': environment(), 'core': core, **record, 'met': met})}")
 
 
 if __name__ == "__main__":

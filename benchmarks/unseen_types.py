@@ -12,7 +12,14 @@
 
     .venv/bin/python benchmarks/unseen_types.py [--without seq2seq+dssm] [--seeds 0,1,2] [--iterations 10] [--jobs 2]
 
-Prints a table and writes `benchmarks/results/unseen_types.json`; models are kept under `work/unseen/`.
+Prints a table and writes `benchmarks/results/unseen_types.json`; models are kept under `work/unseen/`. The same
+experiment with `dl2-compat-hull`'s recipe (teacher `speedup-hull-marginal`, packed requests) and perturbation
+credit:
+
+    .venv/bin/python benchmarks/unseen_types.py --teacher speedup-hull-marginal --packed \
+        --full-warm-up models/dl2-compat-hull --warm-up work/unseen-hull/warm-up-6types --credit perturbation \
+        --seeds 0 --iterations 12 --validate-every 3 --rl-workers 2 --reference speedup-hull \
+        --json unseen_types_hull.json
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import argparse
 import sys
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from common import dl2, environment, print_table, project_path, write_json
 from tqdm import tqdm
@@ -32,24 +40,25 @@ FULL_WARM_UP = ROOT / "models" / "dl2-compat-small"
 TEST_WORKLOADS = "dl2-official-small"
 SLOT_S = 1200.0
 """The authors' slot (compat mode reports JCTs in slots)."""
-TEACHER = "srpt-knee-fill"
 WARM_UP_ARGUMENTS = (
-    *("--teacher", TEACHER, "--mode", "compat", "--episodes", "8", "--record-every", "2"),
+    *("--mode", "compat", "--episodes", "8", "--record-every", "2"),
     *("--dagger-rounds", "2", "--dagger-episodes", "4", "--window", "40", "--hidden", "64,64"),
     *("--network", "per-job-local", "--epochs", "6", "--seed", "0"),
 )
-"""The shipped warm-up's parameters (models/dl2-compat-small/MODEL_CARD.md), the source aside."""
+"""The shipped warm-ups' parameters (models/dl2-compat-small/MODEL_CARD.md), teacher and source aside."""
 
 
-def warm_up(out: Path, without: str) -> None:
-    dl2("train-sl", *WARM_UP_ARGUMENTS, "--source", f"authors-small:without={without}", "--out", str(out))
+def warm_up(out: Path, without: str, args: argparse.Namespace) -> None:
+    packed = ("--packed",) if args.packed else ()
+    source = f"authors-small:without={without}"
+    dl2("train-sl", "--teacher", args.teacher, *packed, *WARM_UP_ARGUMENTS, "--source", source, "--out", str(out))
 
 
 def fine_tune(init: Path, out: Path, seed: int, args: argparse.Namespace) -> Path:
     dl2(
         *("train-rl", "--init", str(init), "--mode", "compat", "--source", "authors-small"),
         *("--iterations", str(args.iterations), "--episodes-per-iteration", str(args.episodes)),
-        *("--workers", "0", "--seed", str(seed), "--keep", "best"),
+        *("--workers", str(args.rl_workers), "--seed", str(seed), "--keep", "best", "--credit", args.credit),
         *("--learning-rate", str(args.learning_rate), "--entropy-weight", str(args.entropy_weight)),
         *("--validation-seeds", "5000,5001,5002,5003,5004", "--validate-every", str(args.validate_every)),
         *("--out", str(out), "--overwrite"),
@@ -57,13 +66,15 @@ def fine_tune(init: Path, out: Path, seed: int, args: argparse.Namespace) -> Pat
     return out
 
 
-def test_jcts(policy: str, held_out: tuple[str, ...]) -> dict[str, float]:
+def test_jcts(policy: str, held_out: tuple[str, ...]) -> dict[str, Any]:
     """Average JCT (slots) on the test workloads: of all jobs (the mean of the workloads' averages, as every
-    table here reports it), and pooled over the held-out types' jobs and over the others."""
+    table here reports it), and pooled over the held-out types' jobs and over the others. A policy that starves
+    a job (no progress for the simulator's stall limit) gets None and the simulator's message under 'starves'."""
     from dl2.rl.learned import LearnedScheduler
     from dl2.schedulers.registry import make_scheduler
     from dl2.sim.config import SimConfig
     from dl2.sim.run import run_one
+    from dl2.sim.simulator import SimulationError
     from dl2.workload.registry import load_workloads
 
     def build(speed, compat):  # type: ignore[no-untyped-def]
@@ -73,7 +84,10 @@ def test_jcts(policy: str, held_out: tuple[str, ...]) -> dict[str, float]:
 
     averages, unseen, seen = [], [], []
     for workload in load_workloads(TEST_WORKLOADS):
-        result = run_one(workload, build, SimConfig.compat())
+        try:
+            result = run_one(workload, build, SimConfig.compat())
+        except SimulationError as error:
+            return {"all": None, "held_out_types": None, "other_types": None, "starves": str(error)}
         jcts = [(job.model, job.jct_s / SLOT_S) for job in result.jobs]
         averages.append(sum(jct for _, jct in jcts) / len(jcts))
         unseen += [jct for model, jct in jcts if model in held_out]
@@ -97,32 +111,49 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=3e-4)
     parser.add_argument("--entropy-weight", type=float, default=0.001)
     parser.add_argument("--jobs", type=int, default=2, help="trainings run at once (one core each)")
+    parser.add_argument("--teacher", default="srpt-knee-fill")
+    parser.add_argument("--packed", action="store_true", help="warm up with packed requests")
+    parser.add_argument("--full-warm-up", type=Path, default=FULL_WARM_UP, help="the same recipe with every type")
+    parser.add_argument("--credit", choices=["returns", "perturbation"], default="returns")
+    parser.add_argument("--rl-workers", type=int, default=0, help="rollout processes per RL run")
+    parser.add_argument("--json", default="unseen_types.json", help="file name under benchmarks/results/")
+    parser.add_argument("--reuse", action="store_true", help="keep RL runs already in the warm-up's folder")
+    parser.add_argument(
+        "--reference",
+        default=None,
+        help="heuristic shown beside the policies (default: the teacher; for a packed teacher, the heuristic that "
+        "makes the same allocations in the authors' mechanism, e.g. speedup-hull for speedup-hull-marginal)",
+    )
     args = parser.parse_args()
     held_out = tuple(args.without.split("+"))
     seeds = [int(s) for s in args.seeds.split(",")]
     if not (args.warm_up / "policy.pt").exists():
         print(f"warming up without {', '.join(held_out)} -> {args.warm_up}", file=sys.stderr)
-        warm_up(args.warm_up, args.without)
-    tuned = {seed: args.warm_up.parent / f"rl-seed{seed}" for seed in seeds}
+        warm_up(args.warm_up, args.without, args)
+    credit = "" if args.credit == "returns" else f"{args.credit}-"
+    tuned = {seed: args.warm_up.parent / f"rl-{credit}seed{seed}" for seed in seeds}
+    to_tune = {seed: out for seed, out in tuned.items() if not (out / "policy.pt").exists() or not args.reuse}
     with ThreadPoolExecutor(args.jobs) as pool:
-        futures = [pool.submit(fine_tune, args.warm_up, out, seed, args) for seed, out in tuned.items()]
+        futures = [pool.submit(fine_tune, args.warm_up, out, seed, args) for seed, out in to_tune.items()]
         for future in tqdm(futures, desc="RL runs", unit="run", file=sys.stderr):
             future.result()
+    reference = args.reference or args.teacher
+    reference_label = f"{reference} (teacher)" if args.reference is None else f"{reference} (the teacher's allocations)"
     policies = {
         "warm-up without them": str(args.warm_up),
         **{f"+ RL on all types, seed {seed}": str(out) for seed, out in tuned.items()},
-        "warm-up with every type (shipped)": str(FULL_WARM_UP),
-        f"{TEACHER} (teacher)": TEACHER,
+        f"warm-up with every type ({args.full_warm_up.name})": str(args.full_warm_up),
+        reference_label: reference,
     }
     with ProcessPoolExecutor(args.jobs) as pool:
         results = dict(zip(policies, pool.map(test_jcts, policies.values(), [held_out] * len(policies)), strict=True))
-    rl = [results[name] for name in policies if name.startswith("+ RL")]
+    rl = [results[name] for name in policies if name.startswith("+ RL") and results[name]["all"] is not None]
     summary = {
         key: dict(zip(("mean", "ci95"), mean_ci95([r[key] for r in rl]), strict=True))
         for key in ("all", "held_out_types", "other_types")
     }
     rows = [
-        [name, f"{r['all']:.2f}", f"{r['held_out_types']:.2f}", f"{r['other_types']:.2f}"]
+        [name, *(f"{r[key]:.2f}" if r[key] is not None else "starves a job" for key in summary)]
         for name, r in results.items()
     ]
     rows.insert(
@@ -130,7 +161,7 @@ def main() -> None:
         ["+ RL, mean over seeds"] + [f"{summary[k]['mean']:.2f} ±{summary[k]['ci95']:.2f}" for k in summary],
     )
     print_table(
-        f"Unseen job types ({', '.join(held_out)}; {next(iter(results.values()))['held_out_jobs']} test "
+        f"Unseen job types ({', '.join(held_out)}; {max(r.get('held_out_jobs', 0) for r in results.values())} test "
         f"jobs): avg JCT (slots) on the authors' 10 small test workloads (compat); RL {args.iterations} iterations "
         f"x {args.episodes} episodes",
         ["policy", "all jobs", "held-out types", "other types"],
@@ -140,19 +171,22 @@ def main() -> None:
         "environment": environment(),
         "held_out_types": list(held_out),
         "warm_up": project_path(args.warm_up),
+        "teacher": args.teacher,
+        "packed": args.packed,
         "rl": {
             "iterations": args.iterations,
             "episodes_per_iteration": args.episodes,
             "seeds": seeds,
             "learning_rate": args.learning_rate,
             "entropy_weight": args.entropy_weight,
+            "credit": args.credit,
             "keep": "best on validation seeds 5000-5004, full mix",
         },
         "unit": "slots",
         "policies": results,
         "rl_mean": summary,
     }
-    print(f"wrote {write_json('unseen_types.json', payload)}")
+    print(f"wrote {write_json(args.json, payload)}")
 
 
 if __name__ == "__main__":

@@ -1034,3 +1034,20 @@ def test_an_existing_out_folder_is_not_overwritten(
     lines = captured.err.splitlines()
     assert len(lines) == 1 and "--overwrite" in lines[0] and str(warm_model) in lines[0]
     assert (warm_model / "policy.pt").read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (("train-sl", "--packed", "--mode", "realistic"), "--packed is a compat-mode option"),
+        (("train-rl", "--credit", "perturbation", "--mode", "realistic"), "--credit perturbation needs --mode compat"),
+        (("train-rl", "--perturbation-probability", "0"), "--perturbation-probability must be in (0, 1]"),
+    ],
+)
+def test_options_that_need_compatibility_mode_are_refused_elsewhere(
+    arguments: tuple[str, ...], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main([*arguments, "--out", str(tmp_path / "model")])
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "model").exists()

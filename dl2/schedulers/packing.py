@@ -28,8 +28,7 @@ from dl2.schedulers.requests import Request, RoleDemands
 
 def places_everything(cluster: ClusterSpec, order: Sequence[Request], demands: Sequence[RoleDemands]) -> bool:
     """Whether the authors' placement grants every request of `order` (on an empty cluster, as each slot starts)."""
-    nodes = LeastLoadedNodes(cluster)
-    return all(nodes.place(demands[rank][role]) >= 0 for rank, role in order)
+    return len(_place_until_refused(cluster, order, demands)) == len(order)
 
 
 def is_gpu_task(demands: Sequence[RoleDemands], task: Request) -> bool:
