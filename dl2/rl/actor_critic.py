@@ -159,6 +159,7 @@ class IterationStats:
     train_jct_s: float
     """Mean average JCT of the iteration's training episodes (exploration included)."""
     mean_return: float
+    """Mean return of the iteration's decisions (with perturbation credit: their mean exact advantage, slots)."""
     policy_loss: float
     value_loss: float
     entropy: float
