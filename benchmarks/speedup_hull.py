@@ -6,8 +6,9 @@ authors' test workloads (`dl2 compare -w dl2-official-small` measures those once
 - the size exponent alpha of `speedup-hull` (0: maximise the sum of each job's speed as a fraction of its best;
   larger: closer to shortest-remaining-first);
 - the chosen alpha with its tasks asked job by job instead of in `packed_order`;
-- `srpt-knee-ladder` (the previous best heuristic) for reference, as it asks (job by job) and with its granted
-  tasks re-asked in `packed_order`, to separate what packing and what the allocation rule each bring.
+- `srpt-knee-ladder` (the previous best heuristic) for reference, as it asks (job by job) and with packed requests
+  (its requests granted against the cluster's total, the slot then placed packed: `SlotDecision(packed=True)`, as
+  in `packed_requests.py`), to separate what packing and what the allocation rule each bring.
 
     .venv/bin/python benchmarks/speedup_hull.py [--seeds 5000-5009]
 
@@ -21,48 +22,17 @@ from typing import Any
 
 import numpy as np
 from common import environment, print_table, write_json
+from packed_requests import average_jct_slots as packed_average_jct_slots
 
-from dl2.core import ClusterView, Scheduler
+from dl2.core import Scheduler
 from dl2.rl.workload_source import workload
-from dl2.schedulers.packing import packed_order
-from dl2.schedulers.requests import Counts, Request, RequestStream, Role
 from dl2.schedulers.speedup_hull import DEFAULT_SIZE_EXPONENT, SpeedupHull
 from dl2.schedulers.srpt_knee import FILL_KNEE_EFFICIENCY, LADDER_FILLS, SRPTKnee
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.run import speed_model
 from dl2.sim.simulator import simulate
-from dl2.workload.speed import SpeedModel
 
 SIZE_EXPONENTS = (-0.25, 0.0, 0.1, 0.25, 0.5, 1.0)
-
-
-class PackedLadder(SRPTKnee):
-    """`srpt-knee-ladder` granted against the cluster's total capacity, its tasks then asked in `packed_order`."""
-
-    def __init__(self, speed: SpeedModel) -> None:
-        super().__init__(speed, True, None, FILL_KNEE_EFFICIENCY, LADDER_FILLS)
-        self.name = "srpt-knee-ladder, packed"
-
-    def requests(self, view: ClusterView, counts: Counts) -> RequestStream:
-        demands = self._role_demands(view)
-        free = list(view.cluster.total_capacity.as_tuple())
-        planned: Counts = [[0, 0] for _ in view.jobs]
-        tasks: list[Request] = []
-        stream = super().requests(view, planned)
-        try:
-            rank, role = next(stream)
-            while True:
-                demand = demands[rank][role]
-                granted = all(demand[r] <= free[r] + 1e-9 for r in range(3))
-                if granted:
-                    free = [free[r] - demand[r] for r in range(3)]
-                    planned[rank][0 if role is Role.WORKER else 1] += 1
-                    tasks.append((rank, role))
-                rank, role = stream.send(granted)
-        except StopIteration:
-            pass
-        for request in packed_order(view.cluster, tasks, demands):
-            _ = yield request
 
 
 def average_jct_slots(scheduler: Scheduler, seeds: list[int]) -> list[float]:
@@ -93,12 +63,15 @@ def main() -> None:
             SpeedupHull(speed, True, order="shortest-first"),
         ),
         ("srpt-knee-ladder", SRPTKnee(speed, True, None, FILL_KNEE_EFFICIENCY, LADDER_FILLS)),
-        ("srpt-knee-ladder, packed", PackedLadder(speed)),
     ]
     results: list[dict[str, Any]] = []
     for label, scheduler in candidates:
         values = average_jct_slots(scheduler, seeds)
         results.append({"scheduler": label, "avg_jct_slots": float(np.mean(values)), "per_workload": values})
+    values = [packed_average_jct_slots(("srpt-knee-ladder", "authors-small", seed, True)) for seed in seeds]
+    results.append(
+        {"scheduler": "srpt-knee-ladder, packed", "avg_jct_slots": float(np.mean(values)), "per_workload": values}
+    )
     print_table(
         f"Validation workloads authors-small {seeds[0]}-{seeds[-1]}, compatibility mode: average JCT (slots)",
         ["scheduler", "avg JCT"],

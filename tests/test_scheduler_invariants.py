@@ -241,7 +241,15 @@ def test_a_forked_run_finishes_exactly_like_the_original(scheduler: str) -> None
     assert (original.slot, original.progress) == (slot, progress)
     assert not original.done
     assert forked.jobs == whole.jobs
+    # mid-run, the total counts finished jobs' JCTs plus what running jobs have spent so far: between the finished
+    # jobs' sum and the final total
+    so_far = original.total_jct_s()
+    finished = sum(
+        f - spec.arrival_s for f, spec in zip(original.finish_s, original.specs, strict=True) if f is not None
+    )
+    assert finished < so_far < sum(job.jct_s for job in whole.jobs)
     assert finish(original).jobs == whole.jobs
+    assert original.total_jct_s() == pytest.approx(sum(job.jct_s for job in whole.jobs))
 
 
 @pytest.mark.parametrize("scheduler", sorted(SCHEDULERS))

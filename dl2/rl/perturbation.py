@@ -68,17 +68,6 @@ class PerturbationBatch:
     workload: str
 
 
-def _total_jct_s(simulation: Simulation) -> float:
-    """Sum of JCTs; a job still running counts the time it has spent so far (one not yet arrived, nothing)."""
-    now = simulation.time_s
-    return float(
-        sum(
-            (finish if finish is not None else max(now, spec.arrival_s)) - spec.arrival_s
-            for finish, spec in zip(simulation.finish_s, simulation.specs, strict=True)
-        )
-    )
-
-
 def _finish_greedily(simulation: Simulation, greedy: LearnedScheduler, max_slots: int) -> None:
     while not simulation.done and simulation.slot < max_slots:
         simulation.apply(greedy.schedule(simulation.begin_slot()))
@@ -104,7 +93,7 @@ def run_perturbations(task: PerturbationTask) -> PerturbationBatch:
         if view.jobs and rng.random() < task.slot_probability:
             branches.append((view, simulation.fork(), _counts(allocation)))
         simulation.apply(allocation)
-    greedy_total = _total_jct_s(simulation)
+    greedy_total = simulation.total_jct_s()
     scale = len(work.jobs) * work.slot_s  # advantages in slots of average JCT
     observations, masks, actions, advantages = [], [], [], []
     observer = Observer(config.observation)
@@ -132,7 +121,7 @@ def run_perturbations(task: PerturbationTask) -> PerturbationBatch:
         changed += 1
         twin.apply(allocation)
         _finish_greedily(twin, greedy, task.max_slots)
-        advantage = (greedy_total - _total_jct_s(twin)) / scale
+        advantage = (greedy_total - twin.total_jct_s()) / scale
         improved += advantage > 0
         observations += slot_observations
         masks += slot_masks

@@ -130,8 +130,7 @@ class RolloutTeacher:
         base = self.base
         while not twin.done:
             twin.apply(base.schedule(twin.begin_slot()))
-        finishes = twin.finish_s
-        return sum(finish - spec.arrival_s for finish, spec in zip(finishes, twin.specs, strict=True) if finish)
+        return twin.total_jct_s()
 
 
 def is_rollout_teacher(name: str) -> bool:

@@ -431,6 +431,17 @@ class Simulation:
 
     # -- results --------------------------------------------------------------------------------------------
 
+    def total_jct_s(self) -> float:
+        """Sum of the jobs' completion times so far: a job still running counts the time it has spent until now,
+        one not yet arrived nothing (on a finished run, the sum of JCTs). Compares continuations of one run."""
+        now = self.time_s
+        return float(
+            sum(
+                (finish if finish is not None else max(now, spec.arrival_s)) - spec.arrival_s
+                for finish, spec in zip(self.finish_s, self.specs, strict=True)
+            )
+        )
+
     def result(self, scheduler_name: str, wall_s: float = 0.0) -> SimResult:
         if not self.done:
             raise SimulationError("the run has not finished")
