@@ -16,13 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dl2.cli.main import main
-from dl2.core import ClusterSpec, InputError, NodeSpec, Resources, Workload
+from dl2.core import Allocation, ClusterSpec, ClusterView, InputError, NodeSpec, Resources, Workload
 from dl2.env.decision import SlotDecision, stop_action
 from dl2.env.env import EnvConfig
-from dl2.env.observation import ObservationConfig
+from dl2.env.observation import ObservationConfig, Observer
 from dl2.rl import training
 from dl2.rl.actor_critic import ActorCritic, ReplayConfig, RLConfig, sibling_advantages
 from dl2.rl.demonstrations import Demonstrations, record, record_on_policy, teacher_action
+from dl2.rl.deviation import DeviationBatch, DeviationTask, run_deviations
 from dl2.rl.exploration import ExplorationConfig, exploratory_action
 from dl2.rl.inference import NumpyPolicy
 from dl2.rl.learned import LearnedScheduler
@@ -31,7 +32,7 @@ from dl2.rl.networks import MASKED_LOGIT, NetworkConfig, PolicyNetwork, ValueNet
 from dl2.rl.perturbation import PerturbationTask, run_perturbations
 from dl2.rl.rollout import Episode, EpisodeTask, run_episode, slot_returns
 from dl2.rl.rollout_teacher import FILLS, KNEES, UntilRefused, make_rollout_teacher
-from dl2.rl.supervised import SupervisedConfig, train_supervised
+from dl2.rl.supervised import SupervisedConfig, imitation_loss, train_supervised
 from dl2.rl.workers import LocalPool
 from dl2.rl.workload_source import workload
 from dl2.schedulers.load_balance import LoadBalancePlacer
@@ -538,6 +539,40 @@ def test_train_supervised_is_deterministic_for_a_seed() -> None:
     assert not torch.equal(other.state_dict()["jobs.encoder.0.weight"], first.state_dict()["jobs.encoder.0.weight"])
 
 
+def test_label_smoothing_spreads_over_possible_actions_only_by_hand() -> None:
+    # two possible actions with probabilities 3/4 and 1/4, the third impossible (masked)
+    logits = torch.tensor([[math.log(3.0), 0.0, MASKED_LOGIT]])
+    masks = torch.tensor([[1, 1, 0]], dtype=torch.int8)
+    teacher = torch.tensor([0])
+    plain = -math.log(0.75)
+    assert float(imitation_loss(logits, masks, teacher, 0.0)) == pytest.approx(plain)
+    spread = -(math.log(0.75) + math.log(0.25)) / 2
+    assert float(imitation_loss(logits, masks, teacher, 0.1)) == pytest.approx(0.9 * plain + 0.1 * spread)
+
+
+def test_label_smoothing_keeps_the_teachers_unused_actions_reachable() -> None:
+    rng = np.random.default_rng(0)
+    num_actions = 3 * SHAPE.window + 1
+    masks = np.ones((300, num_actions), dtype=np.int8)
+    stop = num_actions - 1
+    actions = np.full(300, stop, dtype=np.int64)  # the teacher always stops
+    data = Demonstrations(random_observations(rng, 300), masks, actions)
+    config = SupervisedConfig(epochs=30, batch_size=64, network=NetworkConfig(hidden=(16,)), seed=0)
+    gaps = {}
+    for smoothing in (0.0, 0.1):
+        policy, _ = train_supervised(data, data, replace(config, label_smoothing=smoothing), SHAPE)
+        with torch.no_grad():
+            log_probs = torch.log_softmax(
+                policy.masked_logits(torch.from_numpy(data.observations), torch.from_numpy(masks)), 1
+            )
+        assert bool((log_probs.argmax(1) == stop).all())
+        gaps[smoothing] = float((log_probs[:, stop, None] - log_probs).mean())
+    # smoothed, the others keep 0.1 / 16 each: a log-probability gap of log((0.9 + 0.1 / 16) / (0.1 / 16)) = 4.98
+    # to each of the 15 (averaged with the stop action's own 0); unsmoothed, the gap only grows with training
+    assert gaps[0.1] == pytest.approx(15 / 16 * math.log(145), abs=0.5)
+    assert gaps[0.0] > gaps[0.1] + 3
+
+
 # --- returns and advantages ----------------------------------------------------------------------------------------
 
 
@@ -817,6 +852,133 @@ def test_perturbed_slots_carry_their_exact_advantage(warm_model: Path, tiny_csv:
     assert batch.greedy_avg_jct_s == pytest.approx(float(np.mean([job.jct_s for job in result.jobs])))
 
 
+class _OneDecisionReplaced:
+    """The greedy policy, except that in `slot` its decision number `index` is `action` (None: unchanged), and
+    every later slot is decided by `after`: the run that `run_deviations` compares, rebuilt as a scheduler."""
+
+    name = "one decision replaced"
+
+    def __init__(self, greedy: LearnedScheduler, slot: int, index: int, action: int | None, after: object) -> None:
+        self.greedy, self.slot, self.index, self.action, self.after = greedy, slot, index, action, after
+        self.observer = Observer(greedy.config.observation)
+
+    def reset(self) -> None:
+        self.greedy.reset()
+
+    def schedule(self, view: ClusterView) -> Allocation:
+        if view.slot < self.slot:
+            return self.greedy.schedule(view)
+        if view.slot == self.slot:
+            observation = self.greedy.config.observation
+            decision = SlotDecision(view, observation.window, True, None, work_conserving=True, packed=False)
+            step = 0
+            while not decision.done:
+                action = self.greedy.policy.greedy_action(self.observer(decision), decision.mask())
+                decision.step(self.action if step == self.index and self.action is not None else action)
+                step += 1
+            return decision.allocation()
+        return self.after.schedule(view)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("continuation", ["policy", "drf"])
+def test_deviated_decisions_carry_their_exact_advantage(warm_model: Path, tiny_csv: Path, continuation: str) -> None:
+    """Each evaluated action's advantage is the difference between two whole runs that a plain scheduler
+    reproduces: greedy up to the slot, that slot with the decision replaced (or not), then the continuation."""
+    greedy = LearnedScheduler.from_dir(warm_model, compat=True)
+    task = DeviationTask(
+        greedy.policy, greedy.config, str(tiny_csv), 0, 1, slot_probability=0.5, continuation=continuation
+    )
+    batch = run_deviations(task)
+    again = run_deviations(task)
+    np.testing.assert_array_equal(batch.actions, again.actions)
+    np.testing.assert_array_equal(batch.advantages, again.advantages)
+    states = len(batch.slots)
+    assert states > 0
+    assert batch.actions.shape == batch.advantages.shape == batch.evaluated.shape == (states, 1 + task.alternatives)
+    assert batch.evaluated[:, 0].all() and not batch.advantages[:, 0].any()
+    for observation, mask, row, evaluated in zip(
+        batch.observations, batch.masks, batch.actions, batch.evaluated, strict=True
+    ):
+        assert row[0] == greedy.policy.greedy_action(observation, mask)
+        tried = row[evaluated][1:]
+        assert len(set(tried.tolist())) == len(tried) > 0 and row[0] not in tried
+        assert all(mask[tried] == 1)
+    work = workload(task.source, 0)
+    speed, config = speed_model(Mode.COMPAT), SimConfig.compat(0)
+    after = greedy if continuation == "policy" else make_scheduler(continuation, speed, True)
+
+    def avg_jct_slots(slot: int, index: int, action: int | None) -> float:
+        result = simulate(work, _OneDecisionReplaced(greedy, slot, index, action, after), config, speed)
+        return float(np.mean([job.jct_s for job in result.jobs])) / work.slot_s
+
+    checked = 0
+    for state in range(min(states, 3)):
+        slot, index = int(batch.slots[state]), int(batch.indices[state])
+        base = avg_jct_slots(slot, index, None)
+        for column in np.flatnonzero(batch.evaluated[state])[1:3]:
+            action = int(batch.actions[state, column])
+            expected = base - avg_jct_slots(slot, index, action)
+            assert batch.advantages[state, column] == pytest.approx(expected, abs=1e-9)
+            checked += 1
+    assert checked > 0
+
+
+def test_the_deviation_update_moves_the_policy_towards_better_actions(rl_source: str) -> None:
+    torch.set_num_threads(1)
+    env, config = _rl(rl_source, credit="deviation", learning_rate=0.01, epochs_per_iteration=4)
+    trainer = ActorCritic(env, config)
+    rng = np.random.default_rng(0)
+    size, num_actions = env.observation.shape, 3 * env.observation.window + 1
+    observations = random_observations(rng, 200, size)
+    masks = np.ones((200, num_actions), dtype=np.int8)
+
+    def log_probs() -> np.ndarray:
+        with torch.no_grad():
+            return torch.log_softmax(
+                trainer.policy.masked_logits(torch.from_numpy(observations), torch.from_numpy(masks)), 1
+            ).numpy()
+
+    before = log_probs()
+    greedy = before.argmax(1)
+    better = (greedy + 1) % num_actions  # measured better than the greedy action in every state
+    worse = (greedy + 2) % num_actions  # measured worse
+    rows = np.arange(200)
+    batch = DeviationBatch(
+        observations,
+        masks,
+        np.stack([greedy, better, worse], axis=1),
+        np.stack([np.zeros(200), np.full(200, 0.01), np.full(200, -0.01)], axis=1),
+        np.ones((200, 3), dtype=bool),
+        rows,
+        np.zeros(200, dtype=np.int64),
+        1.0,
+        "synthetic",
+    )
+    loss, entropy = trainer.update_deviations([batch])
+    assert math.isfinite(loss) and math.isfinite(entropy)
+    after = log_probs()
+    gain = lambda table, actions: table[rows, actions] - table[rows, greedy]  # noqa: E731
+    assert np.mean(gain(after, better) - gain(before, better)) > 0.5
+    # the worse action loses ground against the better one (it shares the better one's job column or the next)
+    assert np.mean((after[rows, better] - after[rows, worse]) - (before[rows, better] - before[rows, worse])) > 0.5
+
+
+def test_deviation_credit_runs_end_to_end(rl_source: str) -> None:
+    torch.set_num_threads(1)
+    env, config = _rl(rl_source, credit="deviation", perturbation_probability=0.3, alternatives=2)
+    trainer, state = training.fine_tune(env, config, LocalPool(0))
+    assert len(state.history) == 2
+    assert all(stats.validation_jct_s is not None and math.isfinite(stats.policy_loss) for stats in state.history)
+    assert set(state.best_policy) == set(trainer.policy.state_dict())
+
+
+def test_deviation_credit_needs_compatibility_mode(warm_model: Path, tiny_csv: Path) -> None:
+    greedy = LearnedScheduler.from_dir(warm_model, compat=True)
+    task = DeviationTask(greedy.policy, PolicyConfig(mode="realistic"), str(tiny_csv), 0, 1, slot_probability=0.5)
+    with pytest.raises(ValueError, match="compatibility mode"):
+        run_deviations(task)
+
+
 def test_perturbation_credit_needs_compatibility_mode(rl_source: str) -> None:
     env, config = _rl(rl_source, credit="perturbation")
     task = replace(ActorCritic(env, config).perturbation_tasks()[0], config=PolicyConfig(mode="realistic"))
@@ -1042,9 +1204,13 @@ def test_an_existing_out_folder_is_not_overwritten(
         (("train-sl", "--packed", "--mode", "realistic"), "--packed is a compat-mode option"),
         (("train-rl", "--credit", "perturbation", "--mode", "realistic"), "--credit perturbation needs --mode compat"),
         (("train-rl", "--perturbation-probability", "0"), "--perturbation-probability must be in (0, 1]"),
+        (("train-sl", "--label-smoothing", "1"), "--label-smoothing must be in [0, 1)"),
+        (("train-rl", "--credit", "deviation", "--mode", "realistic"), "--credit deviation needs --mode compat"),
+        (("train-rl", "--continuation", "oracle"), "--continuation must be 'policy' or one of: drf"),
+        (("train-rl", "--alternatives", "0"), "--alternatives and --minibatch-size must be at least 1"),
     ],
 )
-def test_options_that_need_compatibility_mode_are_refused_elsewhere(
+def test_invalid_training_options_are_refused(
     arguments: tuple[str, ...], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code = main([*arguments, "--out", str(tmp_path / "model")])

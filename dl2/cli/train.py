@@ -33,6 +33,13 @@ def add_parsers(subparsers: argparse._SubParsersAction[Any]) -> None:
     sl.add_argument("--record-every", type=int, default=2, help="record every n-th slot")
     sl.add_argument("--epochs", type=int, default=10, help="passes over the demonstrations")
     sl.add_argument("--learning-rate", type=float, default=1e-3)
+    sl.add_argument(
+        "--label-smoothing",
+        type=float,
+        default=0.0,
+        help="share of each target spread over the possible actions (keeps the teacher's unused actions "
+        "reachable for RL; 0.1 suits a warm-up that RL follows)",
+    )
     sl.add_argument("--dagger-rounds", type=int, default=2, help="DAgger rounds after behaviour cloning")
     sl.add_argument("--dagger-episodes", type=int, default=4, help="workloads per DAgger round")
     sl.add_argument("--dagger-max-slots", type=int, default=3000, help="cut a DAgger workload after this many slots")
@@ -72,13 +79,36 @@ def add_parsers(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     rl.add_argument(
         "--credit",
-        choices=["returns", "perturbation"],
+        choices=["returns", "perturbation", "deviation"],
         default="returns",
-        help="advantages from slot returns (DL2) or, in compat mode, exact: one slot sampled, the rest greedy",
+        help="advantages from slot returns (DL2) or, in compat mode, exact: one slot sampled, the rest greedy "
+        "(perturbation), or single decisions replaced by other actions (deviation: policy iteration)",
     )
     rl.add_argument(
-        "--perturbation-probability", type=float, default=0.05, help="--credit perturbation: share of slots sampled"
+        "--perturbation-probability",
+        type=float,
+        default=0.05,
+        help="--credit perturbation or deviation: share of slots sampled",
     )
+    rl.add_argument(
+        "--alternatives", type=int, default=6, help="--credit deviation: other actions tried per deviated decision"
+    )
+    rl.add_argument(
+        "--continuation",
+        default="policy",
+        help="--credit deviation: who finishes each compared run: 'policy' (the greedy policy, exact policy "
+        "iteration) or a compat heuristic (e.g. drf: its cost-to-go, AggreVaTe, about 20x cheaper)",
+    )
+    rl.add_argument(
+        "--temperature",
+        type=float,
+        default=1.0,
+        help="--credit deviation: advantage scale of the reweighting, in units of their deviation",
+    )
+    rl.add_argument(
+        "--kl-weight", type=float, default=1.0, help="--credit deviation: weight of the KL to the current policy"
+    )
+    rl.add_argument("--minibatch-size", type=int, default=1024, help="decisions per policy step")
     rl.add_argument("--no-exploration", action="store_true", help="ablation: no job-aware exploration")
     rl.add_argument("--no-replay", action="store_true", help="ablation: no experience replay")
     rl.add_argument("--learning-rate", type=float, default=3e-4)
@@ -160,6 +190,8 @@ def run_sl(args: argparse.Namespace) -> int:
         raise UsageError("--episodes, --dagger-rounds and --dagger-episodes must not be negative")
     if args.dagger_max_slots < 1:
         raise UsageError("--dagger-max-slots must be at least 1")
+    if not 0.0 <= args.label_smoothing < 1.0:
+        raise UsageError("--label-smoothing must be in [0, 1)")
     if args.episodes == 0 and (args.init is None or args.dagger_rounds * args.dagger_episodes == 0):
         raise UsageError("--episodes 0 needs --init and at least one DAgger round with at least one workload")
     network = _network(args)
@@ -185,7 +217,11 @@ def run_sl(args: argparse.Namespace) -> int:
         placer=args.placer,
         workers=args.workers,
         supervised=SupervisedConfig(
-            epochs=args.epochs, learning_rate=args.learning_rate, network=network, seed=args.seed
+            epochs=args.epochs,
+            learning_rate=args.learning_rate,
+            network=network,
+            seed=args.seed,
+            label_smoothing=args.label_smoothing,
         ),
     )
     started = time.perf_counter()
@@ -240,6 +276,7 @@ def run_rl(args: argparse.Namespace) -> int:
     from dl2.rl.plots import plot_rl
     from dl2.rl.training import fine_tune, policy_config, save_trained, sim_config
     from dl2.rl.workers import make_pool
+    from dl2.schedulers.registry import COMPAT_SCHEDULERS
 
     policy = value = None
     observation = ObservationConfig(window=args.window, packed=args.packed)
@@ -253,8 +290,14 @@ def run_rl(args: argparse.Namespace) -> int:
         if (args.init / "value.pt").is_file():
             value = ValueNetwork(observation.shape, network)
             value.load_state_dict(load_state(args.init, "value.pt"))
-    if args.credit == "perturbation" and args.mode != "compat":
-        raise UsageError("--credit perturbation needs --mode compat (a deterministic simulator)")
+    if args.credit in ("perturbation", "deviation") and args.mode != "compat":
+        raise UsageError(f"--credit {args.credit} needs --mode compat (a deterministic simulator)")
+    if args.continuation != "policy" and args.continuation not in COMPAT_SCHEDULERS:
+        raise UsageError(f"--continuation must be 'policy' or one of: {', '.join(COMPAT_SCHEDULERS)}")
+    if args.alternatives < 1 or args.minibatch_size < 1:
+        raise UsageError("--alternatives and --minibatch-size must be at least 1")
+    if not (args.temperature > 0 and args.kl_weight >= 0):
+        raise UsageError("--temperature must be positive and --kl-weight not negative")
     if not 0.0 < args.perturbation_probability <= 1.0:
         raise UsageError("--perturbation-probability must be in (0, 1]")
     if args.sibling_baseline and args.group_size < 2:
@@ -295,6 +338,11 @@ def run_rl(args: argparse.Namespace) -> int:
         seed=args.seed,
         credit=args.credit,
         perturbation_probability=args.perturbation_probability,
+        alternatives=args.alternatives,
+        continuation=args.continuation,
+        temperature=args.temperature,
+        kl_weight=args.kl_weight,
+        minibatch_size=args.minibatch_size,
     )
     torch.manual_seed(args.seed)
     started = time.perf_counter()

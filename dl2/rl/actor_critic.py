@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
 from dl2.env.env import EnvConfig
+from dl2.rl.deviation import DeviationBatch, DeviationTask
 from dl2.rl.exploration import ExplorationConfig
 from dl2.rl.inference import NumpyPolicy
 from dl2.rl.model_io import PolicyConfig
-from dl2.rl.networks import NetworkConfig, PolicyNetwork, ValueNetwork
+from dl2.rl.networks import MASKED_LOGIT, NetworkConfig, PolicyNetwork, ValueNetwork
 from dl2.rl.perturbation import PerturbationBatch, PerturbationTask
 from dl2.rl.rollout import Episode, EpisodeTask, slot_returns
 from dl2.rl.workers import RolloutPool
@@ -98,10 +99,20 @@ class RLConfig:
     credit: str = "returns"
     """Where a decision's advantage comes from: 'returns' (DL2 §4.3: its slot's discounted return against the
     baseline) or 'perturbation' (compatibility mode: one slot sampled, the rest greedy, the exact difference in
-    total JCT; `dl2.rl.perturbation`). With 'perturbation' every iteration plays `episodes_per_iteration`
-    training workloads greedily; the value network, replay and job-aware exploration are not used."""
+    total JCT; `dl2.rl.perturbation`) or 'deviation' (compatibility mode: one decision replaced by each of a few
+    other actions, the run finished by a continuation policy, the exact difference in total JCT per action;
+    `dl2.rl.deviation`). With either of the last two every iteration plays `episodes_per_iteration` training
+    workloads greedily; the value network, replay and job-aware exploration are not used."""
     perturbation_probability: float = 0.05
-    """'perturbation': chance that a slot with a decision is sampled."""
+    """'perturbation' and 'deviation': chance that a slot with a decision is sampled."""
+    alternatives: int = 6
+    """'deviation': other actions tried in place of each deviated decision (`dl2.rl.deviation`)."""
+    continuation: str = "policy"
+    """'deviation': who finishes each compared run, 'policy' (exact policy iteration) or a heuristic's name."""
+    temperature: float = 1.0
+    """'deviation': the advantages' scale in the reweighting, in units of their deviation (smaller: bolder)."""
+    kl_weight: float = 1.0
+    """'deviation': weight of KL(old policy || new policy) on the deviated states (the trust region)."""
 
 
 class ReturnScale:
@@ -229,26 +240,86 @@ class ActorCritic:
             )
         return tasks
 
-    def perturbation_tasks(self) -> list[PerturbationTask]:
+    def _greedy_runs(self) -> Iterator[tuple[NumpyPolicy, PolicyConfig, int, int]]:
+        """Per training workload of an exact-credit iteration: the greedy policy, its configuration, the
+        workload's seed and a seed for the task's own draws."""
         config = self.config
         policy_config = PolicyConfig(self.env.observation, config.network, "compat", self.env.placer)
         policy = self.numpy_policy()
-        tasks = []
         for _ in range(config.episodes_per_iteration):
             seed = config.train_seed_offset + self.episodes_played
             self.episodes_played += 1
-            tasks.append(
-                PerturbationTask(
-                    policy,
-                    policy_config,
-                    config.train_source,
-                    seed,
-                    int(self.rng.integers(2**31 - 1)),
-                    config.perturbation_probability,
-                    self.env.max_slots,
-                )
+            yield policy, policy_config, seed, int(self.rng.integers(2**31 - 1))
+
+    def perturbation_tasks(self) -> list[PerturbationTask]:
+        config = self.config
+        return [
+            PerturbationTask(
+                policy,
+                policy_config,
+                config.train_source,
+                seed,
+                rng_seed,
+                config.perturbation_probability,
+                self.env.max_slots,
             )
-        return tasks
+            for policy, policy_config, seed, rng_seed in self._greedy_runs()
+        ]
+
+    def deviation_tasks(self) -> list[DeviationTask]:
+        config = self.config
+        return [
+            DeviationTask(
+                policy,
+                policy_config,
+                config.train_source,
+                seed,
+                rng_seed,
+                config.perturbation_probability,
+                config.alternatives,
+                config.continuation,
+                self.env.max_slots,
+            )
+            for policy, policy_config, seed, rng_seed in self._greedy_runs()
+        ]
+
+    def update_deviations(self, batches: list[DeviationBatch]) -> tuple[float, float]:
+        """Policy improvement on the deviated states, MPO-style (Abdolmaleki et al. 2018): the target over a
+        state's evaluated actions is the current policy reweighted by exp(advantage / eta), eta being
+        `temperature` times the deviation of the non-zero advantages; the policy is fitted to it with a KL
+        penalty to the current policy over all actions, so that it moves where the measured advantages say and
+        little elsewhere. Returns the fitting loss and the policy's entropy on these states."""
+        config = self.config
+        advantages = np.concatenate([b.advantages for b in batches]) if batches else np.zeros((0, 1))
+        measured = advantages[np.abs(advantages) > 0]
+        if measured.size < 2 or not np.std(measured) > 0:
+            return 0.0, float("nan")
+        eta = config.temperature * float(np.std(measured))
+        obs = torch.from_numpy(np.concatenate([b.observations for b in batches]))
+        mask = torch.from_numpy(np.concatenate([b.masks for b in batches]))
+        actions = torch.from_numpy(np.concatenate([b.actions for b in batches]))
+        evaluated = torch.from_numpy(np.concatenate([b.evaluated for b in batches]))
+        scaled = torch.from_numpy(advantages / eta).float()
+        with torch.no_grad():
+            old = torch.log_softmax(self.policy.masked_logits(obs, mask), dim=1)
+            target = torch.softmax(old.gather(1, actions).masked_fill(~evaluated, MASKED_LOGIT) + scaled, dim=1)
+        losses, entropies = [], []
+        for _ in range(config.epochs_per_iteration):
+            order = torch.from_numpy(self.rng.permutation(len(actions)))
+            for start in range(0, len(actions), config.minibatch_size):
+                index = order[start : start + config.minibatch_size]
+                log_probs = torch.log_softmax(self.policy.masked_logits(obs[index], mask[index]), dim=1)
+                among = log_probs.gather(1, actions[index]).masked_fill(~evaluated[index], MASKED_LOGIT)
+                fit = -(target[index] * torch.log_softmax(among, dim=1)).sum(dim=1).mean()
+                kl = (old[index].exp() * (old[index] - log_probs)).sum(dim=1).mean()
+                loss = fit + config.kl_weight * kl
+                self.policy_optimizer.zero_grad()
+                loss.backward()  # type: ignore[no-untyped-call]
+                torch.nn.utils.clip_grad_norm_(self.policy.parameters(), 1.0)
+                self.policy_optimizer.step()
+                losses.append(float(loss.detach()))
+                entropies.append(float(-(log_probs.exp() * log_probs).sum(dim=1).mean().detach()))
+        return float(np.mean(losses)), float(np.mean(entropies))
 
     def update_perturbed(self, batches: list[PerturbationBatch]) -> tuple[float, float]:
         """Policy steps on the sampled slots' decisions with their exact advantages (not re-centred: the greedy
@@ -452,6 +523,20 @@ class ActorCritic:
                     0.0,
                     entropy,
                     sum(len(b.actions) for b in batches),
+                    0.0,
+                )
+            elif config.credit == "deviation":
+                deviations = pool.run_deviations(self.deviation_tasks())
+                policy_loss, entropy = self.update_deviations(deviations)
+                measured = [b.advantages[:, 1:][b.evaluated[:, 1:]] for b in deviations]
+                stats = IterationStats(
+                    iteration,
+                    float(np.mean([b.greedy_avg_jct_s for b in deviations])),
+                    float(np.mean(np.concatenate(measured))) if measured else 0.0,
+                    policy_loss,
+                    0.0,
+                    entropy,
+                    sum(len(b.actions) for b in deviations),
                     0.0,
                 )
             else:

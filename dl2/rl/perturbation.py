@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from dl2.core import Allocation
+from dl2.core import Allocation, ClusterView, Workload
 from dl2.env.decision import SlotDecision
 from dl2.env.observation import Observer
 from dl2.rl.inference import NumpyPolicy
@@ -68,6 +68,49 @@ class PerturbationBatch:
     workload: str
 
 
+@dataclass(slots=True)
+class Fork:
+    """A copy of a greedy run at the start of one of its slots, with what the greedy policy chose there."""
+
+    view: ClusterView
+    simulation: Simulation
+    allocation: Allocation
+
+
+@dataclass(slots=True)
+class GreedyRun:
+    work: Workload
+    greedy: LearnedScheduler
+    total_jct_s: float
+    """Sum of JCTs of the run (cut at `max_slots`: unfinished jobs count the time spent so far)."""
+    forks: list[Fork]
+
+
+def greedy_run_with_forks(
+    policy: NumpyPolicy,
+    config: PolicyConfig,
+    source: str,
+    workload_seed: int,
+    max_slots: int,
+    fork_probability: float,
+    rng: np.random.Generator,
+) -> GreedyRun:
+    """The greedy policy through one workload (compatibility mode), forked at each slot with a decision with
+    `fork_probability`: the common start of every exact-credit comparison."""
+    work = workload(source, workload_seed)
+    sim_config = replace(SimConfig.compat(workload_seed), stall_slots=max_slots + 1)
+    simulation = Simulation(work, sim_config, speed_model(sim_config.mode), interference_model())
+    greedy = LearnedScheduler(config, policy, greedy=True)
+    forks = []
+    while not simulation.done and simulation.slot < max_slots:
+        view = simulation.begin_slot()
+        allocation = greedy.schedule(view)
+        if view.jobs and rng.random() < fork_probability:
+            forks.append(Fork(view, simulation.fork(), allocation))
+        simulation.apply(allocation)
+    return GreedyRun(work, greedy, simulation.total_jct_s(), forks)
+
+
 def _finish_greedily(simulation: Simulation, greedy: LearnedScheduler, max_slots: int) -> None:
     while not simulation.done and simulation.slot < max_slots:
         simulation.apply(greedy.schedule(simulation.begin_slot()))
@@ -81,24 +124,17 @@ def run_perturbations(task: PerturbationTask) -> PerturbationBatch:
     config = task.config
     if config.mode != "compat":
         raise ValueError("perturbation credit needs compatibility mode (a deterministic simulator)")
-    work = workload(task.source, task.workload_seed)
-    sim_config = replace(SimConfig.compat(task.workload_seed), stall_slots=task.max_slots + 1)
-    simulation = Simulation(work, sim_config, speed_model(sim_config.mode), interference_model())
-    greedy = LearnedScheduler(config, task.policy, greedy=True)
     rng = np.random.default_rng(task.rng_seed)
-    branches = []
-    while not simulation.done and simulation.slot < task.max_slots:
-        view = simulation.begin_slot()
-        allocation = greedy.schedule(view)
-        if view.jobs and rng.random() < task.slot_probability:
-            branches.append((view, simulation.fork(), _counts(allocation)))
-        simulation.apply(allocation)
-    greedy_total = simulation.total_jct_s()
+    run = greedy_run_with_forks(
+        task.policy, config, task.source, task.workload_seed, task.max_slots, task.slot_probability, rng
+    )
+    work, greedy, greedy_total = run.work, run.greedy, run.total_jct_s
     scale = len(work.jobs) * work.slot_s  # advantages in slots of average JCT
     observations, masks, actions, advantages = [], [], [], []
     observer = Observer(config.observation)
     changed = improved = 0
-    for view, twin, greedy_counts in branches:
+    for fork in run.forks:
+        view, twin, greedy_counts = fork.view, fork.simulation, _counts(fork.allocation)
         decision = SlotDecision(
             view,
             config.observation.window,
@@ -134,7 +170,7 @@ def run_perturbations(task: PerturbationTask) -> PerturbationBatch:
         np.array(actions, dtype=np.int64),
         np.array(advantages, dtype=np.float64),
         greedy_total / len(work.jobs),
-        len(branches),
+        len(run.forks),
         changed,
         int(improved),
         work.name,

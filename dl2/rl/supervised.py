@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from torch import nn
 
 from dl2.env.observation import InputShape
 from dl2.rl.demonstrations import Demonstrations
@@ -28,6 +27,11 @@ class SupervisedConfig:
     """Policy network shape."""
     seed: int = 0
     """Seeds weight initialisation and mini-batch order."""
+    label_smoothing: float = 0.0
+    """Share of each target spread evenly over the state's possible actions. Plain cross-entropy drives the
+    actions a teacher never takes hundreds of logits below its choice (a DRF student's worker-only, PS-only and
+    stop actions sit ~450 logits below its bundles), so RL that follows can neither sample them nor learn them:
+    with 0.1 every possible action keeps a probability of about 0.1 / (possible actions)."""
 
 
 @dataclass(slots=True)
@@ -52,6 +56,18 @@ def accuracy(policy: PolicyNetwork, data: Demonstrations, batch_size: int = 4096
     return correct / len(data)
 
 
+def imitation_loss(logits: torch.Tensor, masks: torch.Tensor, actions: torch.Tensor, smoothing: float) -> torch.Tensor:
+    """Cross-entropy with the teacher's action, label-smoothed over the possible actions only (smoothing over
+    impossible ones, as `torch.nn.CrossEntropyLoss(label_smoothing=...)` would, meets their masked logits)."""
+    log_probs = torch.log_softmax(logits, dim=1)
+    loss = -log_probs.gather(1, actions[:, None]).squeeze(1)
+    if smoothing > 0:
+        possible = masks.to(log_probs.dtype)
+        spread = -(log_probs * possible).sum(dim=1) / possible.sum(dim=1)
+        loss = (1 - smoothing) * loss + smoothing * spread
+    return loss.mean()
+
+
 def train_supervised(
     train: Demonstrations,
     held_out: Demonstrations,
@@ -65,7 +81,6 @@ def train_supervised(
     if policy is None:
         policy = PolicyNetwork(shape, config.network)
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
-    loss_function = nn.CrossEntropyLoss()
     history = SupervisedHistory()
     observations = torch.from_numpy(train.observations)
     masks = torch.from_numpy(train.masks)
@@ -75,10 +90,14 @@ def train_supervised(
         total, batches = 0.0, 0
         for start in range(0, len(train), config.batch_size):
             batch = order[start : start + config.batch_size]
-            logits = policy.masked_logits(observations[batch], masks[batch])
-            loss = loss_function(logits, actions[batch])
+            loss = imitation_loss(
+                policy.masked_logits(observations[batch], masks[batch]),
+                masks[batch],
+                actions[batch],
+                config.label_smoothing,
+            )
             optimizer.zero_grad()
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             optimizer.step()
             total += float(loss.detach())
             batches += 1

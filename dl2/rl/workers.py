@@ -12,6 +12,7 @@ import os
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from dl2.rl.deviation import DeviationBatch, DeviationTask, run_deviations
 from dl2.rl.perturbation import PerturbationBatch, PerturbationTask, run_perturbations
 from dl2.rl.rollout import Episode, EpisodeTask, run_episode
 
@@ -20,6 +21,8 @@ class RolloutPool(Protocol):
     def run(self, tasks: Sequence[EpisodeTask]) -> list[Episode]: ...
 
     def run_perturbations(self, tasks: Sequence[PerturbationTask]) -> list[PerturbationBatch]: ...
+
+    def run_deviations(self, tasks: Sequence[DeviationTask]) -> list[DeviationBatch]: ...
 
     def close(self) -> None: ...
 
@@ -50,6 +53,11 @@ class LocalPool:
             return [run_perturbations(task) for task in tasks]
         return list(self._pool.map(run_perturbations, tasks, chunksize=1))
 
+    def run_deviations(self, tasks: Sequence[DeviationTask]) -> list[DeviationBatch]:
+        if self._pool is None:
+            return [run_deviations(task) for task in tasks]
+        return list(self._pool.map(run_deviations, tasks, chunksize=1))
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.close()
@@ -67,6 +75,7 @@ class RayPool:
             ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
         self._remote = ray.remote(run_episode)
         self._remote_perturbations = ray.remote(run_perturbations)
+        self._remote_deviations = ray.remote(run_deviations)
         self._ray = ray
 
     def run(self, tasks: Sequence[EpisodeTask]) -> list[Episode]:
@@ -74,6 +83,9 @@ class RayPool:
 
     def run_perturbations(self, tasks: Sequence[PerturbationTask]) -> list[PerturbationBatch]:
         return list(self._ray.get([self._remote_perturbations.remote(task) for task in tasks]))
+
+    def run_deviations(self, tasks: Sequence[DeviationTask]) -> list[DeviationBatch]:
+        return list(self._ray.get([self._remote_deviations.remote(task) for task in tasks]))
 
     def close(self) -> None:
         self._ray.shutdown()

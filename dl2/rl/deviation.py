@@ -1,0 +1,191 @@
+"""Exact credit for single decisions (compatibility mode): replace one decision, finish the run, compare.
+
+Why: a DL2 slot holds ~100-190 decisions, and sampling from a warmed-up policy rarely leaves its teacher's
+choices. A DRF student's worker-only, PS-only and stop actions sit ~450 logits below its bundles, so neither
+DL2's returns nor exact slot credit (`dl2.rl.perturbation`) ever see them tried, and the runs that do try them
+credit ~100 decisions with one number.
+
+Here the greedy policy plays a training workload, and at a few random slots one decision, drawn uniformly from
+the slot's decisions, is replaced by each of up to `alternatives` other possible actions, drawn uniformly. The
+rest of that slot is greedy, and a continuation policy finishes the run: the greedy policy itself (exact
+Q-values of the policy being improved, policy iteration) or a heuristic run by its own mechanism (AggreVaTe,
+Ross & Bagnell 2014: the teacher's cost-to-go, about 20 times cheaper on the authors' small workloads). The
+difference in total JCT against the greedy decision is that action's exact advantage in that state, with common
+random numbers: classification-based approximate policy iteration (Lagoudakis & Parr 2003) on the policy's own
+states. The update that uses it (`ActorCritic.update_deviations`) reweights the policy by these advantages
+within a KL trust region.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from dl2.core import Allocation, ClusterView
+from dl2.env.decision import SlotDecision
+from dl2.env.observation import Observer
+from dl2.rl.inference import NumpyPolicy
+from dl2.rl.learned import LearnedScheduler
+from dl2.rl.model_io import PolicyConfig
+from dl2.rl.perturbation import greedy_run_with_forks
+from dl2.schedulers.registry import make_scheduler
+from dl2.sim.config import Mode
+from dl2.sim.run import speed_model
+from dl2.sim.simulator import Simulation
+
+POLICY = "policy"
+"""Continuation by the greedy policy being trained (exact policy iteration)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviationTask:
+    """One training workload's deviations (picklable, for rollout workers)."""
+
+    policy: NumpyPolicy
+    config: PolicyConfig
+    source: str
+    workload_seed: int
+    rng_seed: int
+    slot_probability: float
+    """Chance that a slot with a decision gets one decision replaced."""
+    alternatives: int = 6
+    """Other possible actions tried in place of the chosen decision (fewer when fewer are possible)."""
+    continuation: str = POLICY
+    """Who finishes each run: 'policy' (the greedy policy) or a heuristic's name (its own mechanism)."""
+    max_slots: int = 3_000
+    """Runs are cut at this slot; a job unfinished by then counts the time it has spent so far."""
+
+
+@dataclass(slots=True)
+class DeviationBatch:
+    """Per deviated state: its observation, mask and the evaluated actions, greedy first."""
+
+    observations: np.ndarray
+    masks: np.ndarray
+    actions: np.ndarray
+    """(states, 1 + alternatives): column 0 is the greedy action; unused cells hold the greedy action too."""
+    advantages: np.ndarray
+    """Same shape: greedy run minus the run with that action, in slots of average JCT (column 0: 0)."""
+    evaluated: np.ndarray
+    """Same shape, bool: which cells hold an evaluated action."""
+    slots: np.ndarray
+    """Per state: the slot it was in."""
+    indices: np.ndarray
+    """Per state: the decision's index within its slot."""
+    greedy_avg_jct_s: float
+    workload: str
+
+
+def _counts(allocation: Allocation) -> dict[str, tuple[int, int]]:
+    return {job_id: (a.num_workers, a.num_ps) for job_id, a in allocation.jobs.items()}
+
+
+class _SlotReplay:
+    """The greedy policy's slot from a view, with one decision replaced if asked."""
+
+    def __init__(self, config: PolicyConfig, policy: NumpyPolicy) -> None:
+        self.config = config
+        self.policy = policy
+        self.observer = Observer(config.observation)
+
+    def run(
+        self, view: ClusterView, index: int = -1, action: int | None = None
+    ) -> tuple[Allocation, int, tuple[np.ndarray, np.ndarray, int] | None]:
+        """The allocation, the number of decisions, and (observation, mask, greedy action) at `index`."""
+        observation_config = self.config.observation
+        decision = SlotDecision(
+            view, observation_config.window, True, None, work_conserving=True, packed=observation_config.packed
+        )
+        step, state = 0, None
+        while not decision.done:
+            observation, mask = self.observer(decision), decision.mask()
+            greedy = self.policy.greedy_action(observation, mask)
+            chosen = greedy
+            if step == index:
+                state = (observation, mask, greedy)
+                chosen = greedy if action is None else action
+            decision.step(chosen)
+            step += 1
+        return decision.allocation(), step, state
+
+
+def _continuation(task: DeviationTask, greedy: LearnedScheduler) -> Callable[[ClusterView], Allocation]:
+    if task.continuation == POLICY:
+        return greedy.schedule
+    return make_scheduler(task.continuation, speed_model(Mode.COMPAT), True).schedule
+
+
+def _finish(simulation: Simulation, schedule: Callable[[ClusterView], Allocation], max_slots: int) -> float:
+    while not simulation.done and simulation.slot < max_slots:
+        simulation.apply(schedule(simulation.begin_slot()))
+    return simulation.total_jct_s()
+
+
+def run_deviations(task: DeviationTask) -> DeviationBatch:
+    config = task.config
+    if config.mode != "compat":
+        raise ValueError("deviation credit needs compatibility mode (a deterministic simulator)")
+    if task.alternatives < 1:
+        raise ValueError("deviation credit needs at least one alternative per state")
+    rng = np.random.default_rng(task.rng_seed)
+    run = greedy_run_with_forks(
+        task.policy, config, task.source, task.workload_seed, task.max_slots, task.slot_probability, rng
+    )
+    work, greedy_total = run.work, run.total_jct_s
+    continue_with = _continuation(task, run.greedy)
+    scale = len(work.jobs) * work.slot_s  # advantages in slots of average JCT
+    replay = _SlotReplay(config, task.policy)
+    width = 1 + task.alternatives
+    observations, masks, actions, advantages, evaluated, slots, indices = [], [], [], [], [], [], []
+    for fork in run.forks:
+        view, twin, greedy_allocation = fork.view, fork.simulation, fork.allocation
+        _, steps, _ = replay.run(view)
+        index = int(rng.integers(steps))
+        _, _, state = replay.run(view, index)
+        assert state is not None
+        observation, mask, greedy_action = state
+        others = np.flatnonzero(mask)
+        others = others[others != greedy_action]
+        if not others.size:
+            continue  # a forced decision: nothing to compare
+        chosen = rng.choice(others, size=min(task.alternatives, others.size), replace=False)
+        if task.continuation == POLICY:
+            base_total = greedy_total  # the greedy slot, then greedy: the run itself
+        else:
+            base = twin.fork()
+            base.apply(greedy_allocation)
+            base_total = _finish(base, continue_with, task.max_slots)
+        row_actions = np.full(width, greedy_action, dtype=np.int64)
+        row_advantages = np.zeros(width)
+        row_evaluated = np.zeros(width, dtype=bool)
+        row_evaluated[0] = True
+        for column, action in enumerate(chosen.tolist(), start=1):
+            allocation, _, _ = replay.run(view, index, action)
+            row_actions[column] = action
+            row_evaluated[column] = True
+            if _counts(allocation) == _counts(greedy_allocation):
+                continue  # the same slot: advantage 0, nothing to simulate
+            branch = twin.fork()
+            branch.apply(allocation)
+            row_advantages[column] = (base_total - _finish(branch, continue_with, task.max_slots)) / scale
+        observations.append(observation)
+        masks.append(mask)
+        actions.append(row_actions)
+        advantages.append(row_advantages)
+        evaluated.append(row_evaluated)
+        slots.append(view.slot)
+        indices.append(index)
+    size, num_actions = config.observation.size, 3 * config.observation.window + 1
+    return DeviationBatch(
+        np.array(observations, dtype=np.float32).reshape(-1, size),
+        np.array(masks, dtype=np.int8).reshape(-1, num_actions),
+        np.array(actions, dtype=np.int64).reshape(-1, width),
+        np.array(advantages, dtype=np.float64).reshape(-1, width),
+        np.array(evaluated, dtype=bool).reshape(-1, width),
+        np.array(slots, dtype=np.int64),
+        np.array(indices, dtype=np.int64),
+        greedy_total / len(work.jobs),
+        work.name,
+    )
