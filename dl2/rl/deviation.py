@@ -24,16 +24,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from dl2.core import Allocation, ClusterView
-from dl2.env.decision import SlotDecision
+from dl2.env.decision import SlotDecision, action_count
 from dl2.env.observation import Observer
 from dl2.rl.inference import NumpyPolicy
 from dl2.rl.learned import LearnedScheduler
 from dl2.rl.model_io import PolicyConfig
-from dl2.rl.perturbation import greedy_run_with_forks
+from dl2.rl.perturbation import allocation_counts, finish, greedy_run_with_forks
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import Mode
 from dl2.sim.run import speed_model
-from dl2.sim.simulator import Simulation
 
 POLICY = "policy"
 """Continuation by the greedy policy being trained (exact policy iteration)."""
@@ -78,10 +77,6 @@ class DeviationBatch:
     workload: str
 
 
-def _counts(allocation: Allocation) -> dict[str, tuple[int, int]]:
-    return {job_id: (a.num_workers, a.num_ps) for job_id, a in allocation.jobs.items()}
-
-
 class _SlotReplay:
     """The greedy policy's slot from a view, with one decision replaced if asked."""
 
@@ -90,37 +85,35 @@ class _SlotReplay:
         self.policy = policy
         self.observer = Observer(config.observation)
 
-    def run(
-        self, view: ClusterView, index: int = -1, action: int | None = None
-    ) -> tuple[Allocation, int, tuple[np.ndarray, np.ndarray, int] | None]:
-        """The allocation, the number of decisions, and (observation, mask, greedy action) at `index`."""
-        observation_config = self.config.observation
-        decision = SlotDecision(
-            view, observation_config.window, True, None, work_conserving=True, packed=observation_config.packed
-        )
-        step, state = 0, None
+    def states(self, view: ClusterView) -> list[tuple[np.ndarray, np.ndarray, int]]:
+        """(observation, mask, greedy action) of every decision of the greedy slot."""
+        decision = self._decision(view)
+        states = []
         while not decision.done:
             observation, mask = self.observer(decision), decision.mask()
-            greedy = self.policy.greedy_action(observation, mask)
-            chosen = greedy
-            if step == index:
-                state = (observation, mask, greedy)
-                chosen = greedy if action is None else action
-            decision.step(chosen)
+            states.append((observation, mask, self.policy.greedy_action(observation, mask)))
+            decision.step(states[-1][2])
+        return states
+
+    def run(self, view: ClusterView, index: int, action: int) -> Allocation:
+        """The slot's allocation with decision number `index` replaced by `action`, the others greedy."""
+        decision = self._decision(view)
+        step = 0
+        while not decision.done:
+            greedy = self.policy.greedy_action(self.observer(decision), decision.mask())
+            decision.step(action if step == index else greedy)
             step += 1
-        return decision.allocation(), step, state
+        return decision.allocation()
+
+    def _decision(self, view: ClusterView) -> SlotDecision:
+        observation = self.config.observation
+        return SlotDecision(view, observation.window, True, None, work_conserving=True, packed=observation.packed)
 
 
 def _continuation(task: DeviationTask, greedy: LearnedScheduler) -> Callable[[ClusterView], Allocation]:
     if task.continuation == POLICY:
         return greedy.schedule
     return make_scheduler(task.continuation, speed_model(Mode.COMPAT), True).schedule
-
-
-def _finish(simulation: Simulation, schedule: Callable[[ClusterView], Allocation], max_slots: int) -> float:
-    while not simulation.done and simulation.slot < max_slots:
-        simulation.apply(schedule(simulation.begin_slot()))
-    return simulation.total_jct_s()
 
 
 def run_deviations(task: DeviationTask) -> DeviationBatch:
@@ -141,11 +134,9 @@ def run_deviations(task: DeviationTask) -> DeviationBatch:
     observations, masks, actions, advantages, evaluated, slots, indices = [], [], [], [], [], [], []
     for fork in run.forks:
         view, twin, greedy_allocation = fork.view, fork.simulation, fork.allocation
-        _, steps, _ = replay.run(view)
-        index = int(rng.integers(steps))
-        _, _, state = replay.run(view, index)
-        assert state is not None
-        observation, mask, greedy_action = state
+        states = replay.states(view)
+        index = int(rng.integers(len(states)))
+        observation, mask, greedy_action = states[index]
         others = np.flatnonzero(mask)
         others = others[others != greedy_action]
         if not others.size:
@@ -156,20 +147,20 @@ def run_deviations(task: DeviationTask) -> DeviationBatch:
         else:
             base = twin.fork()
             base.apply(greedy_allocation)
-            base_total = _finish(base, continue_with, task.max_slots)
+            base_total = finish(base, continue_with, task.max_slots)
         row_actions = np.full(width, greedy_action, dtype=np.int64)
         row_advantages = np.zeros(width)
         row_evaluated = np.zeros(width, dtype=bool)
         row_evaluated[0] = True
         for column, action in enumerate(chosen.tolist(), start=1):
-            allocation, _, _ = replay.run(view, index, action)
+            allocation = replay.run(view, index, action)
             row_actions[column] = action
             row_evaluated[column] = True
-            if _counts(allocation) == _counts(greedy_allocation):
+            if allocation_counts(allocation) == allocation_counts(greedy_allocation):
                 continue  # the same slot: advantage 0, nothing to simulate
             branch = twin.fork()
             branch.apply(allocation)
-            row_advantages[column] = (base_total - _finish(branch, continue_with, task.max_slots)) / scale
+            row_advantages[column] = (base_total - finish(branch, continue_with, task.max_slots)) / scale
         observations.append(observation)
         masks.append(mask)
         actions.append(row_actions)
@@ -177,7 +168,7 @@ def run_deviations(task: DeviationTask) -> DeviationBatch:
         evaluated.append(row_evaluated)
         slots.append(view.slot)
         indices.append(index)
-    size, num_actions = config.observation.size, 3 * config.observation.window + 1
+    size, num_actions = config.observation.size, action_count(config.observation.window)
     return DeviationBatch(
         np.array(observations, dtype=np.float32).reshape(-1, size),
         np.array(masks, dtype=np.int8).reshape(-1, num_actions),

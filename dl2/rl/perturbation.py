@@ -17,12 +17,13 @@ continuation.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from dl2.core import Allocation, ClusterView, Workload
-from dl2.env.decision import SlotDecision
+from dl2.env.decision import SlotDecision, action_count
 from dl2.env.observation import Observer
 from dl2.rl.inference import NumpyPolicy
 from dl2.rl.learned import LearnedScheduler
@@ -111,12 +112,15 @@ def greedy_run_with_forks(
     return GreedyRun(work, greedy, simulation.total_jct_s(), forks)
 
 
-def _finish_greedily(simulation: Simulation, greedy: LearnedScheduler, max_slots: int) -> None:
+def finish(simulation: Simulation, schedule: Callable[[ClusterView], Allocation], max_slots: int) -> float:
+    """Runs `simulation` on with `schedule` to its end or `max_slots`; returns its total JCT (s) then."""
     while not simulation.done and simulation.slot < max_slots:
-        simulation.apply(greedy.schedule(simulation.begin_slot()))
+        simulation.apply(schedule(simulation.begin_slot()))
+    return simulation.total_jct_s()
 
 
-def _counts(allocation: Allocation) -> dict[str, tuple[int, int]]:
+def allocation_counts(allocation: Allocation) -> dict[str, tuple[int, int]]:
+    """Per job: (workers, PS): what two slots must share to be the same slot."""
     return {job_id: (a.num_workers, a.num_ps) for job_id, a in allocation.jobs.items()}
 
 
@@ -134,7 +138,7 @@ def run_perturbations(task: PerturbationTask) -> PerturbationBatch:
     observer = Observer(config.observation)
     changed = improved = 0
     for fork in run.forks:
-        view, twin, greedy_counts = fork.view, fork.simulation, _counts(fork.allocation)
+        view, twin, greedy_counts = fork.view, fork.simulation, allocation_counts(fork.allocation)
         decision = SlotDecision(
             view,
             config.observation.window,
@@ -152,12 +156,11 @@ def run_perturbations(task: PerturbationTask) -> PerturbationBatch:
             slot_actions.append(action)
             decision.step(action)
         allocation = decision.allocation()
-        if _counts(allocation) == greedy_counts:
+        if allocation_counts(allocation) == greedy_counts:
             continue  # the greedy allocation again: advantage 0, nothing to learn or to simulate
         changed += 1
         twin.apply(allocation)
-        _finish_greedily(twin, greedy, task.max_slots)
-        advantage = (greedy_total - twin.total_jct_s()) / scale
+        advantage = (greedy_total - finish(twin, greedy.schedule, task.max_slots)) / scale
         improved += advantage > 0
         observations += slot_observations
         masks += slot_masks
@@ -166,7 +169,7 @@ def run_perturbations(task: PerturbationTask) -> PerturbationBatch:
     size = config.observation.size
     return PerturbationBatch(
         np.array(observations, dtype=np.float32).reshape(-1, size),
-        np.array(masks, dtype=np.int8).reshape(-1, 3 * config.observation.window + 1),
+        np.array(masks, dtype=np.int8).reshape(-1, action_count(config.observation.window)),
         np.array(actions, dtype=np.int64),
         np.array(advantages, dtype=np.float64),
         greedy_total / len(work.jobs),
