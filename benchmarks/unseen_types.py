@@ -18,8 +18,11 @@ credit:
 
     .venv/bin/python benchmarks/unseen_types.py --teacher speedup-hull-marginal --packed \
         --full-warm-up models/dl2-compat-hull --warm-up work/unseen-hull/warm-up-6types --credit perturbation \
-        --seeds 0 --iterations 12 --validate-every 3 --rl-workers 2 --reference speedup-hull \
-        --json unseen_types_hull.json
+        --seeds 0,1,2 --iterations 6 --validate-every 2 --rl-workers 1 --jobs 2 --learning-rate 3e-4 \
+        --reference speedup-hull --json unseen_types_hull.json
+
+(`--credit returns --seeds 0 --json unseen_types_hull_returns.json` gives DL2's own credit beside it; `--reuse`
+evaluates RL runs already trained instead of training them again.)
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from typing import Any
 
 from pipelines import tracking
 from pipelines.params import Params
-from pipelines.rl import env_config, jsonable, load_networks, rl_config, rl_seeds, save, unit
+from pipelines.rl import env_config, finetune_config, jsonable, load_networks, rl_seeds, save, unit
 from pipelines.stage import (
     Layout,
     StageFailed,
@@ -90,7 +90,7 @@ def run(params: Params, layout: Layout | None = None, init: Path | None = None, 
     start = init_folder(params, layout, init)
     logs = find_logs(layout.feedback(params))
     loaded_config, policy, value, inherited = load_networks(start)
-    config = rl_config(params, loaded_config.network, params.finetune.iterations, params.finetune.seed)
+    config = finetune_config(params, loaded_config.network)
     manifest = require_within(layout, params, "rl", rl_seeds(config))
     settings = {
         "finetune": params.section("finetune"),

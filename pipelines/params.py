@@ -26,6 +26,8 @@ from pipelines.tracking import ROOT
 DEFAULT_PATH = ROOT / "params.yaml"
 ABLATION_VARIANTS = ("full", "no-exploration", "no-replay", "no-value-baseline")
 """RL components that `ablate` can switch off (DL2 §6.5), `full` being none."""
+CREDITS = ("returns", "perturbation", "deviation")
+"""RL credits of `finetune.credit` (`dl2.rl.actor_critic.RLConfig.credit`)."""
 
 
 class ParamsError(Dl2Error):
@@ -88,9 +90,17 @@ class WarmupParams:
     hidden: tuple[int, ...] = (64, 64)
     """Hidden layer widths."""
     network: str = "per-job"
-    """'per-job' or 'mlp' (DL2's flat network)."""
+    """'per-job', 'per-job-local' (the shipped compat models' network) or 'mlp' (DL2's flat network)."""
     learning_rate: float = 1e-3
     """Adam step size of the supervised training."""
+    label_smoothing: float = 0.0
+    """Share of each target spread over the other possible actions, in [0, 1); 0.1 keeps the actions the teacher
+    never takes within reach of RL's exploration (`models/dl2-compat-drf`)."""
+    packed: bool = False
+    """Compat mode only: the policy decides counts against total capacity and the slot's requests are asked in
+    an order the authors' placement packs (`models/dl2-compat-hull`)."""
+    record_every: int = 2
+    """The teacher's decisions are recorded every this many slots of each demonstration."""
     seed: int = 0
     """Seeds weights and mini-batch order."""
 
@@ -135,6 +145,25 @@ class FinetuneParams:
     """Seeds the learner and the exploration."""
     init: str = ""
     """Model folder to start from; empty: the warm-up (`--init` overrides, e.g. with the champion)."""
+    credit: str = "returns"
+    """Where a decision's advantage comes from (as `dl2 train-rl --credit`): 'returns' (DL2 §4.3, with the value
+    baseline, job-aware exploration and replay), or, in compat mode only, the exact credits 'perturbation' (one
+    slot sampled, the rest greedy) and 'deviation' (one decision replaced by each of `alternatives` others, the
+    run finished by `continuation`; `models/dl2-compat-drf-rl`). The logged-feedback steps use the value network,
+    which the exact credits do not train: with them, `feedback_steps` is best 0."""
+    perturbation_probability: float = 0.05
+    """'perturbation' and 'deviation': chance that a slot with a decision is sampled."""
+    alternatives: int = 6
+    """'deviation': other actions tried in place of each deviated decision."""
+    continuation: str = "policy"
+    """'deviation': who finishes each compared run: 'policy' (the greedy policy) or a compat heuristic's name
+    (e.g. 'drf': about 20x cheaper)."""
+    temperature: float = 1.0
+    """'deviation': the advantages' scale in the reweighting, in units of their deviation (smaller: bolder)."""
+    kl_weight: float = 1.0
+    """'deviation': weight of the KL penalty to the current policy (the trust region)."""
+    minibatch_size: int = 1024
+    """Decisions per gradient step."""
     max_slots: int = 1_500
     """Training episodes are cut after this many slots (a starving policy would otherwise run 3,000)."""
     validation_max_slots: int = 1_500
@@ -311,15 +340,19 @@ def _check(params: Params, where: str) -> None:
         raise ParamsError(f"{where}: feedback.log_mode must be shadow, canary or active")
     if params.finetune.reward not in ("jct", "progress"):
         raise ParamsError(f"{where}: finetune.reward must be 'jct' or 'progress'")
+    _check_credit(params.finetune, params.workloads.mode, where)
     counts = {
         "warmup.episodes": params.warmup.episodes,
         "warmup.epochs": params.warmup.epochs,
         "warmup.window": params.warmup.window,
+        "warmup.record_every": params.warmup.record_every,
         "finetune.episodes_per_iteration": params.finetune.episodes_per_iteration,
         "ablate.episodes_per_iteration": params.ablate.episodes_per_iteration,
         "finetune.validate_every": params.finetune.validate_every,
         "finetune.max_slots": params.finetune.max_slots,
         "finetune.validation_max_slots": params.finetune.validation_max_slots,
+        "finetune.alternatives": params.finetune.alternatives,
+        "finetune.minibatch_size": params.finetune.minibatch_size,
     }
     for name, value in counts.items():
         if value < 1:
@@ -328,6 +361,28 @@ def _check(params: Params, where: str) -> None:
         raise ParamsError(f"{where}: workloads.validation_seeds and workloads.test_seeds must not be empty")
     if not params.warmup.hidden or min(params.warmup.hidden) < 1:
         raise ParamsError(f"{where}: warmup.hidden must list positive widths")
+    if not 0.0 <= params.warmup.label_smoothing < 1.0:
+        raise ParamsError(f"{where}: warmup.label_smoothing must be in [0, 1), got {params.warmup.label_smoothing}")
+    if params.warmup.packed and params.workloads.mode != "compat":
+        raise ParamsError(f"{where}: warmup.packed is a compat-mode option (realistic mode places by its placer)")
+
+
+def _check_credit(finetune: FinetuneParams, mode: str, where: str) -> None:
+    from dl2.schedulers.registry import COMPAT_SCHEDULERS
+
+    if finetune.credit not in CREDITS:
+        raise ParamsError(f"{where}: finetune.credit must be one of {', '.join(CREDITS)}, got {finetune.credit!r}")
+    if finetune.credit != "returns" and mode != "compat":
+        raise ParamsError(f"{where}: finetune.credit {finetune.credit} needs workloads.mode compat (deterministic)")
+    if finetune.continuation != "policy" and finetune.continuation not in COMPAT_SCHEDULERS:
+        raise ParamsError(
+            f"{where}: finetune.continuation must be 'policy' or one of {', '.join(COMPAT_SCHEDULERS)}, "
+            f"got {finetune.continuation!r}"
+        )
+    if not 0.0 < finetune.perturbation_probability <= 1.0:
+        raise ParamsError(f"{where}: finetune.perturbation_probability must be in (0, 1]")
+    if not (finetune.temperature > 0 and finetune.kl_weight >= 0):
+        raise ParamsError(f"{where}: finetune.temperature must be positive and finetune.kl_weight not negative")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -95,6 +95,21 @@ def rl_config(
     )
 
 
+def finetune_config(params: Params, network: Any) -> Any:
+    """RLConfig of the fine-tune stage: `rl_config` with the credit chosen in params (ablations keep DL2's)."""
+    f = params.finetune
+    return replace(
+        rl_config(params, network, f.iterations, f.seed),
+        credit=f.credit,
+        perturbation_probability=f.perturbation_probability,
+        alternatives=f.alternatives,
+        continuation=f.continuation,
+        temperature=f.temperature,
+        kl_weight=f.kl_weight,
+        minibatch_size=f.minibatch_size,
+    )
+
+
 def rl_seeds(config: Any) -> range:
     """Workload seeds RL trains on."""
     return range(config.train_seed_offset, config.train_seed_offset + config.iterations * config.episodes_per_iteration)

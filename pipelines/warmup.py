@@ -31,9 +31,14 @@ def warm_up_config(params: Params) -> WarmUpConfig:
         episodes=w.episodes,
         dagger_rounds=w.dagger_rounds,
         dagger_episodes=w.dagger_episodes,
-        observation=ObservationConfig(window=w.window),
+        record_every=w.record_every,
+        observation=ObservationConfig(window=w.window, packed=w.packed),
         supervised=SupervisedConfig(
-            epochs=w.epochs, learning_rate=w.learning_rate, network=network_config(params), seed=w.seed
+            epochs=w.epochs,
+            learning_rate=w.learning_rate,
+            label_smoothing=w.label_smoothing,
+            network=network_config(params),
+            seed=w.seed,
         ),
     )
 

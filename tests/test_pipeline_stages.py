@@ -140,6 +140,37 @@ def test_bad_parameters_are_one_line_errors(tmp_path: Path) -> None:
     assert cli(["--params", str(bad)]) == 2
 
 
+def test_warm_up_parameters_reach_its_configuration() -> None:
+    from pipelines.warmup import warm_up_config
+
+    overrides = ["warmup.label_smoothing=0.1", "warmup.packed=true", "warmup.record_every=3"]
+    config = warm_up_config(params_module.load(smoke=True, overrides=overrides))
+    assert config.supervised.label_smoothing == 0.1
+    assert config.observation.packed is True
+    assert config.record_every == 3
+    with pytest.raises(ParamsError, match="label_smoothing"):
+        params_module.load(overrides=["warmup.label_smoothing=1.0"])
+    with pytest.raises(ParamsError, match="compat-mode"):
+        params_module.load(overrides=["warmup.packed=true", "workloads.mode=realistic"])
+
+
+def test_fine_tune_credit_reaches_its_configuration_and_ablations_keep_dl2s() -> None:
+    from dl2.rl.networks import NetworkConfig
+    from pipelines.rl import finetune_config, rl_config
+
+    overrides = ["finetune.credit=deviation", "finetune.continuation=drf", "finetune.temperature=0.5"]
+    params = params_module.load(smoke=True, overrides=overrides)
+    config = finetune_config(params, NetworkConfig())
+    assert (config.credit, config.continuation, config.temperature) == ("deviation", "drf", 0.5)
+    assert rl_config(params, NetworkConfig(), 1, 0, "no-replay").credit == "returns"
+    with pytest.raises(ParamsError, match=r"needs workloads\.mode compat"):
+        params_module.load(overrides=["finetune.credit=deviation", "workloads.mode=realistic"])
+    with pytest.raises(ParamsError, match=r"finetune\.continuation"):
+        params_module.load(overrides=["finetune.continuation=lottery"])
+    with pytest.raises(ParamsError, match=r"finetune\.credit"):
+        params_module.load(overrides=["finetune.credit=luck"])
+
+
 def test_dvc_repro_in_a_copy(tmp_path: Path) -> None:
     """The DVC pipeline parses, runs its data stages at smoke size, versions the ingested traces in the local
     remote, and is up to date on a second `dvc repro`."""
