@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from pipelines import tracking
+from pipelines.code import code_version
 from pipelines.params import Params
 from pipelines.rl import unit
-from pipelines.stage import Layout, StageResult, log_outputs, main, stage_digest, up_to_date, write_json
+from pipelines.stage import Layout, StageResult, main, write_json
+from pipelines.workloads import test_dataset
 
 PLACER = "load-balance"
 """Placer of the heuristics in realistic mode (the `dl2 evaluate` default); policies bring their own."""
@@ -48,12 +50,19 @@ class Outcome:
         return self.failure is None
 
 
+def heuristics(params: Params) -> tuple[str, ...]:
+    """Every heuristic the policy is shown against: the baselines, the policy's teacher (so that imitation is
+    not mistaken for improvement) and the incumbents the gate compares with, without repeats."""
+    teacher = params.warmup.teacher
+    return tuple(dict.fromkeys([*params.evaluate.baselines, teacher, *params.promote.incumbent]))
+
+
 def contenders(params: Params, layout: Layout, champion: Path | None) -> dict[str, str]:
-    """Name -> heuristic name or model folder: the pipeline's policies, the champion, then the baselines."""
+    """Name -> heuristic name or model folder: the pipeline's policies, the champion, then the heuristics."""
     entries = {name: str(layout.model(name)) for name in POLICIES}
     if champion is not None:
         entries["champion"] = str(champion)
-    entries.update({name: name for name in params.evaluate.baselines})
+    entries.update({name: name for name in heuristics(params)})
     return entries
 
 
@@ -105,7 +114,7 @@ def table(outcomes: Mapping[str, Outcome], params: Params) -> dict[str, Any]:
         else:
             row.update(avg_jct_s=None, avg_jct_ci95_s=None, p99_jct_s=None, failure=outcome.failure)
         rows[name] = row
-    finished = [b for b in params.evaluate.baselines if rows[b]["avg_jct_s"] is not None]
+    finished = [b for b in heuristics(params) if b in rows and rows[b]["avg_jct_s"] is not None]
     best = min(finished, key=lambda b: rows[b]["avg_jct_s"]) if finished else None
     for row in rows.values():
         ok = best is not None and row["avg_jct_s"] is not None
@@ -116,6 +125,8 @@ def table(outcomes: Mapping[str, Outcome], params: Params) -> dict[str, Any]:
         "mode": params.workloads.mode,
         "unit": unit_name,
         "best_heuristic": best,
+        "heuristics": [name for name in heuristics(params) if name in rows],
+        "teacher": params.warmup.teacher,
         "order": list(outcomes),
         "schedulers": rows,
     }
@@ -184,35 +195,34 @@ def outputs(layout: Layout) -> tuple[Path, Path, Path]:
     return layout.reports / "metrics.json", layout.plots / "jct_cdf.csv", layout.plots / "jct_cdf.png"
 
 
-def run(params: Params, layout: Layout | None = None, champion: Path | None = None, force: bool = False) -> StageResult:
-    """Evaluate the staged models, the champion (`champion`, else `evaluate.champion`) and the baselines."""
+def run(params: Params, layout: Layout | None = None, champion: Path | None = None) -> StageResult:
+    """Evaluate the staged models, the champion (`champion`, else `evaluate.champion`) and the heuristics."""
     import mlflow
+
+    from pipelines.registry import model_digest
 
     layout = layout or Layout()
     if champion is None and params.evaluate.champion:
         champion = layout.root / params.evaluate.champion
     entries = contenders(params, layout, champion)
-    models = [Path(entries[name]) for name in entries if name in (*POLICIES, "champion")]
+    models = {name: model_digest(Path(entries[name])) for name in entries if name in (*POLICIES, "champion")}
     settings = {"evaluate": params.section("evaluate"), "workloads": params.section("workloads")}
-    digest = stage_digest("evaluate", "evaluate", settings, [layout.workloads_report, *models])
+    version = code_version("pipelines.evaluate")
     written = outputs(layout)
-    if not force and (done := up_to_date("evaluate", digest, layout, written)):
-        return done
-    with tracking.stage_run("evaluate", settings, tags={"dl2.digest": digest}) as active:
+    with tracking.stage_run("evaluate", settings, tags={"dl2.code_version": version}, root=layout.root) as active:
+        test = test_dataset(params)
+        tracking.log_inputs([(test, "test")])
         outcomes = {name: simulate(scheduler, params) for name, scheduler in entries.items()}
-        document = {"digest": digest, **table(outcomes, params)}
+        document = {"code_version": version, "model_digests": models, **table(outcomes, params)}
         write_json(written[0], document)
         write_csv(written[1], distribution(outcomes, params))
         plot_cdf(outcomes, params, written[2])
         for name, row in document["schedulers"].items():
             values = {f"{name}.{k}": float(v) for k, v in row.items() if _number(v)}
-            mlflow.log_metrics(values)
+            mlflow.log_metrics(values, dataset=test)
         mlflow.log_artifact(str(written[2]), artifact_path="plots")
-        log_outputs(layout, written)
         summary = {name: row["avg_jct_s"] for name, row in document["schedulers"].items()}
-        return StageResult(
-            "evaluate", False, tuple(layout.relative(p) for p in written), digest, active.info.run_id, summary
-        )
+        return StageResult("evaluate", tuple(layout.relative(p) for p in written), version, active.info.run_id, summary)
 
 
 def _number(value: Any) -> bool:
@@ -224,7 +234,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(params: Params, args: argparse.Namespace) -> StageResult:
-    return run(params, champion=args.champion, force=args.force)
+    return run(params, champion=args.champion)
 
 
 def cli(argv: Sequence[str] | None = None) -> int:

@@ -21,19 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from pipelines import tracking
+from pipelines.code import code_version
 from pipelines.params import Params
 from pipelines.rl import env_config, finetune_config, jsonable, load_networks, rl_seeds, save, unit
-from pipelines.stage import (
-    Layout,
-    StageFailed,
-    StageResult,
-    log_outputs,
-    main,
-    stage_digest,
-    up_to_date,
-    write_json,
-)
-from pipelines.workloads import require_within
+from pipelines.stage import Layout, StageFailed, StageResult, main, write_json
+from pipelines.workloads import require_within, training_dataset
 
 
 def init_folder(params: Params, layout: Layout, init: Path | None) -> Path:
@@ -76,7 +68,7 @@ def feedback_batches(params: Params, layout: Layout, policy_config: Any) -> tupl
     return batches, facts
 
 
-def run(params: Params, layout: Layout | None = None, init: Path | None = None, force: bool = False) -> StageResult:
+def run(params: Params, layout: Layout | None = None, init: Path | None = None) -> StageResult:
     import mlflow
     import torch
 
@@ -91,20 +83,19 @@ def run(params: Params, layout: Layout | None = None, init: Path | None = None, 
     logs = find_logs(layout.feedback(params))
     loaded_config, policy, value, inherited = load_networks(start)
     config = finetune_config(params, loaded_config.network)
-    manifest = require_within(layout, params, "rl", rl_seeds(config))
+    require_within(layout, params, "rl", rl_seeds(config))
     settings = {
         "finetune": params.section("finetune"),
         "workloads": params.section("workloads"),
         "init": layout.relative(start),
     }
-    digest = stage_digest("finetune", "finetune", settings, [manifest, start, *logs])
     folder = layout.model("finetune")
-    if not force and (done := up_to_date("finetune", digest, layout, [folder])):
-        return done
+    version = code_version("pipelines.finetune")
     env = env_config(params, loaded_config)
     scale, unit_name = unit(params.workloads.mode)
-    with tracking.stage_run("finetune", settings, tags={"dl2.digest": digest}) as active:
+    with tracking.stage_run("finetune", settings, tags={"dl2.code_version": version}, root=layout.root) as active:
         batches, feedback_facts = feedback_batches(params, layout, loaded_config)
+        tracking.log_inputs([(training_dataset(layout), "training"), *feedback_datasets(layout, logs)])
         torch.manual_seed(params.finetune.seed)
         started = time.perf_counter()
         pool = make_pool("local", params.finetune.workers)
@@ -151,7 +142,7 @@ def run(params: Params, layout: Layout | None = None, init: Path | None = None, 
             "feedback": feedback_summary,
             "seconds": seconds,
             "history": [jsonable(s) for s in state.history],
-            "pipeline_digest": digest,
+            "code_version": version,
         }
         mode = params.workloads.mode
         pc = policy_config(loaded_config.observation, loaded_config.network, mode, loaded_config.placer)
@@ -165,13 +156,29 @@ def run(params: Params, layout: Layout | None = None, init: Path | None = None, 
         mlflow.log_metric("seconds", seconds)
         mlflow.log_artifact(str(folder / "learning_curve.png"), artifact_path="plots")
         mlflow.log_artifacts(str(folder), artifact_path="model")
-        log_outputs(layout, [folder])
         summary = {
             "best_validation_avg_jct_s": state.best_validation_jct_s,
             "feedback_logs": len(logs),
             "seconds": round(seconds, 1),
         }
-        return StageResult("finetune", False, (layout.relative(folder),), digest, active.info.run_id, summary)
+        return StageResult("finetune", (layout.relative(folder),), version, active.info.run_id, summary)
+
+
+def feedback_datasets(layout: Layout, logs: Sequence[Path]) -> list[tuple[Any, str]]:
+    """Each decision log learned from, as an MLflow dataset (digest: its records' bytes)."""
+    import hashlib
+
+    from dl2.sim.decision_log import segments
+
+    inputs = []
+    for log in logs:
+        digest = hashlib.md5()
+        for path in segments(log):
+            digest.update(path.read_bytes())
+        inputs.append(
+            (tracking.dataset(f"decision log {log.name}", digest.hexdigest(), layout.relative(log)), "feedback")
+        )
+    return inputs
 
 
 def _copy(module: Any) -> dict[str, Any]:
@@ -201,7 +208,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(params: Params, args: argparse.Namespace) -> StageResult:
-    return run(params, init=args.init, force=args.force)
+    return run(params, init=args.init)
 
 
 def cli(argv: Sequence[str] | None = None) -> int:

@@ -40,7 +40,11 @@ class DataParams:
     """Folders under data/traces that are ingested, validated and versioned."""
     feedback: str = "data/feedback"
     """Folder of decision logs (one sub-folder of segments or one .jsonl file per cluster), relative to the
-    repository; fine-tuning learns from every log in it. It may be empty."""
+    repository; fine-tuning learns from every log in it (the simulated cluster's and the collected ones). It may
+    be empty."""
+    incoming: str = "work/decisions"
+    """Live decision logs that controllers append to (not versioned); `pipelines.collect` moves what they gain
+    into `data/feedback/clusters`, validated."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +105,8 @@ class WarmupParams:
     an order the authors' placement packs (`models/dl2-compat-hull`)."""
     record_every: int = 2
     """The teacher's decisions are recorded every this many slots of each demonstration."""
+    workers: int = 2
+    """Processes recording demonstrations in parallel (the recordings do not depend on it)."""
     seed: int = 0
     """Seeds weights and mini-batch order."""
 
@@ -166,6 +172,8 @@ class FinetuneParams:
     """Decisions per gradient step."""
     max_slots: int = 1_500
     """Training episodes are cut after this many slots (a starving policy would otherwise run 3,000)."""
+    value_warmup: int = 2
+    """'returns': iterations in which only the value network learns (its first estimates are noise)."""
     validation_max_slots: int = 1_500
     """Validation runs that have not finished by then count as infinite JCT (the library default, 20,000, lets
     one starving checkpoint cost minutes)."""
@@ -191,16 +199,22 @@ class AblateParams:
     """RL iterations per variant and seed."""
     episodes_per_iteration: int = 2
     """Episodes per RL iteration of each variant (smaller than fine-tuning's: ablations compare, not ship)."""
-    test_workloads: int = 3
+    test_workloads: int = 0
     """Test workloads each variant and seed runs on (the first ones of `workloads.test`; 0: all)."""
+    value_warmup: int = 1
+    """Iterations of each variant in which only the critic learns: `iterations - value_warmup` policy updates,
+    and replay needs at least two of them to replay anything."""
 
 
 @dataclass(frozen=True, slots=True)
 class PromoteParams:
+    incumbent: tuple[str, ...] = ("drf",)
+    """The scheduler(s) the cluster runs today: with no champion yet, the challenger must beat each of them (list
+    the best heuristic too to require that)."""
     margin: float = 0.0
-    """The challenger must beat the champion and the best heuristic by this fraction."""
+    """The challenger must beat what it replaces (the champion, else every incumbent) by this fraction."""
     max_slowdown_p99: float = 1.5
-    """Safety: p99 JCT at most this multiple of the best heuristic's."""
+    """Safety: p99 JCT at most this multiple of what it replaces."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,6 +355,7 @@ def _check(params: Params, where: str) -> None:
     if params.finetune.reward not in ("jct", "progress"):
         raise ParamsError(f"{where}: finetune.reward must be 'jct' or 'progress'")
     _check_credit(params.finetune, params.workloads.mode, where)
+    _check_schedulers(params, where)
     counts = {
         "warmup.episodes": params.warmup.episodes,
         "warmup.epochs": params.warmup.epochs,
@@ -365,6 +380,30 @@ def _check(params: Params, where: str) -> None:
         raise ParamsError(f"{where}: warmup.label_smoothing must be in [0, 1), got {params.warmup.label_smoothing}")
     if params.warmup.packed and params.workloads.mode != "compat":
         raise ParamsError(f"{where}: warmup.packed is a compat-mode option (realistic mode places by its placer)")
+
+
+def _check_schedulers(params: Params, where: str) -> None:
+    """Every heuristic named (teacher, baselines, incumbents, feedback incumbent) exists in the mode."""
+    from dl2.schedulers.registry import COMPAT_SCHEDULERS, SCHEDULERS
+
+    known = COMPAT_SCHEDULERS if params.workloads.mode == "compat" else tuple(SCHEDULERS)
+    named = {
+        "warmup.teacher": [params.warmup.teacher],
+        "evaluate.baselines": list(params.evaluate.baselines),
+        "promote.incumbent": list(params.promote.incumbent),
+        "feedback.incumbent": [params.feedback.incumbent],
+    }
+    for key, names in named.items():
+        unknown = [n for n in names if n not in known and not n.startswith("rollout:")]
+        if unknown:
+            raise ParamsError(
+                f"{where}: {key}: unknown {params.workloads.mode}-mode scheduler(s) {', '.join(unknown)}; "
+                f"known: {', '.join(known)}"
+            )
+    if not params.promote.incumbent:
+        raise ParamsError(f"{where}: promote.incumbent must name at least one scheduler")
+    if params.promote.margin < 0 or params.promote.max_slowdown_p99 < 1:
+        raise ParamsError(f"{where}: promote.margin must be >= 0 and promote.max_slowdown_p99 >= 1")
 
 
 def _check_credit(finetune: FinetuneParams, mode: str, where: str) -> None:

@@ -214,11 +214,25 @@ def signature() -> ModelSignature:
 
 
 def pip_requirements() -> list[str]:
-    """The installed versions of what loading needs, pinned (MLflow's own inference re-imports torch: 7-9 s)."""
-    names = ["mlflow", "torch", "pandas", "cloudpickle"]
+    """What loading needs, pinned to the installed versions, so that restoring the model's environment
+    (`mlflow models serve`, `mlflow.pyfunc.get_model_dependencies`) rebuilds the one it was evaluated in.
+
+    torch keeps its local label (`+cpu`): that build lives only in the project's wheel folder (`$PIP_FIND_LINKS`,
+    default `/opt/wheels`), which the requirements name with `--find-links`; without the label pip would take
+    the CUDA build from PyPI, several GB. (Listing them also spares MLflow's own inference, which re-imports
+    torch: 7-9 s.)"""
+    import os
+
+    names = ["mlflow", "torch", "pandas", "cloudpickle", "numba"]
     names += [re.split(r"[<>=!~ ;\[]", spec, maxsplit=1)[0] for spec in importlib.metadata.requires("dl2") or []]
-    # a local label (torch's "+cpu") names a wheel folder, not a release on the index
-    return [f"{name}=={importlib.metadata.version(name).split('+')[0]}" for name in dict.fromkeys(names)]
+    pins = []
+    for name in dict.fromkeys(names):
+        try:
+            pins.append(f"{name}=={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:  # an optional one (numba) that is not installed
+            continue
+    wheels = (os.environ.get("PIP_FIND_LINKS") or "/opt/wheels").split()
+    return [*(f"--find-links {location}" for location in wheels), *pins]
 
 
 def log_policy(model_dir: Path, input_example: pd.DataFrame, name: str = "dl2-policy") -> ModelInfo:

@@ -62,10 +62,16 @@ def env_config(params: Params, policy_config: Any) -> Any:
 
 
 def rl_config(
-    params: Params, network: Any, iterations: int, seed: int, variant: str = "full", episodes: int | None = None
+    params: Params,
+    network: Any,
+    iterations: int,
+    seed: int,
+    variant: str = "full",
+    episodes: int | None = None,
+    value_warmup: int | None = None,
 ) -> Any:
     """RLConfig of the fine-tune stage (an ablation variant switches components off; `episodes` per iteration
-    default to fine-tuning's)."""
+    and `value_warmup` default to fine-tuning's)."""
     from dl2.rl.actor_critic import ReplayConfig, RLConfig
     from dl2.rl.exploration import ExplorationConfig
 
@@ -84,6 +90,7 @@ def rl_config(
         gamma=f.gamma,
         clip=f.clip or None,
         epochs_per_iteration=f.epochs,
+        value_warmup_iterations=f.value_warmup if value_warmup is None else value_warmup,
         network=network,
         seed=seed,
     )

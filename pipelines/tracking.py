@@ -1,14 +1,17 @@
-"""MLflow for the pipelines: where runs go, and the tags every run carries.
+"""MLflow for the pipelines: where runs go, the tags every run carries, and the datasets it read.
 
 By default runs and the model registry live in an SQLite store under `mlruns/` (`mlruns/mlflow.db`, artefacts in
 `mlruns/artifacts`); setting `MLFLOW_TRACKING_URI` sends them to a tracking server instead. Every run is tagged
-with the stage, the git commit and the DVC data version, so any figure can be traced to its code and data.
+with the stage, the git commit, the code version and the data version (a digest of the ingested traces only),
+and records its inputs as MLflow datasets, so any figure can be traced to its code and data. MLflow records;
+it never decides whether a stage runs (DVC does).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -17,6 +20,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENT = "dl2"
+INGESTED = "data/ingested"
+"""Where the `ingest` stage versions trace data (relative to the root): what the data version hashes."""
 
 
 def store_dir() -> Path:
@@ -41,21 +46,58 @@ def configure() -> str:
     return uri
 
 
-def git_commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False)
-    return done.stdout.strip() or "unknown"
+def git_commit(root: Path = ROOT) -> str:
+    """HEAD of the repository at `root` ('unknown' outside git)."""
+    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=False)
+    return done.stdout.strip() if done.returncode == 0 else "unknown"
 
 
-def data_version() -> str:
-    """A short digest of the data the pipeline reads: `dvc.lock` when DVC has run, else the trace files."""
-    lock = ROOT / "dvc.lock"
+def data_version(root: Path = ROOT) -> str:
+    """A short digest of the ingested trace data (each trace's manifest of sha256s; 'none' before `ingest`)."""
+    manifests = sorted((root / INGESTED).glob("*/MANIFEST.json"))
+    if not manifests:
+        return "none"
     digest = hashlib.sha256()
-    if lock.is_file():
-        digest.update(lock.read_bytes())
-    else:
-        for path in sorted((ROOT / "data" / "traces").rglob("*.csv")):
-            digest.update(path.read_bytes())
+    for path in manifests:
+        digest.update(path.parent.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]
+
+
+def end_abandoned_runs(stage: str, root: Path = ROOT) -> list[str]:
+    """Mark as KILLED the runs of `stage` from this root that are still RUNNING although their process is gone
+    (a stage killed mid-run cannot end its own run); their ids. DVC lets one stage run at a time per root."""
+    import mlflow
+
+    configure()
+    running = mlflow.search_runs(
+        experiment_names=[EXPERIMENT],
+        filter_string=f"tags.`dl2.stage` = '{stage}' and attributes.status = 'RUNNING'",
+        output_format="list",
+    )
+    ended = []
+    for run in running:
+        tags = run.data.tags
+        if tags.get("dl2.root") != str(root.resolve()) or _alive(tags):
+            continue
+        mlflow.MlflowClient().set_terminated(run.info.run_id, status="KILLED")
+        ended.append(run.info.run_id)
+    return ended
+
+
+def _alive(tags: Mapping[str, str]) -> bool:
+    """Whether the process that opened a run still runs (only knowable on the same host)."""
+    if tags.get("dl2.host") != socket.gethostname():
+        return True
+    try:
+        pid = int(tags.get("dl2.pid") or 0)
+        if pid <= 0:
+            return False
+        os.kill(pid, 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 @contextmanager
@@ -65,16 +107,45 @@ def stage_run(
     nested: bool = False,
     run_name: str | None = None,
     tags: Mapping[str, str] | None = None,
+    root: Path = ROOT,
 ) -> Iterator[Any]:
-    """An MLflow run for one pipeline stage (nested: a child run of the active one, e.g. an ablation)."""
+    """An MLflow run for one pipeline stage (nested: a child run of the active one, e.g. an ablation). Runs that
+    an earlier, killed run of the stage left RUNNING are ended as KILLED first."""
     import mlflow
 
     configure()
-    all_tags = {"dl2.stage": stage, "git_commit": git_commit(), "dvc_data_version": data_version(), **(tags or {})}
+    if not nested:
+        end_abandoned_runs(stage, root)
+    all_tags = {
+        "dl2.stage": stage,
+        "dl2.root": str(root.resolve()),
+        "dl2.host": socket.gethostname(),
+        "dl2.pid": str(os.getpid()),
+        "git_commit": git_commit(root),
+        "dvc_data_version": data_version(root),
+        **(tags or {}),
+    }
     with mlflow.start_run(run_name=run_name or stage, nested=nested, tags=all_tags) as run:
         if params:
             mlflow.log_params({key: _short(value) for key, value in flatten(params).items()})
         yield run
+
+
+def dataset(name: str, digest: str, source: str) -> Any:
+    """An MLflow dataset that names data without loading it: `source` is where it lives (a path under the root
+    or a workload name), `digest` its version (a DVC md5 or a content hash)."""
+    from mlflow.data.http_dataset_source import HTTPDatasetSource
+    from mlflow.data.meta_dataset import MetaDataset
+
+    return MetaDataset(HTTPDatasetSource(url=f"dl2://{source}"), name=name, digest=digest[:36])
+
+
+def log_inputs(inputs: Sequence[tuple[Any, str]]) -> None:
+    """Record (dataset, context) pairs as the active run's inputs (MLflow UI: the run's Datasets)."""
+    import mlflow
+
+    for data, context in inputs:
+        mlflow.log_input(data, context=context)
 
 
 def log_series(name: str, values: Sequence[float], start_step: int = 0) -> None:

@@ -16,10 +16,11 @@ from dl2.env.observation import ObservationConfig
 from dl2.rl.supervised import SupervisedConfig
 from dl2.rl.training import WarmUpConfig
 from pipelines import tracking
+from pipelines.code import code_version
 from pipelines.params import Params
 from pipelines.rl import jsonable, network_config, save
-from pipelines.stage import Layout, StageResult, log_outputs, main, stage_digest, up_to_date, write_json
-from pipelines.workloads import require_within
+from pipelines.stage import Layout, StageResult, main, write_json
+from pipelines.workloads import require_within, training_dataset
 
 
 def warm_up_config(params: Params) -> WarmUpConfig:
@@ -32,6 +33,7 @@ def warm_up_config(params: Params) -> WarmUpConfig:
         dagger_rounds=w.dagger_rounds,
         dagger_episodes=w.dagger_episodes,
         record_every=w.record_every,
+        workers=w.workers,
         observation=ObservationConfig(window=w.window, packed=w.packed),
         supervised=SupervisedConfig(
             epochs=w.epochs,
@@ -43,7 +45,7 @@ def warm_up_config(params: Params) -> WarmUpConfig:
     )
 
 
-def run(params: Params, layout: Layout | None = None, force: bool = False) -> StageResult:
+def run(params: Params, layout: Layout | None = None) -> StageResult:
     import mlflow
 
     from dl2.rl.plots import plot_warm_up
@@ -52,14 +54,13 @@ def run(params: Params, layout: Layout | None = None, force: bool = False) -> St
     layout = layout or Layout()
     config = warm_up_config(params)
     demonstrations = config.episodes + config.dagger_rounds * config.dagger_episodes
-    manifest = require_within(layout, params, "warmup", range(config.seed_offset, config.seed_offset + demonstrations))
+    require_within(layout, params, "warmup", range(config.seed_offset, config.seed_offset + demonstrations))
     require_within(layout, params, "warmup_held_out", [config.held_out_seed])
     settings = {"warmup": params.section("warmup"), "workloads": params.section("workloads")}
-    digest = stage_digest("warmup", "warmup", settings, [manifest])
     folder = layout.model("warmup")
-    if not force and (done := up_to_date("warmup", digest, layout, [folder])):
-        return done
-    with tracking.stage_run("warmup", settings, tags={"dl2.digest": digest}) as active:
+    version = code_version("pipelines.warmup")
+    with tracking.stage_run("warmup", settings, tags={"dl2.code_version": version}, root=layout.root) as active:
+        tracking.log_inputs([(training_dataset(layout), "training")])
         started = time.perf_counter()
         epoch = 0
 
@@ -76,7 +77,7 @@ def run(params: Params, layout: Layout | None = None, force: bool = False) -> St
             "facts": facts,
             "seconds": seconds,
             "history": jsonable(history),
-            "pipeline_digest": digest,
+            "code_version": version,
         }
         network = config.supervised.network
         mode = params.workloads.mode
@@ -98,13 +99,12 @@ def run(params: Params, layout: Layout | None = None, force: bool = False) -> St
         mlflow.log_metric("seconds", seconds)
         mlflow.log_artifact(str(curve), artifact_path="plots")
         mlflow.log_artifacts(str(folder), artifact_path="model")
-        log_outputs(layout, [folder])
         summary = {"held_out_accuracy": facts["held_out_accuracy"], "seconds": round(seconds, 1)}
-        return StageResult("warmup", False, (layout.relative(folder),), digest, active.info.run_id, summary)
+        return StageResult("warmup", (layout.relative(folder),), version, active.info.run_id, summary)
 
 
 def _run(params: Params, args: argparse.Namespace) -> StageResult:
-    return run(params, force=args.force)
+    return run(params)
 
 
 def cli(argv: Sequence[str] | None = None) -> int:
