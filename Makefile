@@ -1,5 +1,5 @@
 # dl2: two commands do all set-up on a fresh machine.
-#   make demo   create .venv if missing, install from the pins, run the main job end to end
+#   make demo   create .venv if missing, install from the pins, run the lifecycle end to end (pipelines.lifecycle)
 #   make test   same bootstrap, then lint (ruff), types (mypy on dl2/) and the test suite
 SHELL := /bin/bash
 VENV := .venv
@@ -21,10 +21,7 @@ $(INSTALLED): requirements/requirements.txt requirements/constraints.txt pyproje
 	@touch $@
 
 demo: $(INSTALLED)
-	@echo "== 1/2 The dl2 lifecycle: validate traces, warm up, fine-tune, evaluate with ablations, register, promote =="
 	$(PYTHON) -m pipelines.lifecycle
-	@echo "== 2/2 The heuristics on a week of Microsoft Philly, 352 8-GPU servers (realistic mode) =="
-	$(VENV)/bin/dl2 compare --workload philly --mode realistic --out results/demo/philly
 
 test: $(INSTALLED) lint typecheck unit
 

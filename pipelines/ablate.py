@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -123,6 +124,7 @@ def summarize(params: Params, results: dict[str, dict[int, Trained]]) -> dict[st
 
 def run(params: Params, layout: Layout | None = None) -> StageResult:
     import mlflow
+    from tqdm import tqdm
 
     from dl2.rl.workers import make_pool
 
@@ -146,11 +148,11 @@ def run(params: Params, layout: Layout | None = None) -> StageResult:
         test = test_dataset(params)
         tracking.log_inputs([(training_dataset(layout), "training"), (test, "test")])
         pool = make_pool("local", params.finetune.workers)
+        cells = [(variant, seed) for variant in params.ablate.variants for seed in params.ablate.seeds]
+        results: dict[str, dict[int, Trained]] = {variant: {} for variant in params.ablate.variants}
         try:
-            results = {
-                variant: {seed: train_and_test(params, layout, variant, seed, pool) for seed in params.ablate.seeds}
-                for variant in params.ablate.variants
-            }
+            for variant, seed in tqdm(cells, desc="ablate", unit="training", file=sys.stderr):
+                results[variant][seed] = train_and_test(params, layout, variant, seed, pool)
         finally:
             pool.close()
         document = {"code_version": version, **summarize(params, results)}

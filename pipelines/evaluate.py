@@ -75,28 +75,54 @@ def simulate(scheduler: str, params: Params, limit: int | None = None) -> Outcom
 
 
 def simulate_builder(build: Any, params: Params, limit: int | None = None) -> Outcome:
-    """Run the scheduler that `build` makes (`dl2.sim.run.SchedulerBuilder`) on the test workloads."""
+    """Run the scheduler that `build` makes (`dl2.sim.run.SchedulerBuilder`) on the test workloads, in
+    `evaluate.workers` processes (the runs are independent and each is deterministic for its seed, so the
+    outcome does not depend on the number of processes)."""
+    import multiprocessing
+
+    from pipelines.workloads import test_workloads
+
+    global _CASE_BUILD, _CASE_PARAMS
+    cases = [(seed, w) for seed, workloads in test_workloads(params) for w in workloads][:limit]
+    _CASE_BUILD, _CASE_PARAMS = build, params  # inherited by forked workers: a builder need not pickle
+    workers = min(params.evaluate.workers, len(cases))
+    if workers <= 1:
+        runs = [_run_case(case) for case in cases]
+    else:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            runs = pool.map(_run_case, cases, chunksize=1)
+    averages, p99s, jobs = [], [], []
+    for (seed, workload), (metrics, failure) in zip(cases, runs, strict=True):
+        if failure is not None:
+            return Outcome(tuple(averages), tuple(p99s), tuple(jobs), f"{workload.name} (seed {seed}): {failure}")
+        average, p99, job_jct = metrics
+        averages.append(average)
+        p99s.append(p99)
+        jobs.extend(job_jct)
+    return Outcome(tuple(averages), tuple(p99s), tuple(jobs))
+
+
+_CASE_BUILD: Any = None
+_CASE_PARAMS: Any = None
+
+
+def _run_case(case: tuple[int, Any]) -> tuple[tuple[float, float, tuple[float, ...]] | None, str | None]:
+    """One test run: (average JCT, p99 JCT, every job's JCT), or why it could not finish."""
     from dl2.core import InvalidAllocationError
     from dl2.sim.config import Mode, SimConfig
     from dl2.sim.metrics import summarize
     from dl2.sim.run import run_one
     from dl2.sim.simulator import SimulationError
-    from pipelines.workloads import test_workloads
 
-    mode = Mode(params.workloads.mode)
-    cases = [(seed, w) for seed, workloads in test_workloads(params) for w in workloads][:limit]
-    averages, p99s, jobs = [], [], []
-    for seed, workload in cases:
-        config = replace(SimConfig.for_mode(mode, seed), stall_slots=params.evaluate.stall_slots)
-        try:
-            result = run_one(workload, build, config)
-        except (SimulationError, InvalidAllocationError) as error:
-            return Outcome(tuple(averages), tuple(p99s), tuple(jobs), f"{workload.name} (seed {seed}): {error}")
-        metrics = summarize(result)
-        averages.append(metrics.avg_jct_s)
-        p99s.append(metrics.p99_jct_s)
-        jobs.extend(job.jct_s for job in result.jobs)
-    return Outcome(tuple(averages), tuple(p99s), tuple(jobs))
+    seed, workload = case
+    mode = Mode(_CASE_PARAMS.workloads.mode)
+    config = replace(SimConfig.for_mode(mode, seed), stall_slots=_CASE_PARAMS.evaluate.stall_slots)
+    try:
+        result = run_one(workload, _CASE_BUILD, config)
+    except (SimulationError, InvalidAllocationError) as error:
+        return None, str(error)
+    metrics = summarize(result)
+    return (metrics.avg_jct_s, metrics.p99_jct_s, tuple(job.jct_s for job in result.jobs)), None
 
 
 def table(outcomes: Mapping[str, Outcome], params: Params) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -71,6 +72,7 @@ def feedback_batches(params: Params, layout: Layout, policy_config: Any) -> tupl
 def run(params: Params, layout: Layout | None = None, init: Path | None = None) -> StageResult:
     import mlflow
     import torch
+    from tqdm import tqdm
 
     from dl2.rl.actor_critic import learn_from_feedback
     from dl2.rl.plots import plot_rl
@@ -100,7 +102,15 @@ def run(params: Params, layout: Layout | None = None, init: Path | None = None) 
         started = time.perf_counter()
         pool = make_pool("local", params.finetune.workers)
         try:
-            trainer, state = fine_tune(env, config, pool, policy, value, on_iteration=log_iteration)
+            bar = tqdm(total=config.iterations, desc="fine-tune", unit="iteration", file=sys.stderr)
+
+            def on_iteration(stats: Any) -> None:
+                log_iteration(stats)
+                bar.set_postfix(train_jct_s=f"{stats.train_jct_s:.0f}")
+                bar.update()
+
+            trainer, state = fine_tune(env, config, pool, policy, value, on_iteration=on_iteration)
+            bar.close()
             mlflow.log_metric("validation_avg_jct_s_initial", trainer.initial_validation_jct_s)
             chosen, feedback_summary = state.best_policy, None
             if batches and params.finetune.feedback_steps > 0:

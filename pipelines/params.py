@@ -187,6 +187,8 @@ class EvaluateParams:
     """Model folder of the current champion to compare with (empty: none; `--champion` overrides)."""
     stall_slots: int = 500
     """A run in which no job progresses for this many slots is stopped and its scheduler reported unsafe."""
+    workers: int = 2
+    """Processes running the test workloads (of the evaluation, the ablation's variants and the gate)."""
 
 
 @dataclass(frozen=True, slots=True)

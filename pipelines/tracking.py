@@ -140,6 +140,11 @@ def dataset(name: str, digest: str, source: str) -> Any:
     return MetaDataset(HTTPDatasetSource(url=f"dl2://{source}"), name=name, digest=digest[:36])
 
 
+def md5_file(path: Path) -> str:
+    """The MD5 DVC records for a file (of its content), so an MLflow dataset and DVC name one version."""
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
 def log_inputs(inputs: Sequence[tuple[Any, str]]) -> None:
     """Record (dataset, context) pairs as the active run's inputs (MLflow UI: the run's Datasets)."""
     import mlflow

@@ -296,6 +296,7 @@ def validate_trace(name: str, path: Path, params: Params, layout: Layout) -> dic
         "kind": "trace",
         "path": layout.relative(path),
         "sha256": sha256_file(path),
+        "md5": tracking.md5_file(path),
         "rows": len(raw),
         "code_version": code_version("pipelines.validate"),
         **outcome,
@@ -363,7 +364,7 @@ def run(
     if names:
         with tracking.stage_run("validate", {"validate": params.section("validate")}, root=layout.root) as active:
             tracking.log_inputs(
-                [(tracking.dataset(r["name"], r["sha256"], r["path"]), "validation") for r in reports if "sha256" in r]
+                [(tracking.dataset(r["name"], r["md5"], r["path"]), "validation") for r in reports if "md5" in r]
             )
             mlflow.log_metrics({f"{r['name']}.failed_expectations": float(r["failed"]) for r in reports})
             run_id = active.info.run_id

@@ -9,6 +9,7 @@ accuracy per epoch, the learning-curve PNG and the model folder (artefact `model
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Sequence
 
@@ -47,9 +48,10 @@ def warm_up_config(params: Params) -> WarmUpConfig:
 
 def run(params: Params, layout: Layout | None = None) -> StageResult:
     import mlflow
+    from tqdm import tqdm
 
     from dl2.rl.plots import plot_warm_up
-    from dl2.rl.training import policy_config, warm_up
+    from dl2.rl.training import policy_config, recorded_workloads, warm_up
 
     layout = layout or Layout()
     config = warm_up_config(params)
@@ -63,13 +65,21 @@ def run(params: Params, layout: Layout | None = None) -> StageResult:
         tracking.log_inputs([(training_dataset(layout), "training")])
         started = time.perf_counter()
         epoch = 0
+        recording = tqdm(total=recorded_workloads(config), desc="warm-up: recording", unit="workload", file=sys.stderr)
+        trainings = (1 if config.episodes else 0) + config.dagger_rounds
+        total = config.supervised.epochs * trainings
+        epochs = tqdm(total=total, desc="warm-up: training", unit="epoch", file=sys.stderr)
 
         def on_epoch(_: int, loss: float, accuracy: float) -> None:
             nonlocal epoch
             mlflow.log_metrics({"train_loss": loss, "held_out_accuracy": accuracy}, step=epoch)
+            epochs.set_postfix(loss=f"{loss:.3f}", held_out_accuracy=f"{accuracy:.3f}")
+            epochs.update()
             epoch += 1
 
-        policy, history, facts = warm_up(config, on_epoch)
+        policy, history, facts = warm_up(config, on_epoch, recording.update)
+        recording.close()
+        epochs.close()
         seconds = time.perf_counter() - started
         metadata = {
             "kind": "warm-up",

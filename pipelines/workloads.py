@@ -210,14 +210,9 @@ def require_within(layout: Layout, params: Params, block: str, seeds: Sequence[i
     return path
 
 
-def md5_file(path: Path) -> str:
-    """The MD5 DVC records for a file (its content's), so MLflow datasets and `dvc.lock` name one version."""
-    return hashlib.md5(path.read_bytes()).hexdigest()
-
-
 def training_dataset(layout: Layout) -> Any:
     """The workloads training (and checkpoint selection) may draw on, as an MLflow dataset."""
-    from pipelines.tracking import dataset
+    from pipelines.tracking import dataset, md5_file
 
     manifest = json.loads(layout.training_manifest.read_text())
     name = f"{manifest['train_source']} ({manifest['mode']}, seed blocks)"

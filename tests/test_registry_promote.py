@@ -7,13 +7,16 @@ but slow, so a worse challenger).
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
-from lifecycle_fixtures import build_models, empty_mlflow_db, new_store, smoke_params
+from lifecycle_fixtures import ROOT, build_models, empty_mlflow_db, new_store, smoke_params
 
 from pipelines.stage import Layout
 
@@ -311,6 +314,20 @@ def test_gate_accepts_a_challenger_better_than_the_champion_and_confirms_it(
     again = promote.run(smoke_params(), layout)
     assert again.summary["status"] == "already-champion"
     assert len(list((tmp_path / "data" / "deployments").iterdir())) == 1
+
+    # what a user does afterwards, in a fresh process: the champion answers a cluster state
+    script = (
+        "import mlflow.pyfunc; from pipelines import tracking; from pipelines.pyfunc import example_frame; "
+        "from dl2.rl.workload_source import workload; tracking.configure(); "
+        "model = mlflow.pyfunc.load_model('models:/dl2-policy@champion'); "
+        "answer = model.predict(example_frame(workload('authors-tiny', 9000), num_jobs=4)); "
+        "print(int(answer['workers'].sum()), int(answer['ps'].sum()), len(answer))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    workers, ps, rows = map(int, done.stdout.split()[-3:])
+    assert rows == 4 and workers >= 1 and ps >= 1  # FIFO gives the first jobs a worker and a PS each
 
 
 def test_unconfirmed_deployment_is_rolled_back(store: Path, tmp_path: Path, models: dict[str, Path]) -> None:
