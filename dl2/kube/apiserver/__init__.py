@@ -5,6 +5,6 @@
 
 from dl2.kube.apiserver.faults import Fault, FaultKind
 from dl2.kube.apiserver.recording import RequestRecord, load_records, permissions
-from dl2.kube.apiserver.server import LocalApiServer
+from dl2.kube.apiserver.server import THIRD_PARTY_CRDS, LocalApiServer
 
-__all__ = ["Fault", "FaultKind", "LocalApiServer", "RequestRecord", "load_records", "permissions"]
+__all__ = ["THIRD_PARTY_CRDS", "Fault", "FaultKind", "LocalApiServer", "RequestRecord", "load_records", "permissions"]

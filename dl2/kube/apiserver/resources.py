@@ -9,6 +9,8 @@ on a real cluster.
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -217,18 +219,30 @@ def _dotted(json_path: str) -> str:
 def load_crd_manifests(path: Path) -> list[dict[str, Any]]:
     """The CustomResourceDefinition documents of a YAML file (a multi-document file may hold several)."""
     try:
-        text = path.read_text(encoding="utf-8")
-        documents = [doc for doc in yaml.load_all(text, Loader=_SAFE_LOADER) if doc is not None]
+        stamp = path.stat().st_mtime_ns
     except FileNotFoundError:
         raise InputError(str(path), "file not found") from None
-    except (OSError, yaml.YAMLError) as error:
-        raise InputError(str(path), f"cannot read as YAML ({error})") from None
+    except OSError as error:
+        raise InputError(str(path), f"cannot read ({error})") from None
+    # a fresh copy of the parsed file each time (a server stores the manifests it installs)
+    return [json.loads(text) for text in _parsed_crds(str(path), stamp)]
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed_crds(path: str, stamp: int) -> tuple[str, ...]:
+    """The CRDs of a file as JSON texts, parsed once per version of the file (every test server installs the
+    same two large CRDs)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        documents = [doc for doc in yaml.load_all(text, Loader=_SAFE_LOADER) if doc is not None]
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise InputError(path, f"cannot read as YAML ({error})") from None
     crds = [doc for doc in documents if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition"]
     if not crds:
-        raise InputError(str(path), "no CustomResourceDefinition in the file")
+        raise InputError(path, "no CustomResourceDefinition in the file")
     for doc in crds:
-        resource_types_from_crd(doc, str(path))  # validate now: name the file
-    return crds
+        resource_types_from_crd(doc, path)  # validate now: name the file
+    return tuple(json.dumps(doc) for doc in crds)
 
 
 class ResourceRegistry:

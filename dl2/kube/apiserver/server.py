@@ -33,9 +33,15 @@ from dl2.kube.apiserver.recording import RequestRecord, RequestRecorder
 from dl2.kube.apiserver.resources import ResourceRegistry, ResourceType, load_crd_manifests
 from dl2.kube.apiserver.store import ObjectStore
 from dl2.kube.apiserver.verbs import Verbs
+from dl2.paths import REPO_ROOT
 
 T = TypeVar("T")
 
+THIRD_PARTY_CRDS = (
+    REPO_ROOT / "k8s" / "third-party" / "kubeflow.org_pytorchjobs.yaml",
+    REPO_ROOT / "k8s" / "third-party" / "batch.volcano.sh_jobs.yaml",
+)
+"""The real CRDs of the job kinds dl2 resizes (Kubeflow PyTorchJob, Volcano Job), shipped unmodified."""
 BOOTSTRAP_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 CONTEXT = "dl2-local"
 
@@ -289,4 +295,4 @@ class LocalApiServer:
         self.admin_state.cluster = cluster
 
 
-__all__ = ["ApiError", "FaultInjector", "LocalApiServer"]
+__all__ = ["THIRD_PARTY_CRDS", "ApiError", "FaultInjector", "LocalApiServer"]
