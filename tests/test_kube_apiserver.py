@@ -237,6 +237,15 @@ def test_bookmarks_carry_the_current_resource_version(server, api):
     )
     without.join()
     assert without.events == []  # no bookmarks unless asked for
+    streaming_list = (
+        f"{server.url}/api/v1/namespaces/{NS}/pods?watch=true&sendInitialEvents=true"
+        "&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=1"
+    )
+    with urllib.request.urlopen(streaming_list, timeout=5) as response:
+        added, end = (json.loads(response.readline()) for _ in range(2))
+    assert added["type"] == "ADDED" and added["object"]["metadata"]["name"] == "a"
+    assert end["type"] == "BOOKMARK"
+    assert end["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
 
 
 def test_merge_json_and_strategic_merge_patches(server, api):
@@ -644,7 +653,7 @@ def test_bad_crd_files_are_named(tmp_path):
 
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"kind": "ConfigMap", "metadata": {"name": "x"}}))
-    with pytest.raises(InputError, match="bad.yaml: no CustomResourceDefinition"):
+    with pytest.raises(InputError, match=r"bad\.yaml: no CustomResourceDefinition"):
         LocalApiServer(crd_files=[bad])
-    with pytest.raises(InputError, match="missing.yaml: file not found"):
+    with pytest.raises(InputError, match=r"missing\.yaml: file not found"):
         LocalApiServer(crd_files=[Path(tmp_path / "missing.yaml")])

@@ -292,7 +292,17 @@ class ApiHandler(kmock.KubernetesScaffold):
         since = params.get("resourceVersion") or "0"
         store = self.verbs.store
         initial = b""
-        if since == "0":
+        if params.get("sendInitialEvents", "").lower() == "true":
+            # a streaming list (client-go's WatchList): the current objects, then a bookmark that says so
+            listed = self.verbs.list_objects(rt, watcher.namespace, labels, fields).items
+            end = {
+                "kind": rt.kind,
+                "apiVersion": rt.api_version,
+                "metadata": {"resourceVersion": str(store.rv), "annotations": {"k8s.io/initial-events-end": "true"}},
+            }
+            initial = b"".join(_event_line("ADDED", stored.body) for stored in listed)
+            initial += _event_line("BOOKMARK", encode(end))
+        elif since == "0":
             # no version: the current objects as ADDED events, then changes (a real server's "start at most recent")
             listed = self.verbs.list_objects(rt, watcher.namespace, labels, fields).items
             initial = b"".join(_event_line("ADDED", stored.body) for stored in listed)

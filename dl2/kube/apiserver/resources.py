@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -263,7 +263,7 @@ class ResourceRegistry:
     def lookup(self, group: str, version: str, plural: str) -> ResourceType | None:
         return self._types.get((group, version, plural))
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[ResourceType]:
         return iter(self._types.values())
 
     def groups(self) -> dict[str, list[str]]:

@@ -6,7 +6,7 @@ watch can resume from a resource version (`since`); a version older than the ret
 `410 Gone` by the caller, as after an etcd compaction.
 
 Stored objects are never mutated once stored (writers build new dicts, sharing unchanged branches), so readers,
-watch events and list responses can hold them without copying; each keeps its JSON encoding, computed once.
+watch events and list responses can hold them without copying; each keeps its JSON encoding once computed.
 Everything here runs on the server's event loop thread.
 """
 
@@ -30,13 +30,23 @@ def encode(raw: dict[str, Any]) -> bytes:
     return json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-@dataclass(frozen=True, slots=True)
 class Stored:
-    """One version of one object: the dict (never mutated), its JSON and its resource version."""
+    """One version of one object: the dict (never mutated), its resource version and its JSON, encoded the first
+    time a response or a watch event needs it (a version that nobody reads, such as most of the simulated
+    cluster's progress reports when no client lists jobs, is never encoded)."""
 
-    raw: dict[str, Any]
-    body: bytes
-    rv: int
+    __slots__ = ("_body", "raw", "rv")
+
+    def __init__(self, raw: dict[str, Any], rv: int) -> None:
+        self.raw = raw
+        self.rv = rv
+        self._body: bytes | None = None
+
+    @property
+    def body(self) -> bytes:
+        if self._body is None:
+            self._body = encode(self.raw)
+        return self._body
 
     @property
     def key(self) -> ObjectKey:
@@ -152,7 +162,7 @@ class ObjectStore:
         """Store `raw` (which the store now owns) under the next resource version."""
         self.rv += 1
         raw["metadata"] = {**raw["metadata"], "resourceVersion": str(self.rv)}
-        stored = Stored(raw, encode(raw), self.rv)
+        stored = Stored(raw, self.rv)
         bucket = self.bucket(resource)
         if old is None:
             bucket.sorted_keys = None
@@ -164,7 +174,7 @@ class ObjectStore:
         """Delete an object; its DELETED event carries its last state under a new resource version."""
         self.rv += 1
         raw = {**old.raw, "metadata": {**old.raw["metadata"], "resourceVersion": str(self.rv)}}
-        final = Stored(raw, encode(raw), self.rv)
+        final = Stored(raw, self.rv)
         bucket = self.bucket(resource)
         del bucket.objects[old.key]
         bucket.sorted_keys = None

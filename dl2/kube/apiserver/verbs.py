@@ -97,13 +97,10 @@ class Verbs:
         self.store = store
         self.now = now
         self._rng = random.Random(seed)
-        self.namespaces = self._type("", "v1", "namespaces")
-
-    def _type(self, group: str, version: str, plural: str) -> ResourceType:
-        found = self.registry.lookup(group, version, plural)
-        if found is None:
-            raise KeyError(f"{group}/{version}/{plural} is not installed")
-        return found
+        namespaces = registry.lookup("", "v1", "namespaces")
+        if namespaces is None:
+            raise KeyError("the registry must serve v1/namespaces")
+        self.namespaces = namespaces
 
     # -- reads ----------------------------------------------------------------------------------------------
 

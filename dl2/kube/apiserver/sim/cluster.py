@@ -12,8 +12,9 @@ Every slot (`advance`):
 4. "the operators and kubelets" write the outcome back: pods created, bound, deleted (a resize), Running,
    Succeeded; job status with replica counts; `dl2.io/progress-epochs` on every job that trained; finished jobs
    Succeeded/Completed;
-5. the next slot begins: jobs that have arrived are created through the API as a user would submit them, and the
-   clock ConfigMap (`dl2-system/dl2-clock`: `time_s`, `slot`, `slot_s`, ...) moves on.
+5. the next slot begins: jobs that have arrived are created through the API as a user would submit them (their
+   pods at once, Pending until the slot places them), and the clock ConfigMap (`dl2-system/dl2-clock`:
+   `time_s`, `slot`, `slot_s`, ...) moves on.
 
 All of it runs on the server's event loop (through `Verbs`, so the writes produce the same resource versions and
 watch events as a client's); `ClusterHandle` calls it from other threads.
@@ -215,7 +216,12 @@ class SimulatedCluster:
         body = manifests.job(job.spec, job.name, job.namespace, self.options.kueue_queue if job.kueue else None)
         stored = self.verbs.create(job.resource, job.namespace, body)
         job.created = True
-        status = manifests.job_status(stored.raw, {}, {}, False, False, None, self.verbs.now())
+        now = self.verbs.now()
+        # the operator creates the job's pods at once; they stay Pending until the next slot places them
+        workers, ps = self._desired(job.spec.job_id)
+        self._sync_pods(job, stored.raw, c.WORKER, [None] * workers, now)
+        self._sync_pods(job, stored.raw, c.PS, [None] * ps, now)
+        status = manifests.job_status(stored.raw, {}, {c.WORKER: workers, c.PS: ps}, False, False, None, now)
         self.verbs.replace(job.resource, job.namespace, job.name, {"status": status}, "status")
 
     # -- writing the outcome back ---------------------------------------------------------------------------
