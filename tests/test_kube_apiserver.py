@@ -641,6 +641,11 @@ def test_kubectl_get_get_raw_and_scale(server, api, tmp_path):
     raw = json.loads(kubectl("get", "--raw", "/apis/kubeflow.org/v1"))
     assert {r["name"] for r in raw["resources"]} == {"pytorchjobs", "pytorchjobs/status", "pytorchjobs/scale"}
     assert "scaled" in kubectl("scale", "pytorchjob/resnet", "-n", NS, "--replicas=6")
+    manifest = tmp_path / "cm.yaml"
+    manifest.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}}))
+    # no OpenAPI documents are served, so kubectl cannot validate client-side: --validate=false
+    assert kubectl("apply", "-n", NS, "--validate=false", "-f", str(manifest)).strip() == "configmap/cm created"
+    assert kubectl("apply", "-n", NS, "--validate=false", "-f", str(manifest)).strip() == "configmap/cm unchanged"
     assert custom.get_namespaced_custom_object_scale(*PJ[:2], NS, PJ[2], "resnet")["spec"]["replicas"] == 6
     assert any(
         r.rbac_resource == "pytorchjobs/scale" and r.verb == "patch" and "kubectl" in r.user_agent

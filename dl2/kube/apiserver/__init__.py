@@ -20,7 +20,8 @@ Gaps a real cluster would show (test those there): no authentication, RBAC, admi
 validation, pruning or defaulting of custom resources; no garbage collector (the simulated cluster deletes the
 pods of a deleted job itself); core objects keep a `status` given at creation; strategic merge knows its list
 merge keys by field name, not from the kinds' schemas; lists page from the current state, not a snapshot;
-`events.k8s.io` events, protobuf, server-side apply and `kubectl get -w` tables are not served.
+`events.k8s.io` events, protobuf, server-side apply, OpenAPI documents (so `kubectl apply` needs
+`--validate=false`) and `kubectl get -w` tables are not served.
 
 The job contract between dl2 and the cluster (kinds, labels, annotations, how jobs are resized) is
 `dl2.kube.apiserver.contract`.

@@ -49,10 +49,12 @@ class RequestRecord:
 
 
 class RequestRecorder:
-    """Keeps the records in memory and, optionally, appends each to a JSONL file."""
+    """Keeps the latest records in memory (`keep` of them: a long-running server stays bounded) and, optionally,
+    appends every one to a JSONL file."""
 
-    def __init__(self, jsonl_path: Path | None = None) -> None:
+    def __init__(self, jsonl_path: Path | None = None, keep: int = 200_000) -> None:
         self.records: list[RequestRecord] = []
+        self.keep = keep
         self.jsonl_path = jsonl_path
         self._fd: int | None = None
         if jsonl_path is not None:
@@ -62,6 +64,8 @@ class RequestRecorder:
 
     def add(self, record: RequestRecord) -> None:
         self.records.append(record)
+        if len(self.records) > 2 * self.keep:
+            del self.records[: -self.keep]
         if self._fd is not None:
             os.write(self._fd, (json.dumps(record.to_json_dict(), sort_keys=True) + "\n").encode("utf-8"))
 
