@@ -420,14 +420,23 @@ def test_finalizers_delay_deletion_and_namespaces_take_their_objects(server, api
     assert server.objects("v1/pods", NS) == {} and NS not in server.objects("v1/namespaces")
 
 
-def test_leader_election_with_the_clients_lease_lock(server, api):
+@pytest.fixture
+def default_configuration(server):
+    """The client's process-wide default configuration pointed at the server (LeaseLock builds its own
+    CoordinationV1Api()), restored afterwards."""
+    previous = client.Configuration.get_default_copy()
+    configuration = client.Configuration()
+    configuration.host = server.url
+    client.Configuration.set_default(configuration)
+    yield configuration
+    client.Configuration.set_default(previous)
+
+
+def test_leader_election_with_the_clients_lease_lock(server, api, default_configuration):
     from kubernetes.leaderelection import electionconfig, leaderelection
     from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
     namespace(api, "dl2-system")
-    configuration = client.Configuration()
-    configuration.host = server.url
-    client.Configuration.set_default(configuration)  # LeaseLock builds its own CoordinationV1Api()
     leaders: list[str] = []
     elections = []
 
