@@ -1,0 +1,192 @@
+"""Shared pieces of the Kubernetes tests: clients of a local API server, manifests, and a watch in a thread."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client, watch
+
+from dl2.kube.apiserver import LocalApiServer
+
+NS = "team-a"
+PJ = ("kubeflow.org", "v1", "pytorchjobs")
+VJ = ("batch.volcano.sh", "v1alpha1", "jobs")
+
+
+def api_client(server: LocalApiServer, user_agent: str = "dl2-test") -> client.ApiClient:
+    configuration = client.Configuration()
+    configuration.host = server.url
+    api = client.ApiClient(configuration)
+    api.user_agent = user_agent
+    return api
+
+
+def namespace(api: client.ApiClient, name: str = NS) -> None:
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": name, "labels": {"dl2.io/managed": "true"}}})
+
+
+def pod(name: str, labels: dict[str, str] | None = None, node: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "trainer", "image": "trainer:1"}]}
+    if node is not None:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {}}, "spec": spec}
+
+
+def pytorchjob(name: str, workers: int = 2, max_workers: int = 8) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name},
+        "spec": {
+            "elasticPolicy": {"minReplicas": 1, "maxReplicas": max_workers, "rdzvBackend": "c10d"},
+            "pytorchReplicaSpecs": {
+                "Worker": {
+                    "replicas": workers,
+                    "template": {"spec": {"containers": [{"name": "pytorch", "image": "trainer:1"}]}},
+                }
+            },
+        },
+    }
+
+
+def volcano_job(name: str, ps: int = 1, workers: int = 2) -> dict[str, Any]:
+    template = {"spec": {"containers": [{"name": "trainer", "image": "trainer:1"}]}}
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "minAvailable": 2,
+            "schedulerName": "volcano",
+            "tasks": [
+                {"name": "ps", "replicas": ps, "template": template},
+                {"name": "worker", "replicas": workers, "template": template},
+            ],
+        },
+    }
+
+
+class WatchThread:
+    """Runs `watch.Watch().stream(function, **kwargs)` in a daemon thread and keeps (type, name, rv) per event."""
+
+    def __init__(self, function: Callable[..., Any], stop_after: int | None = None, **kwargs: Any) -> None:
+        self.events: list[tuple[str, str | None, str]] = []
+        self.error: BaseException | None = None
+        self.watch = watch.Watch()
+        self.arrived = threading.Condition()
+        self._stop_after = stop_after
+        self._thread = threading.Thread(target=self._run, args=(function, kwargs), daemon=True)
+        self._thread.start()
+
+    def _run(self, function: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+        try:
+            for event in self.watch.stream(function, **kwargs):
+                metadata = event["raw_object"].get("metadata") or {}
+                with self.arrived:
+                    self.events.append((event["type"], metadata.get("name"), metadata.get("resourceVersion")))
+                    self.arrived.notify_all()
+                if self._stop_after is not None and len(self.events) >= self._stop_after:
+                    self.watch.stop()
+                    return
+        except BaseException as error:  # reported to the test
+            self.error = error
+        finally:
+            with self.arrived:
+                self.arrived.notify_all()
+
+    def wait_for(self, count: int, timeout_s: float = 10.0) -> list[tuple[str, str | None, str]]:
+        with self.arrived:
+            self.arrived.wait_for(lambda: len(self.events) >= count or not self._thread.is_alive(), timeout_s)
+        return list(self.events)
+
+    def join(self, timeout_s: float = 10.0) -> None:
+        self._thread.join(timeout_s)
+
+    def stop(self) -> None:
+        self.watch.stop()
+
+
+class HeuristicClient:
+    """A trivial controller: each slot it reads the cluster through the API, asks a dl2 heuristic for an allocation
+    and resizes every job whose replicas differ (PyTorchJobs through `scale`, Volcano Jobs by JSON patch)."""
+
+    def __init__(self, api: client.ApiClient, scheduler: Any) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.scheduler = scheduler
+        self.scheduler.reset()
+        self.resizes = 0
+        self.short_of_max = 0
+        """Decisions that gave a job fewer workers than its maximum (the cluster was contended)."""
+
+    def view(self) -> tuple[Any, list[dict[str, Any]]]:
+        from dl2.core import Allocation, ClusterSpec, ClusterView, JobAllocation, JobView, NodeSpec
+        from dl2.kube.apiserver import contract
+
+        clock = self.core.read_namespaced_config_map("dl2-clock", "dl2-system").data
+        nodes = sorted(
+            self.api.sanitize_for_serialization(self.core.list_node())["items"],
+            key=lambda node: node["metadata"]["name"],
+        )
+        node_index = {node["metadata"]["name"]: i for i, node in enumerate(nodes)}
+        cluster = ClusterSpec(tuple(NodeSpec(i, contract.node_resources(node)) for i, node in enumerate(nodes)))
+        jobs = [
+            *self.custom.list_cluster_custom_object(*PJ)["items"],
+            *self.custom.list_cluster_custom_object(*VJ)["items"],
+        ]
+        pods = self.api.sanitize_for_serialization(
+            self.core.list_pod_for_all_namespaces(
+                label_selector=contract.JOB_LABEL, field_selector="status.phase=Running"
+            )
+        )["items"]
+        held: dict[tuple[str, str], dict[str, dict[int, int]]] = {}
+        for running in pods:
+            labels = running["metadata"]["labels"]
+            roles = held.setdefault(
+                (running["metadata"]["namespace"], labels[contract.JOB_LABEL]), {contract.WORKER: {}, contract.PS: {}}
+            )
+            index = int(running["metadata"]["name"].rsplit("-", 1)[1])
+            roles[labels[contract.ROLE_LABEL]][index] = node_index[running["spec"]["nodeName"]]
+        active = []
+        for job in jobs:
+            if contract.is_finished(job):
+                continue
+            spec = contract.job_spec(job)
+            roles = held.get((job["metadata"]["namespace"], job["metadata"]["name"]), {"worker": {}, "ps": {}})
+            allocation = JobAllocation(
+                tuple(roles["worker"][i] for i in sorted(roles["worker"])),
+                tuple(roles["ps"][i] for i in sorted(roles["ps"])),
+            )
+            view = JobView(spec, contract.progress_epochs(job), 0.0, allocation, 0.0, 0.0, 0)
+            active.append((spec.arrival_s, job["metadata"]["name"], view, job))
+        active.sort(key=lambda entry: (entry[0], entry[1]))  # workload order: arrival, then the name's index
+        views = tuple(entry[2] for entry in active)
+        previous = Allocation({view.spec.job_id: view.allocation for view in views})
+        return ClusterView(
+            float(clock["time_s"]), int(clock["slot"]), float(clock["slot_s"]), cluster, views, previous
+        ), [entry[3] for entry in active]
+
+    def step(self) -> None:
+        from dl2.kube.apiserver import contract
+
+        view, objects = self.view()
+        allocation = self.scheduler.schedule(view)
+        for job_view, job in zip(view.jobs, objects, strict=True):
+            decided = allocation.get(job_view.spec.job_id)
+            wanted = (decided.num_workers, decided.num_ps)
+            self.short_of_max += decided.num_workers < job_view.spec.max_workers
+            if contract.replicas(job) == wanted:
+                continue
+            subresource, content_type, body = contract.resize(job, *wanted)
+            group, version, plural = contract.kind_of(job)
+            namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
+            if subresource == "scale":
+                self.custom.patch_namespaced_custom_object_scale(group, version, namespace, plural, name, body)
+            else:
+                self.custom.patch_namespaced_custom_object(
+                    group, version, namespace, plural, name, body, _content_type=content_type
+                )
+            self.resizes += 1
