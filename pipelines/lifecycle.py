@@ -117,19 +117,19 @@ def gate(params: Params, layout: Layout) -> None:
 
 
 def store_uri() -> str:
-    """The MLflow store as `mlflow ui` takes it."""
+    """The MLflow store as `mlflow ui` takes it (from the repository)."""
     from pipelines.tracking import store_dir
 
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Layout().relative(store_dir())}/mlflow.db"
 
 
-def finish(layout: Layout, started: float) -> None:
+def finish(layout: Layout, started: float, store: str) -> None:
     step(6, "Where things stand")
     say("Registry (dl2-policy):")
     for line in registry_lines():
         say(line)
     say("\nWhere to look:")
-    say(f"  mlflow ui --backend-store-uri {store_uri()}   # runs, ablation child runs, datasets, the registry")
+    say(f"  mlflow ui --backend-store-uri {store}   # runs, ablation child runs, datasets, the registry")
     say("  dvc metrics show; dvc plots show            # JCT tables; learning curves and JCT CDFs (dvc_plots/)")
     say("  dvc exp run -S warmup.epochs=3; dvc exp show  # an experiment with other parameters")
     say(f"  {layout.relative(layout.reports / 'summary.md')}, {layout.relative(layout.reports / 'promotion.json')}")
@@ -140,7 +140,7 @@ def finish(layout: Layout, started: float) -> None:
 def full(params: Params) -> None:
     started = time.perf_counter()
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    layout = Layout(ROOT)
+    layout, store = Layout(ROOT), store_uri()  # before MLflow, which exports the URI it is pointed at
     step(1, "DVC: repository and local remote")
     say("  " + ("; ".join(ensure_dvc()) or "already set up") + f" (remote {REMOTE_DIR})")
     clock = step(2, "dvc repro: validate traces, workloads, warm-up, feedback, fine-tune, evaluate, ablate, report")
@@ -151,7 +151,7 @@ def full(params: Params) -> None:
     say(f"  pushed to {REMOTE_DIR}; dvc.lock records every input and output hash")
     say(dvc("metrics", "show", "--precision", "4", capture=True).rstrip())
     gate(params, layout)
-    finish(layout, started)
+    finish(layout, started, store)
 
 
 def smoke() -> int:

@@ -29,18 +29,19 @@ def store_dir() -> Path:
 
 
 def configure() -> str:
-    """Point MLflow at the tracking server named by `MLFLOW_TRACKING_URI`, or at the embedded SQLite store."""
+    """Point MLflow at the tracking server named by `MLFLOW_TRACKING_URI`, or at the embedded SQLite store (its
+    artefacts in `mlruns/artifacts`)."""
     import mlflow
 
-    uri = os.environ.get("MLFLOW_TRACKING_URI")
-    if not uri:
-        store = store_dir()
-        store.mkdir(parents=True, exist_ok=True)
-        uri = f"sqlite:///{store / 'mlflow.db'}"
+    server = os.environ.get("MLFLOW_TRACKING_URI")  # read first: set_tracking_uri exports the URI it is given
+    uri = server or f"sqlite:///{store_dir() / 'mlflow.db'}"
+    if not server:
+        store_dir().mkdir(parents=True, exist_ok=True)
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
     if mlflow.get_experiment_by_name(EXPERIMENT) is None:
-        artifacts = None if os.environ.get("MLFLOW_TRACKING_URI") else (store_dir() / "artifacts").as_uri()
+        local = uri.startswith("sqlite:///") and uri == f"sqlite:///{store_dir() / 'mlflow.db'}"
+        artifacts = (store_dir() / "artifacts").as_uri() if local else None
         mlflow.create_experiment(EXPERIMENT, artifact_location=artifacts)
     mlflow.set_experiment(EXPERIMENT)
     return uri
