@@ -25,11 +25,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dl2.sim.metrics import report_unit
 from pipelines import tracking
 from pipelines.code import code_version
 from pipelines.evaluate import simulate_builder
 from pipelines.params import Params
-from pipelines.rl import env_config, learned_builder, load_networks, rl_config, rl_seeds, unit
+from pipelines.rl import ablation_config, env_config, learned_builder, rl_seeds
 from pipelines.stage import Layout, StageResult, main, write_json
 from pipelines.workloads import require_within, test_dataset, training_dataset
 
@@ -59,17 +60,18 @@ def train_and_test(params: Params, layout: Layout, variant: str, seed: int, pool
     import mlflow
     import torch
 
-    from dl2.rl.training import fine_tune
+    from dl2.rl.training import fine_tune, load_trained
     from pipelines.finetune import log_iteration
 
-    config, policy, value, _ = load_networks(layout.model("warmup"))
-    start = fingerprint(policy.state_dict())
-    a = params.ablate
-    rl = rl_config(params, config.network, a.iterations, seed, variant, a.episodes_per_iteration, a.value_warmup)
+    warm = load_trained(layout.model("warmup"))
+    config = warm.config
+    start = fingerprint(warm.policy.state_dict())
+    rl = ablation_config(params, config.network, seed, variant)
     torch.manual_seed(seed)
     child = {"variant": variant, "seed": seed, "iterations": params.ablate.iterations}
     with tracking.stage_run("ablate", child, nested=True, run_name=f"{variant}-seed{seed}", root=layout.root):
-        trainer, state = fine_tune(env_config(params, config), rl, pool, policy, value, on_iteration=log_iteration)
+        env = env_config(params, config)
+        trainer, state = fine_tune(env, rl, pool, warm.policy, warm.value, on_iteration=log_iteration)
         # the policy after training, not the best-validated checkpoint: with ablation budgets that is often the
         # warm-up itself for every variant, which would hide what switching a component off does
         build = learned_builder(config, trainer.policy.state_dict(), f"dl2-{variant}")
@@ -90,7 +92,7 @@ def summarize(params: Params, results: dict[str, dict[int, Trained]]) -> dict[st
     whether the budget let the variant differ from `full` at all."""
     from dl2.sim.metrics import mean_ci95
 
-    scale, unit_name = unit(params.workloads.mode)
+    scale, unit_name = report_unit(params.workloads.mode)
     full_weights = {seed: t.weights for seed, t in results.get("full", {}).items()}
     variants: dict[str, dict[str, Any]] = {}
     for variant, by_seed in results.items():
@@ -126,16 +128,13 @@ def run(params: Params, layout: Layout | None = None) -> StageResult:
     import mlflow
     from tqdm import tqdm
 
+    from dl2.rl.model_io import load_config
     from dl2.rl.workers import make_pool
 
     layout = layout or Layout()
-    warm = layout.model("warmup")
-    config, *_ = load_networks(warm)
+    config, _ = load_config(layout.model("warmup"))
     for seed in params.ablate.seeds:
-        rl = rl_config(
-            params, config.network, params.ablate.iterations, seed, episodes=params.ablate.episodes_per_iteration
-        )
-        require_within(layout, params, "rl", rl_seeds(rl))
+        require_within(layout, params, "rl", rl_seeds(ablation_config(params, config.network, seed, "full")))
     settings = {
         "ablate": params.section("ablate"),
         "finetune": params.section("finetune"),

@@ -20,10 +20,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from dl2.sim.metrics import report_unit
 from pipelines import tracking
 from pipelines.code import code_version
 from pipelines.params import Params
-from pipelines.rl import unit
 from pipelines.stage import Layout, StageResult, main, write_json
 from pipelines.workloads import test_dataset
 
@@ -129,7 +129,7 @@ def table(outcomes: Mapping[str, Outcome], params: Params) -> dict[str, Any]:
     """The metrics document: one row per scheduler, ratios to the best heuristic (JSON-ready, no NaN)."""
     from dl2.sim.metrics import mean_ci95
 
-    scale, unit_name = unit(params.workloads.mode)
+    scale, unit_name = report_unit(params.workloads.mode)
     rows: dict[str, dict[str, Any]] = {}
     for name, outcome in outcomes.items():
         row: dict[str, Any] = {"runs": len(outcome.avg_jct_s), "safe": outcome.safe}
@@ -163,7 +163,7 @@ def distribution(outcomes: Mapping[str, Outcome], params: Params) -> list[dict[s
     DVC can draw every scheduler against one shared x field."""
     import numpy as np
 
-    scale, _ = unit(params.workloads.mode)
+    scale, _ = report_unit(params.workloads.mode)
     safe = {name: np.asarray(o.job_jct_s) / scale for name, o in outcomes.items() if o.safe and o.job_jct_s}
     return [
         {"percentile": p, **{name: round(float(np.percentile(jct, p)), 4) for name, jct in safe.items()}}
@@ -198,7 +198,7 @@ def plot_cdf(outcomes: Mapping[str, Outcome], params: Params, path: Path) -> Non
     import matplotlib.pyplot as plt
     import numpy as np
 
-    scale, unit_name = unit(params.workloads.mode)
+    scale, unit_name = report_unit(params.workloads.mode)
     figure, axis = plt.subplots(figsize=(6, 4))
     for name, outcome in outcomes.items():
         if outcome.safe and outcome.job_jct_s:

@@ -45,10 +45,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from dl2.sim.metrics import report_unit
 from pipelines import registry, tracking
 from pipelines.params import Params
 from pipelines.registry import CHALLENGER, CHAMPION, NAME, Version
-from pipelines.rl import unit
 from pipelines.stage import Layout, StageFailed, StageResult, main, write_json
 
 CONFIRM_TIMEOUT_S = 300.0
@@ -202,7 +202,7 @@ def report_lines(decision: Mapping[str, Any]) -> list[str]:
     from rich.console import Console
     from rich.table import Table
 
-    scale, unit_name = unit(decision["gate"]["mode"])
+    scale, unit_name = report_unit(decision["gate"]["mode"])
     reference = decision["reference_avg_jct_s"]
     best = decision["scores"].get(decision["best_heuristic"] or "", {}).get("avg_jct_s")
     table = Table(box=None, pad_edge=False, title=f"promotion gate on {decision['gate']['test']} ({unit_name})")

@@ -28,6 +28,8 @@ import mlflow.models
 import mlflow.pyfunc
 import pandas as pd
 
+from dl2.core import JOB_STATE_FIELDS, DecisionRecord
+
 if TYPE_CHECKING:
     from mlflow.models import ModelSignature
     from mlflow.models.model import ModelInfo
@@ -37,24 +39,11 @@ if TYPE_CHECKING:
 ARTIFACT = "policy"
 """Key (and folder name) of the dl2 model folder among the MLflow model's artefacts."""
 
-JOB_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("job_id", "string"),
-    ("model", "string"),
-    ("architecture", "string"),
-    ("arrival_s", "double"),
-    ("declared_epochs", "double"),
-    ("progress_epochs", "double"),
-    ("samples_per_epoch", "double"),
-    ("worker_gpu", "double"),
-    ("worker_cpu", "double"),
-    ("worker_mem_gb", "double"),
-    ("ps_cpu", "double"),
-    ("ps_mem_gb", "double"),
-    ("max_workers", "long"),
-    ("max_ps", "long"),
-    ("held_workers", "long"),
-    ("held_ps", "long"),
+MLFLOW_TYPES = {"text": "string", "integer": "long", "real": "double"}
+JOB_COLUMNS: tuple[tuple[str, str], ...] = tuple(
+    (name, MLFLOW_TYPES[DecisionRecord.field_kinds()[name]]) for name in JOB_STATE_FIELDS
 )
+"""One row per job: the state fields of a decision record (`dl2.core.JOB_STATE_FIELDS`), in their kinds."""
 SLOT_COLUMNS: tuple[tuple[str, str], ...] = (("time_s", "double"), ("slot_s", "double"))
 CLUSTER_COLUMNS: tuple[tuple[str, str], ...] = (
     ("num_nodes", "long"),

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dl2.cli.common import strict_json, write_json_atomic
 from dl2.core import Dl2Error
+from dl2.io import to_json, write_json_atomic
 from pipelines import params as params_module
 from pipelines import tracking
 from pipelines.params import Params
@@ -170,5 +170,5 @@ def main(
     except Dl2Error as error:
         print(f"{name}: error: {error}", file=sys.stderr)
         return 2
-    print(json.dumps(strict_json(result.to_json()), sort_keys=True) if args.json else result.line())
+    print(json.dumps(to_json(result.to_json()), sort_keys=True) if args.json else result.line())
     return 0

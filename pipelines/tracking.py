@@ -12,11 +12,12 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
-import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from dl2.paths import git_commit
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENT = "dl2"
@@ -45,12 +46,6 @@ def configure() -> str:
         mlflow.create_experiment(EXPERIMENT, artifact_location=artifacts)
     mlflow.set_experiment(EXPERIMENT)
     return uri
-
-
-def git_commit(root: Path = ROOT) -> str:
-    """HEAD of the repository at `root` ('unknown' outside git)."""
-    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=False)
-    return done.stdout.strip() if done.returncode == 0 else "unknown"
 
 
 def data_version(root: Path = ROOT) -> str:

@@ -90,7 +90,7 @@ def log_expectations(config: ValidateParams) -> list[Any]:
     ]
 
 
-_TEXT_FIELDS = frozenset({"cluster", "job_id", "model", "architecture", "model_version", "incumbent", "mode"})
+_TEXT_FIELDS = frozenset(name for name, kind in DecisionRecord.field_kinds().items() if kind == "text")
 
 
 # -- frames ----------------------------------------------------------------------------------------------------

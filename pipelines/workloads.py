@@ -36,12 +36,9 @@ SAMPLE = 2
 
 
 def training_blocks(params: Params) -> dict[str, tuple[int, int]]:
-    """[start, end) seed block of each use of the training source (offsets as in dl2.rl.training)."""
-    from dl2.rl.actor_critic import RLConfig
-    from dl2.rl.training import WarmUpConfig
-
-    warm = WarmUpConfig()
-    rl = RLConfig().train_seed_offset
+    """[start, end) seed block of each use of the training source (the warm-up's and RL's seed offsets)."""
+    warm = params.warmup
+    rl = params.finetune.rl.train_seed_offset
     return {
         "warmup": (warm.seed_offset, warm.held_out_seed),
         "warmup_held_out": (warm.held_out_seed, warm.held_out_seed + 1),

@@ -46,10 +46,10 @@ def test_heuristics_load_no_heavy_package(arguments: tuple[str, ...], tmp_path: 
 
 def test_a_rollout_worker_loads_no_torch(tmp_path: Path) -> None:
     """What a Ray or process-pool worker receives: a pickled task holding the policy as NumPy arrays."""
-    from dl2.env.env import EnvConfig
+    from dl2.env.config import EnvConfig
     from dl2.env.observation import ObservationConfig
+    from dl2.rl.config import NetworkConfig
     from dl2.rl.inference import NumpyPolicy
-    from dl2.rl.network_config import NetworkConfig
     from dl2.rl.networks import PolicyNetwork
     from dl2.rl.rollout import EpisodeTask
 

@@ -70,7 +70,7 @@ def test_every_stage_writes_its_outputs(chain: tuple[params_module.Params, Layou
     assert list(ablation["variants"]) == list(params.ablate.variants)
     assert "| drf |" in (layout.reports / "summary.md").read_text()
     curve = json.loads((layout.model("finetune") / "history.json").read_text())
-    assert [row["iteration"] for row in curve] == list(range(params.finetune.iterations))
+    assert [row["iteration"] for row in curve] == list(range(params.finetune.rl.iterations))
     assert (layout.plots / "jct_cdf.csv").read_text().startswith("percentile,")
 
 
@@ -168,7 +168,7 @@ def test_command_line_help(stage: str, capsys: pytest.CaptureFixture[str]) -> No
 def test_bad_parameters_are_one_line_errors(tmp_path: Path) -> None:
     with pytest.raises(ParamsError, match="unknown key"):
         params_module.load(overrides=["warmup.epoch=3"])
-    assert params_module.load(smoke=True, overrides=["warmup.epochs=3"]).warmup.epochs == 3  # overrides beat smoke
+    assert params_module.load(smoke=True, overrides=["warmup.epochs=3"]).warmup.supervised.epochs == 3  # beats smoke
     bad = tmp_path / "params.yaml"
     bad.write_text("workloads: {mode: quantum}\n")
     from pipelines.workloads import cli
@@ -176,35 +176,73 @@ def test_bad_parameters_are_one_line_errors(tmp_path: Path) -> None:
     assert cli(["--params", str(bad)]) == 2
 
 
-def test_warm_up_parameters_reach_its_configuration() -> None:
-    from pipelines.warmup import warm_up_config
-
-    overrides = ["warmup.label_smoothing=0.1", "warmup.packed=true", "warmup.record_every=3"]
-    config = warm_up_config(params_module.load(smoke=True, overrides=overrides))
-    assert config.supervised.label_smoothing == 0.1
-    assert config.observation.packed is True
-    assert config.record_every == 3
-    with pytest.raises(ParamsError, match="label_smoothing"):
+def test_warm_up_parameters_are_the_librarys_configuration() -> None:
+    params = params_module.load(smoke=True, overrides=["warmup.label_smoothing=0.1", "warmup.record_every=3"])
+    config = params.warmup
+    assert (config.supervised.label_smoothing, config.record_every) == (0.1, 3)
+    assert (config.source, config.mode) == (params.workloads.train_source, params.workloads.mode)
+    with pytest.raises(ParamsError, match=r"warmup: label_smoothing: 1\.0 is not allowed \(input should be less"):
         params_module.load(overrides=["warmup.label_smoothing=1.0"])
-    with pytest.raises(ParamsError, match="compat-mode"):
+    with pytest.raises(ParamsError, match=r"warmup: packed: True is not allowed \(packed requests are a compat"):
         params_module.load(overrides=["warmup.packed=true", "workloads.mode=realistic", "finetune.credit=returns"])
+    with pytest.raises(ParamsError, match=r"warmup: teacher: 'bogus' is not allowed \(compat-mode schedulers"):
+        params_module.load(overrides=["warmup.teacher=bogus"])
 
 
-def test_fine_tune_credit_reaches_its_configuration_and_ablations_keep_dl2s() -> None:
-    from dl2.rl.networks import NetworkConfig
-    from pipelines.rl import finetune_config, rl_config
+def test_fine_tune_parameters_are_the_librarys_configuration() -> None:
+    from dl2.rl.config import NetworkConfig
+    from pipelines.rl import ablation_config, finetune_config
 
     overrides = ["finetune.credit=deviation", "finetune.continuation=drf", "finetune.temperature=0.5"]
     params = params_module.load(smoke=True, overrides=overrides)
     config = finetune_config(params, NetworkConfig())
     assert (config.credit, config.continuation, config.temperature) == ("deviation", "drf", 0.5)
-    assert rl_config(params, NetworkConfig(), 1, 0, "no-replay").credit == "returns"
-    with pytest.raises(ParamsError, match=r"needs workloads\.mode compat"):
-        params_module.load(overrides=["finetune.credit=deviation", "workloads.mode=realistic"])
-    with pytest.raises(ParamsError, match=r"finetune\.continuation"):
+    assert config.validation_seeds == params.workloads.validation_seeds  # from the workloads section
+    assert ablation_config(params, NetworkConfig(), 0, "no-replay").credit == "returns"  # ablations keep DL2's
+    assert ablation_config(params, NetworkConfig(), 0, "no-replay").replay.enabled is False
+    with pytest.raises(ParamsError, match=r"finetune: credit: 'deviation' is not allowed \(exact credit needs"):
+        params_module.load(overrides=["finetune.credit=deviation", "workloads.mode=realistic", "warmup.packed=false"])
+    with pytest.raises(ParamsError, match=r"finetune: continuation: 'lottery' is not allowed"):
         params_module.load(overrides=["finetune.continuation=lottery"])
-    with pytest.raises(ParamsError, match=r"finetune\.credit"):
+    with pytest.raises(ParamsError, match=r"finetune: credit: 'luck' is not allowed \(input should be 'returns'"):
         params_module.load(overrides=["finetune.credit=luck"])
+    with pytest.raises(ParamsError, match=r"finetune: gamma: 7 is not allowed \(input should be less than or equal"):
+        params_module.load(overrides=["finetune.gamma=7"])
+    with pytest.raises(ParamsError, match=r"finetune: learning_rat: unknown key; known: alternatives"):
+        params_module.load(overrides=["finetune.learning_rate=0.1", "finetune.learning_rat=0.1"])
+
+
+def test_defaults_are_the_same_through_every_door(tmp_path: Path) -> None:
+    """The library's default, the command line's (no flag given) and the pipeline's (no key given) are one value,
+    because both doors build the library's configuration: there are no copies to drift apart."""
+    import argparse
+
+    from dl2.cli.train import add_parsers, rl_configs
+    from dl2.rl.config import RLConfig, WarmUpConfig
+    from pipelines.params import FINETUNE_KEYS, WARMUP_SECTION_KEYS
+
+    parser = argparse.ArgumentParser()
+    add_parsers(parser.add_subparsers())
+    empty = tmp_path / "params.yaml"
+    empty.write_text("{}\n")
+    pipeline = params_module.load(empty)
+    library_rl, library_warmup = RLConfig(), WarmUpConfig()
+    _, cli_rl = rl_configs(parser.parse_args(["train-rl", "--out", str(tmp_path / "m")]), None)
+    from dl2.cli.train import warm_up_config
+
+    cli_warmup = warm_up_config(parser.parse_args(["train-sl", "--out", str(tmp_path / "m")]))
+    for key in FINETUNE_KEYS:
+        if key.path[0] == "rl":
+            name = key.path[1:]
+            assert _get(pipeline.finetune.rl, name) == _get(cli_rl, name) == _get(library_rl, name), key.name
+    for key in WARMUP_SECTION_KEYS:
+        assert _get(pipeline.warmup, key.path) == _get(cli_warmup, key.path) == _get(library_warmup, key.path), key.name
+
+
+def _get(config: object, path: tuple[str, ...]) -> object:
+    for part in path:
+        config = getattr(config, part)
+    return config
 
 
 def test_an_ablation_row_that_cannot_differ_says_so() -> None:

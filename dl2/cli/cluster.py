@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dl2.cli.common import UsageError, add_sim_options, check_seed, print_json, sim_config, write_json_atomic
+from dl2.cli.common import UsageError, add_sim_options, check_seed, sim_config
+from dl2.io import print_json, write_json_atomic
 from dl2.sim.config import Mode
 
 DEFAULT_KUBECONFIG = Path("work/dl2-cluster.kubeconfig")

@@ -24,10 +24,6 @@ from dl2.workload.interference import InterferenceModel
 from dl2.workload.speed import SpeedModel
 
 MODES = ("shadow", "canary", "active", "simulated")
-_INTEGER_FIELDS = {"max_workers", "max_ps", "held_workers", "held_ps"} | {
-    f"{who}_{role}" for who in ("incumbent", "proposed", "applied") for role in ("workers", "ps")
-}
-_TEXT_FIELDS = {"cluster", "job_id", "model", "architecture", "model_version", "incumbent", "mode"}
 
 
 def write_segment(directory: Path, records: Sequence[DecisionRecord], first_slot: int) -> Path | None:
@@ -79,14 +75,14 @@ def parse_record(line: str, where: str, number: int) -> DecisionRecord:
     if not isinstance(data, dict):
         raise InputError(where, "expected a JSON object", row=number)
     values: dict[str, Any] = {}
-    for name in DecisionRecord.field_names():
+    for name, kind in DecisionRecord.field_kinds().items():
         if name not in data:
             raise InputError(where, "missing", row=number, field=name)
         value = data[name]
-        if name in _TEXT_FIELDS:
+        if kind == "text":
             if not isinstance(value, str) or not value:
                 raise InputError(where, f"expected a non-empty string, got {value!r}", row=number, field=name)
-        elif name in _INTEGER_FIELDS:
+        elif kind == "integer":
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InputError(where, f"expected a non-negative integer, got {value!r}", row=number, field=name)
         elif isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
