@@ -17,7 +17,17 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from dl2.core import Allocation, DecisionRecord, InputError, InvalidAllocationError, Scheduler, Workload
+from dl2.core import (
+    Allocation,
+    ClusterSpec,
+    DecisionRecord,
+    InputError,
+    InvalidAllocationError,
+    NodeSpec,
+    Resources,
+    Scheduler,
+    Workload,
+)
 from dl2.sim.config import SimConfig
 from dl2.sim.simulator import Simulation
 from dl2.workload.interference import InterferenceModel
@@ -30,6 +40,11 @@ _INTEGER_FIELDS = {"max_workers", "max_ps", "held_workers", "held_ps"} | {
 _TEXT_FIELDS = {"cluster", "job_id", "model", "architecture", "model_version", "incumbent", "mode"}
 
 
+CLUSTER_FILE = "cluster.json"
+"""Next to a log's segments: the cluster its records come from (records name it, but fine-tuning needs its
+nodes)."""
+
+
 def write_segment(directory: Path, records: Sequence[DecisionRecord], first_slot: int) -> Path | None:
     """Append records as one new segment (atomically); returns its path (None for no records)."""
     if not records:
@@ -37,7 +52,26 @@ def write_segment(directory: Path, records: Sequence[DecisionRecord], first_slot
     directory.mkdir(parents=True, exist_ok=True)
     existing = len(list(directory.glob("segment-*.jsonl")))
     path = directory / f"segment-{first_slot:09d}-{existing:06d}.jsonl"
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".segment-", suffix=".tmp")
+    _write_lines(path, records, overwrite=True)
+    return path
+
+
+def write_slot_segment(directory: Path, records: Sequence[DecisionRecord], slot: int) -> tuple[Path, bool]:
+    """Write one slot's records as the segment named by that slot, once: (path, whether this call wrote it).
+
+    The name depends only on the slot and an existing segment is never replaced, so a writer that restarts and
+    writes the same slot again adds nothing (the Kubernetes controller's records are keyed by slot and job)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"segment-{slot:09d}-000000.jsonl"
+    if path.exists():
+        return path, False
+    return path, _write_lines(path, records, overwrite=False)
+
+
+def _write_lines(path: Path, records: Sequence[DecisionRecord], overwrite: bool) -> bool:
+    """Write to a temporary file, fsync, then rename (or link, which refuses to replace): False if `path` was
+    already there and `overwrite` is off."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".segment-", suffix=".tmp")
     try:
         with os.fdopen(handle, "w") as stream:
             for record in records:
@@ -45,11 +79,36 @@ def write_segment(directory: Path, records: Sequence[DecisionRecord], first_slot
             stream.flush()
             os.fsync(stream.fileno())
         os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
+        if overwrite:
+            os.replace(temporary, path)
+            return True
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            return False
+        return True
+    finally:
         Path(temporary).unlink(missing_ok=True)
-        raise
-    return path
+
+
+def cluster_to_json(cluster: ClusterSpec) -> dict[str, Any]:
+    """The cluster description written as `cluster.json` next to a log."""
+    nodes = [
+        {"gpu": n.capacity.gpu, "cpu": n.capacity.cpu, "mem_gb": n.capacity.mem_gb, "kind": n.kind}
+        for n in cluster.nodes
+    ]
+    return {"name": cluster.name, "nodes": nodes}
+
+
+def cluster_from_json(data: dict[str, Any], where: str) -> ClusterSpec:
+    try:
+        nodes = tuple(
+            NodeSpec(i, Resources(float(n["gpu"]), float(n["cpu"]), float(n["mem_gb"])), str(n["kind"]))
+            for i, n in enumerate(data["nodes"])
+        )
+        return ClusterSpec(nodes, str(data["name"]))
+    except (KeyError, TypeError, ValueError) as error:
+        raise InputError(where, f"malformed cluster description ({error})") from None
 
 
 def segments(location: Path) -> list[Path]:
