@@ -100,7 +100,12 @@ def read_cluster(api: Any, call: Any = None) -> RawCluster:
     pods = [
         pod
         for pod in _items(
-            run(core.list_pod_for_all_namespaces, label_selector=c.JOB_LABEL, field_selector="status.phase=Running", **raw)
+            run(
+                core.list_pod_for_all_namespaces,
+                label_selector=c.JOB_LABEL,
+                field_selector="status.phase=Running",
+                **raw,
+            )
         )
         if (pod.get("metadata") or {}).get("namespace") in managed
     ]
@@ -180,6 +185,6 @@ def snapshot(raw: RawCluster, time_s: float, slot: int, slot_s: float, cluster_n
         active.append((spec.arrival_s, name, job_view, managed))
     active.sort(key=lambda entry: (entry[0], entry[1]))
     views = tuple(entry[2] for entry in active)
-    previous = Allocation({v.spec.job_id: v.allocation for v in views if not v.allocation.is_empty})
+    previous = Allocation({v.spec.job_id: v.allocation for v in views})
     view = ClusterView(time_s, slot, slot_s, cluster, views, previous)
     return Snapshot(view, tuple(entry[3] for entry in active), progress, tuple(sorted(refused)))

@@ -24,6 +24,7 @@ from typing import Any
 from dl2.kube.apiserver.contract import GROUP
 from dl2.schedulers.registry import SCHEDULERS
 
+API_VERSION = f"{GROUP}/v1alpha1"
 VERSION = "v1alpha1"
 PLURAL = "schedulerpolicies"
 KIND = "SchedulerPolicy"

@@ -69,13 +69,17 @@ def write_slot_segment(directory: Path, records: Sequence[DecisionRecord], slot:
 
 
 def _write_lines(path: Path, records: Sequence[DecisionRecord], overwrite: bool) -> bool:
-    """Write to a temporary file, fsync, then rename (or link, which refuses to replace): False if `path` was
-    already there and `overwrite` is off."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".segment-", suffix=".tmp")
+    text = "".join(json.dumps(record.to_json_dict(), sort_keys=True) + "\n" for record in records)
+    return write_file(path, text, overwrite)
+
+
+def write_file(path: Path, text: str, overwrite: bool = True) -> bool:
+    """Write to a temporary file, fsync, then rename into place (or link, which refuses to replace): a reader
+    sees the whole file or none of it. False if `path` was already there and `overwrite` is off."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "w") as stream:
-            for record in records:
-                stream.write(json.dumps(record.to_json_dict(), sort_keys=True) + "\n")
+            stream.write(text)
             stream.flush()
             os.fsync(stream.fileno())
         os.chmod(temporary, 0o644)
