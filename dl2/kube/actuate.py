@@ -14,9 +14,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from dl2.kube.apiserver import contract as c
+from dl2.kube.apiserver.contract import GROUP
 from dl2.kube.metrics import Metrics
 from dl2.kube.observe import RESIZED_SLOT, ManagedJob
-from dl2.kube.policy import GROUP, PLURAL, VERSION
+from dl2.kube.policy import PLURAL, VERSION
 
 T = TypeVar("T")
 RETRIED = frozenset({409, 429, 500, 502, 503, 504})
@@ -48,7 +49,7 @@ class ApiCaller:
         """Requests sent (retries included)."""
 
     def __call__(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        from kubernetes.client.rest import ApiException
+        from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
         kwargs.setdefault("_request_timeout", self.timeout_s)

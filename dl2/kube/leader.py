@@ -38,8 +38,8 @@ class LeaseConfig:
             )
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
 class LeaseElector:
@@ -72,7 +72,7 @@ class LeaseElector:
 
     def try_acquire_or_renew(self) -> bool:
         """One attempt; True if this replica holds the Lease afterwards."""
-        from kubernetes.client.rest import ApiException
+        from kubernetes.client.exceptions import ApiException
 
         config = self.config
         try:
@@ -83,7 +83,10 @@ class LeaseElector:
             return self._result(self._create())
         except Exception:  # the API is unreachable: no renewal this time
             return self._result(False)
-        spec = lease.spec
+        from kubernetes import client
+
+        spec = lease.spec or client.V1LeaseSpec()
+        lease.spec = spec
         holder = spec.holder_identity or ""
         observed = (holder, str(spec.renew_time))
         now = self.clock()
@@ -107,20 +110,22 @@ class LeaseElector:
         return self._result(True)
 
     def _create(self) -> bool:
+        from kubernetes import client
+
         config = self.config
         stamp = _now()
-        body = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": config.name, "namespace": config.namespace},
-            "spec": {
-                "holderIdentity": self.identity,
-                "leaseDurationSeconds": max(1, math.ceil(config.lease_s)),
-                "acquireTime": stamp,
-                "renewTime": stamp,
-                "leaseTransitions": 0,
-            },
-        }
+        body = client.V1Lease(
+            api_version="coordination.k8s.io/v1",
+            kind="Lease",
+            metadata=client.V1ObjectMeta(name=config.name, namespace=config.namespace),
+            spec=client.V1LeaseSpec(
+                holder_identity=self.identity,
+                lease_duration_seconds=max(1, math.ceil(config.lease_s)),
+                acquire_time=stamp,
+                renew_time=stamp,
+                lease_transitions=0,
+            ),
+        )
         try:
             self.coordination.create_namespaced_lease(config.namespace, body)
         except Exception:  # 409: another candidate created it first
@@ -143,7 +148,7 @@ class LeaseElector:
         self._renewed_at = None
         try:
             lease = self.coordination.read_namespaced_lease(self.config.name, self.config.namespace)
-            if lease.spec.holder_identity == self.identity:
+            if lease.spec is not None and lease.spec.holder_identity == self.identity:
                 lease.spec.holder_identity = ""
                 lease.spec.lease_duration_seconds = 1
                 self.coordination.replace_namespaced_lease(self.config.name, self.config.namespace, lease)

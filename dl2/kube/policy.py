@@ -122,7 +122,7 @@ def parse_policy(obj: Mapping[str, Any]) -> PolicySpec:
     if raw_mode is False:  # YAML 1.1 reads an unquoted `off` as false
         raw_mode = "off"
     try:
-        mode = Mode(raw_mode)
+        mode = Mode(str(raw_mode)) if isinstance(raw_mode, str) else Mode(None)  # type: ignore[arg-type]
     except ValueError:
         raise PolicyError("mode", f"unknown mode {raw_mode!r}; one of {', '.join(m.value for m in Mode)}") from None
     model = _mapping(spec, "model", {"name", "version"})

@@ -28,8 +28,10 @@ class ObjectWatcher:
         watch_timeout_s: int = 60,
         max_backoff_s: float = 5.0,
         seed: int = 0,
+        wake: threading.Event | None = None,
     ) -> None:
-        """`list_function(*args, field_selector=..., ...)`: a list call of the official client that can watch."""
+        """`list_function(*args, field_selector=..., ...)`: a list call of the official client that can watch;
+        `wake` is set with `changed` (one event can wait on several watchers)."""
         self.list_function = list_function
         self.args = args
         self.name = name
@@ -39,6 +41,7 @@ class ObjectWatcher:
         self.max_backoff_s = max_backoff_s
         self.rng = random.Random(seed)
         self.changed = threading.Event()
+        self.wake = wake
         self.restarts = 0
         """Watches that had to be opened again (ended, dropped, expired or failed)."""
         self._lock = threading.Lock()
@@ -73,9 +76,11 @@ class ObjectWatcher:
             self._object = obj
         self._synced.set()
         self.changed.set()
+        if self.wake is not None:
+            self.wake.set()
 
     def _list(self) -> str:
-        from kubernetes.client.rest import ApiException
+        from kubernetes.client.exceptions import ApiException
 
         try:
             listed = self.list_function(
@@ -91,7 +96,7 @@ class ObjectWatcher:
 
     def _run(self) -> None:
         from kubernetes import watch
-        from kubernetes.client.rest import ApiException
+        from kubernetes.client.exceptions import ApiException
 
         version: str | None = None
         failures = 0
@@ -99,7 +104,7 @@ class ObjectWatcher:
             try:
                 if version is None:
                     version = self._list()
-                self._watch = watch.Watch()
+                self._watch = watch.Watch()  # type: ignore[no-untyped-call]
                 for event in self._watch.stream(
                     self.list_function,
                     *self.args,
