@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client, watch
 
-from dl2.kube.apiserver import LocalApiServer
+from dl2.kube.apiserver import THIRD_PARTY_CRDS, LocalApiServer
 
 NS = "team-a"
 PJ = ("kubeflow.org", "v1", "pytorchjobs")
@@ -190,3 +192,57 @@ class HeuristicClient:
                     group, version, namespace, plural, name, body, _content_type=content_type
                 )
             self.resizes += 1
+
+
+# -- the controller (dl2 serve) against a simulated cluster ---------------------------------------------------
+
+POLICY_CRD = Path(__file__).resolve().parent.parent / "k8s" / "crd-schedulerpolicy.yaml"
+POLICIES = "dl2.io/v1alpha1/schedulerpolicies"
+CONTROLLER_AGENT = "dl2-serve"
+"""User-agent prefix of every controller client in the tests: the requests the least-privilege check counts."""
+REQUEST_LOG_ENV = "DL2_KUBE_REQUEST_LOG"
+"""The session's JSONL of every request the local servers answered (set by tests/conftest.py)."""
+
+
+def kube_server(**options: Any) -> LocalApiServer:
+    """A server with the job kinds' CRDs and the SchedulerPolicy CRD, recording into the session's request log."""
+    record = os.environ.get(REQUEST_LOG_ENV)
+    return LocalApiServer(
+        crd_files=[*THIRD_PARTY_CRDS, POLICY_CRD], record_path=Path(record) if record else None, **options
+    )
+
+
+def policy_object(mode: str = "active", version: str | None = "1", **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"mode": mode, **spec}
+    if version is not None:
+        body["model"] = {"name": "dl2-policy", "version": version}
+    return {"apiVersion": "dl2.io/v1alpha1", "kind": "SchedulerPolicy", "metadata": {"name": "default"}, "spec": body}
+
+
+def heuristic_loader(name: str = "drf", failing: tuple[str, ...] = ()) -> Callable[[str, str], Any]:
+    """Every version is heuristic `name` (a stand-in model that needs no training), except `failing` ones."""
+    from dl2.schedulers.registry import make_scheduler
+    from dl2.sim.config import Mode
+    from dl2.sim.run import speed_model
+
+    def load(model: str, version: str) -> Any:
+        if version in failing:
+            raise FileNotFoundError(f"no version {version} of {model}")
+        return make_scheduler(name, speed_model(Mode.REALISTIC), False)
+
+    return load
+
+
+def clock(server: LocalApiServer) -> tuple[int, float, float]:
+    data = server.objects("v1/configmaps", "dl2-system")["dl2-clock"]["data"]
+    return int(data["slot"]), float(data["time_s"]), float(data["slot_s"])
+
+
+def controller_api(server: LocalApiServer, identity: str = "a") -> client.ApiClient:
+    """A client as `dl2 serve` builds one: the controller retries itself (with backoff), urllib3 does not."""
+    configuration = client.Configuration()
+    configuration.host = server.url
+    configuration.retries = False
+    api = client.ApiClient(configuration)
+    api.user_agent = f"{CONTROLLER_AGENT}/{identity}"
+    return api

@@ -80,16 +80,20 @@ def _crash_at() -> tuple[str, int] | None:
 
 
 def _api(kubeconfig: Path | None) -> Any:
+    """A client of the cluster; urllib3's own retries are off, since the controller retries with backoff."""
     from kubernetes import client, config
 
+    configuration = client.Configuration()
     if kubeconfig is not None:
         if not kubeconfig.is_file():
             raise UsageError(f"--kubeconfig {kubeconfig}: no such file")
-        return config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
-    if not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_kube_config(str(kubeconfig), client_configuration=configuration)  # type: ignore[no-untyped-call]
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
         raise UsageError("not in a cluster: give --kubeconfig")
-    config.load_incluster_config()  # type: ignore[no-untyped-call]
-    return client.ApiClient()
+    configuration.retries = False
+    return client.ApiClient(configuration)
 
 
 def run(args: argparse.Namespace) -> int:
