@@ -55,7 +55,7 @@ def start(server, tmp_path, mode="active", workload=None, options=None, loader=N
     server.create(POLICIES, None, policy_object(mode, **spec))
     config = ControllerConfig(identity, decision_log=tmp_path / "decisions", clock="cluster")
     controller = Controller(controller_api(server, identity), config, loader or heuristic_loader("drf"))
-    controller.refresh_policy(controller.read_policy())
+    controller.refresh_policy(server.objects(POLICIES)["default"])
     return workload, cluster, controller
 
 
@@ -267,7 +267,7 @@ def test_a_model_that_fails_to_load_or_raises_falls_back(server, tmp_path):
     custom = client.CustomObjectsApi(api_client(server, "dl2-test"))
     custom.patch_cluster_custom_object("dl2.io", "v1alpha1", "schedulerpolicies", "default",
                                        {"spec": {"model": {"version": "2"}}})  # fmt: skip
-    controller.refresh_policy(controller.read_policy())
+    controller.refresh_policy(server.objects(POLICIES)["default"])
     controller.publish_status()
     status = server.objects(POLICIES)["default"]["status"]
     conditions = {c["type"]: c for c in status["conditions"]}
@@ -278,7 +278,7 @@ def test_a_model_that_fails_to_load_or_raises_falls_back(server, tmp_path):
     assert report.fallback is None  # v1 decides
     custom.patch_cluster_custom_object("dl2.io", "v1alpha1", "schedulerpolicies", "default",
                                        {"spec": {"model": {"version": "3"}}})  # fmt: skip
-    controller.refresh_policy(controller.read_policy())
+    controller.refresh_policy(server.objects(POLICIES)["default"])
     reports = run(server, cluster, controller, max_slots=4)
     assert [r.fallback is not None for r in reports][-2:] == [True, True]
     assert reports[-1].fallback.startswith("model-error: RuntimeError")
@@ -317,7 +317,7 @@ def test_a_malformed_policy_is_refused_with_a_condition_and_changes_nothing(serv
     updated = custom.patch_cluster_custom_object("dl2.io", "v1alpha1", "schedulerpolicies", "default",
                                                  {"spec": {**patch, "mode": patch.get("mode", "active")}})  # fmt: skip
     jobs_before = {**server.objects("kubeflow.org/v1/pytorchjobs"), **server.objects("batch.volcano.sh/v1alpha1/jobs")}
-    controller.refresh_policy(controller.read_policy())
+    controller.refresh_policy(server.objects(POLICIES)["default"])
     controller.run_slot(*clock(server))
     status = server.objects(POLICIES)["default"]["status"]
     conditions = {c["type"]: c for c in status["conditions"]}

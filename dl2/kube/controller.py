@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from dl2.kube.actuate import Actuator, ApiCaller
 from dl2.kube.apiserver.contract import GROUP
@@ -153,20 +153,6 @@ class Controller:
 
     def is_leader(self) -> bool:
         return self.elector is None or self.elector.is_leader()
-
-    def read_policy(self) -> dict[str, Any] | None:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            obj = cast(
-                dict[str, Any],
-                self.call(self.custom.get_cluster_custom_object, GROUP, VERSION, PLURAL, self.config.policy_name),
-            )
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        return obj
 
     def refresh_policy(self, obj: dict[str, Any] | None) -> None:
         """Adopt a SchedulerPolicy object: validate it (a bad one is refused, the last valid spec stays) and make
