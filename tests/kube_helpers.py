@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from collections.abc import Callable
@@ -246,3 +247,105 @@ def controller_api(server: LocalApiServer, identity: str = "a") -> client.ApiCli
     api = client.ApiClient(configuration)
     api.user_agent = f"{CONTROLLER_AGENT}/{identity}"
     return api
+
+
+class ServeUnderKills:
+    """`dl2 serve` as a separate process on a simulated cluster in lock step, SIGKILLed at chosen points of its slot
+    loop (`DL2_SERVE_CRASH_AT`) and restarted each time, as a pod's container would be.
+
+    `kills` is a list of (point, slot), at most one per slot; every one that lies ahead is armed at each start, and
+    the process dies at the first it reaches (a point that its slot never reaches, such as a resize in a slot
+    without one, does not fire). `resizes()` counts the controller's resize requests per (slot, job) from the
+    server's records."""
+
+    def __init__(
+        self,
+        server: LocalApiServer,
+        cluster: Any,
+        folder: Path,
+        models_dir: Path,
+        kills: list[tuple[str, int]],
+        identity: str = "serve-0",
+    ) -> None:
+        self.server = server
+        self.cluster = cluster
+        self.folder = folder
+        self.kubeconfig = server.write_kubeconfig(folder / "kubeconfig")
+        self.models_dir = models_dir
+        self.pending = sorted(kills, key=lambda kill: kill[1])
+        self.identity = identity
+        self.kills: list[tuple[str, int]] = []
+        """The kills that happened: (point, slot)."""
+        self.starts = 0
+        self.process: Any = None
+        self.slot_marks: list[tuple[int, int]] = []
+        """(slot, index of the first server record of that slot)."""
+
+    def start(self, armed_from: int) -> None:
+        import subprocess
+        import sys
+
+        self.pending = [kill for kill in self.pending if kill[1] >= armed_from]
+        env = {**os.environ, "DL2_SERVE_CRASH_AT": ",".join(f"{point}@{at}" for point, at in self.pending)}
+        command = [
+            sys.executable, "-m", "dl2.cli.main", "serve", "--kubeconfig", str(self.kubeconfig), "--clock", "cluster",
+            "--decision-log", str(self.folder / "decisions"), "--models-dir", str(self.models_dir),
+            "--metrics-port", "0", "--metrics-host", "127.0.0.1", "--identity", self.identity,
+            "--lease-s", "3", "--renew-deadline-s", "2", "--retry-s", "0.2", "--log-level", "WARNING",
+        ]  # fmt: skip
+        log = open(self.folder / f"serve-{self.starts}.log", "w")  # noqa: SIM115 (the process writes it)
+        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        self.starts += 1
+
+    def waiting(self, slot: int) -> None:
+        if self.process is not None and self.process.poll() is not None:
+            code = self.process.returncode
+            if code != -9:
+                raise RuntimeError(f"dl2 serve exited with {code}: see {self.folder}/serve-{self.starts - 1}.log")
+            # the latest armed point at or before the clock's slot (after a kill at `status` the cluster may
+            # already have moved on: the slot was reported done)
+            fired = [kill for kill in self.pending if kill[1] <= slot]
+            assert fired, f"killed in slot {slot} with nothing armed there"
+            self.kills.append(fired[-1])
+            self.start(fired[-1][1] + 1)
+
+    def run(self, slot_timeout_s: float = 120.0) -> None:
+        from dl2.kube.lockstep import clock_slot, run_lockstep
+
+        self.start(clock_slot(self.server))
+        try:
+            while not self.cluster.done:
+                self.slot_marks.append((clock_slot(self.server), len(self.server.records())))
+                run_lockstep(self.server, self.cluster, slot_timeout_s, max_slots=1, waiting=self.waiting)
+            # the last slot's records are completed at the slot after it (the cluster publishes it when done)
+            final = clock_slot(self.server)
+            from dl2.kube.lockstep import reported_slot
+
+            while (reported_slot(self.server) or -1) < final:
+                self.waiting(final)
+                import time
+
+                time.sleep(0.02)
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(20)
+
+    def resizes(self) -> dict[tuple[int, str], int]:
+        """(slot, job name) -> resize requests the controller sent in that slot."""
+        from collections import Counter
+
+        records = self.server.records()
+        counts: Counter[tuple[int, str]] = Counter()
+        marks = [*self.slot_marks, (10**9, len(records))]
+        for (slot, first), (_, end) in itertools.pairwise(marks):
+            for record in records[first:end]:
+                resize = record.rbac_resource == "pytorchjobs/scale" or (
+                    record.rbac_resource == "jobs" and record.api_group == "batch.volcano.sh"
+                )
+                if CONTROLLER_AGENT in record.user_agent and record.verb == "patch" and resize and record.code < 300:
+                    counts[(slot, record.name)] += 1
+        return dict(counts)

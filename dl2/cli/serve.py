@@ -16,7 +16,8 @@ from dl2.cli.common import UsageError, check_seed
 from dl2.schedulers.registry import PLACERS
 
 CRASH_ENV = "DL2_SERVE_CRASH_AT"
-"""Test hook: `point@slot` (a `dl2.kube.controller.CRASH_POINTS` entry) makes the process SIGKILL itself there."""
+"""Test hook: `point@slot[,point@slot...]` (`dl2.kube.controller.CRASH_POINTS`): the process SIGKILLs itself at the
+first of them it reaches."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -67,16 +68,18 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.set_defaults(run=run)
 
 
-def _crash_at() -> tuple[str, int] | None:
+def _crash_at() -> tuple[tuple[str, int], ...]:
     from dl2.kube.controller import CRASH_POINTS
 
-    text = os.environ.get(CRASH_ENV)
-    if not text:
-        return None
-    point, _, slot = text.partition("@")
-    if point not in CRASH_POINTS or not slot.isdigit():
-        raise UsageError(f"{CRASH_ENV} must be POINT@SLOT with POINT in {', '.join(CRASH_POINTS)}, got {text!r}")
-    return point, int(slot)
+    points = []
+    for text in filter(None, os.environ.get(CRASH_ENV, "").split(",")):
+        point, _, slot = text.partition("@")
+        if point not in CRASH_POINTS or not slot.isdigit():
+            raise UsageError(
+                f"{CRASH_ENV} must be POINT@SLOT,... with POINT in {', '.join(CRASH_POINTS)}, got {text!r}"
+            )
+        points.append((point, int(slot)))
+    return tuple(points)
 
 
 def _api(kubeconfig: Path | None) -> Any:

@@ -65,8 +65,8 @@ class ControllerConfig:
     request_timeout_s: float = 10.0
     seed: int = 0
     """Seed of the retry jitter."""
-    crash_at: tuple[str, int] | None = None
-    """Test hook: SIGKILL this process at (point, slot); see `CRASH_POINTS`."""
+    crash_at: tuple[tuple[str, int], ...] = ()
+    """Test hook: SIGKILL this process at the first of these (point, slot) it reaches; see `CRASH_POINTS`."""
 
     def __post_init__(self) -> None:
         if self.clock not in ("wall", "cluster"):
@@ -168,12 +168,12 @@ class Controller:
                 log.warning("refused SchedulerPolicy %s: %s", self.config.policy_name, error)
         policy = self.policy
         if policy.mode is not Mode.OFF and policy.model_version is not None:
-            before = self.runtime.current
-            loaded = self.runtime.ensure(policy.model_name, policy.model_version)
+            before, attempts = self.runtime.current, self.runtime.attempts
+            self.runtime.ensure(policy.model_name, policy.model_version)
             if self.runtime.current is not before:
                 self.metrics.model_loads.labels("loaded").inc()
                 log.info("loaded %s v%s", policy.model_name, policy.model_version)
-            elif not loaded and self.runtime.load_error:
+            elif self.runtime.attempts != attempts:
                 self.metrics.model_loads.labels("failed").inc()
                 log.warning("model load failed: %s", self.runtime.load_error)
         current = self.runtime.current
@@ -188,7 +188,7 @@ class Controller:
     # -- one slot ---------------------------------------------------------------------------------------------
 
     def _crash(self, point: str, slot: int) -> None:
-        if self.config.crash_at == (point, slot):
+        if (point, slot) in self.config.crash_at:
             log.warning("crash point %s of slot %d: SIGKILL", point, slot)
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -398,6 +398,7 @@ class Controller:
         if self.elector is not None:
             self.elector.start()
         done_slot: int | None = None
+        seen_generation: int | None = None
         led = False
         try:
             policy_watch.wait_synced(10)
@@ -409,10 +410,16 @@ class Controller:
                     done_slot = None  # a new leader runs the current slot (its journal makes that safe)
                 led = leader
                 try:
-                    if policy_watch.changed.is_set() or self.policy_error == "no SchedulerPolicy read yet":
+                    if policy_watch.changed.is_set():
                         policy_watch.changed.clear()
-                        self.refresh_policy(policy_watch.latest)
-                        self.publish_status()
+                        latest = policy_watch.latest
+                        generation = int(((latest or {}).get("metadata") or {}).get("generation") or -1)
+                        if generation != seen_generation:  # a new spec (status writes, ours too, do not count)
+                            seen_generation = generation
+                            self.refresh_policy(latest)
+                            self.publish_status()
+                    elif self.runtime.load_error is not None:
+                        self.refresh_policy(policy_watch.latest)  # retry the wanted version (after retry_s)
                     now = self.current_slot(clock_watch.latest if clock_watch is not None else None)
                     if now is not None and now[0] != done_slot and leader:
                         report = self.run_slot(*now)

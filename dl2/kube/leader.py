@@ -157,15 +157,15 @@ class LeaseElector:
         self._result(False)
 
     def start(self) -> LeaseElector:
-        """Renew (or try to acquire) every `retry_s` from a daemon thread."""
+        """Try to acquire now, then renew (or try again) every `retry_s` from a daemon thread."""
+        self.try_acquire_or_renew()
         self._thread = threading.Thread(target=self._run, name="dl2-lease", daemon=True)
         self._thread.start()
         return self
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self._stop.wait(self.config.retry_s):
             self.try_acquire_or_renew()
-            self._stop.wait(self.config.retry_s)
 
     def stop(self, release: bool = True) -> None:
         self._stop.set()

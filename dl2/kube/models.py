@@ -177,6 +177,8 @@ class PolicyRuntime:
         self.current: LoadedModel | None = None
         self.load_error: str | None = None
         """Why the last load of the wanted version failed (None: it did not)."""
+        self.attempts = 0
+        """Loads tried (a version that failed is not tried again within `retry_s`)."""
         self._failed: dict[tuple[str, str], float] = {}
         self._incumbents: dict[str, Scheduler] = {}
 
@@ -190,6 +192,7 @@ class PolicyRuntime:
         failed_at = self._failed.get((name, version))
         if failed_at is not None and time.monotonic() - failed_at < self.retry_s:
             return False
+        self.attempts += 1
         try:
             candidate = self.loader(name, version)
             problem = smoke_test(candidate)
