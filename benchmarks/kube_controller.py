@@ -187,7 +187,7 @@ def kills(num_kills: int, seed: int, folder: Path, num_jobs: int, num_nodes: int
     reference = read_log(reference_dir / "dl2-local")
     rng = random.Random(seed)
     chosen = sorted(rng.sample(range(1, slots), min(num_kills, slots - 1)))
-    plan = [(rng.choice(CRASH_POINTS[:5] + ("acted", "status")), slot) for slot in chosen]
+    plan = [(rng.choice((*CRASH_POINTS[:5], "acted", "status")), slot) for slot in chosen]
     started = time.perf_counter()
     with kube_server() as server:
         cluster = simulate_cluster(server, workload, sim)
@@ -244,7 +244,7 @@ def philly(num_jobs: int, num_nodes: int, folder: Path) -> list[dict[str, Any]]:
     speed = speed_model(Mode.REALISTIC)
     rows = []
     runs = [
-        ("drf", heuristic_loader("drf"), lambda: make_scheduler("drf", speed, False, "binpack")),
+        ("drf", heuristic_loader("drf", placer="binpack"), lambda: make_scheduler("drf", speed, False, "binpack")),
         ("dl2-philly", directory_loader(models_root(folder / "models")),
          lambda: LearnedScheduler.from_dir(MODEL, compat=False)),
     ]  # fmt: skip

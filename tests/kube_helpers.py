@@ -220,8 +220,11 @@ def policy_object(mode: str = "active", version: str | None = "1", **spec: Any) 
     return {"apiVersion": "dl2.io/v1alpha1", "kind": "SchedulerPolicy", "metadata": {"name": "default"}, "spec": body}
 
 
-def heuristic_loader(name: str = "drf", failing: tuple[str, ...] = ()) -> Callable[[str, str], Any]:
-    """Every version is heuristic `name` (a stand-in model that needs no training), except `failing` ones."""
+def heuristic_loader(
+    name: str = "drf", failing: tuple[str, ...] = (), placer: str = "load-balance"
+) -> Callable[[str, str], Any]:
+    """Every version is heuristic `name` (a stand-in model that needs no training), except `failing` ones; it
+    places with `placer`, as the cluster does (a heuristic's counts depend on where its tasks fit)."""
     from dl2.schedulers.registry import make_scheduler
     from dl2.sim.config import Mode
     from dl2.sim.run import speed_model
@@ -229,7 +232,7 @@ def heuristic_loader(name: str = "drf", failing: tuple[str, ...] = ()) -> Callab
     def load(model: str, version: str) -> Any:
         if version in failing:
             raise FileNotFoundError(f"no version {version} of {model}")
-        return make_scheduler(name, speed_model(Mode.REALISTIC), False)
+        return make_scheduler(name, speed_model(Mode.REALISTIC), False, placer)
 
     return load
 
