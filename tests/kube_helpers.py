@@ -126,51 +126,12 @@ class HeuristicClient:
         """Decisions that gave a job fewer workers than its maximum (the cluster was contended)."""
 
     def view(self) -> tuple[Any, list[dict[str, Any]]]:
-        from dl2.core import Allocation, ClusterSpec, ClusterView, JobAllocation, JobView, NodeSpec
-        from dl2.kube.apiserver import contract
+        """The cluster view and the job objects in its order, read as the controller reads them."""
+        from dl2.kube.observe import read_cluster, snapshot
 
-        clock = self.core.read_namespaced_config_map("dl2-clock", "dl2-system").data
-        nodes = sorted(
-            self.api.sanitize_for_serialization(self.core.list_node())["items"],
-            key=lambda node: node["metadata"]["name"],
-        )
-        node_index = {node["metadata"]["name"]: i for i, node in enumerate(nodes)}
-        cluster = ClusterSpec(tuple(NodeSpec(i, contract.node_resources(node)) for i, node in enumerate(nodes)))
-        jobs = [
-            *self.custom.list_cluster_custom_object(*PJ)["items"],
-            *self.custom.list_cluster_custom_object(*VJ)["items"],
-        ]
-        pods = self.api.sanitize_for_serialization(
-            self.core.list_pod_for_all_namespaces(
-                label_selector=contract.JOB_LABEL, field_selector="status.phase=Running"
-            )
-        )["items"]
-        held: dict[tuple[str, str], dict[str, dict[int, int]]] = {}
-        for running in pods:
-            labels = running["metadata"]["labels"]
-            roles = held.setdefault(
-                (running["metadata"]["namespace"], labels[contract.JOB_LABEL]), {contract.WORKER: {}, contract.PS: {}}
-            )
-            index = int(running["metadata"]["name"].rsplit("-", 1)[1])
-            roles[labels[contract.ROLE_LABEL]][index] = node_index[running["spec"]["nodeName"]]
-        active = []
-        for job in jobs:
-            if contract.is_finished(job):
-                continue
-            spec = contract.job_spec(job)
-            roles = held.get((job["metadata"]["namespace"], job["metadata"]["name"]), {"worker": {}, "ps": {}})
-            allocation = JobAllocation(
-                tuple(roles["worker"][i] for i in sorted(roles["worker"])),
-                tuple(roles["ps"][i] for i in sorted(roles["ps"])),
-            )
-            view = JobView(spec, contract.progress_epochs(job), 0.0, allocation, 0.0, 0.0, 0)
-            active.append((spec.arrival_s, job["metadata"]["name"], view, job))
-        active.sort(key=lambda entry: (entry[0], entry[1]))  # workload order: arrival, then the name's index
-        views = tuple(entry[2] for entry in active)
-        previous = Allocation({view.spec.job_id: view.allocation for view in views})
-        return ClusterView(
-            float(clock["time_s"]), int(clock["slot"]), float(clock["slot_s"]), cluster, views, previous
-        ), [entry[3] for entry in active]
+        data = self.core.read_namespaced_config_map("dl2-clock", "dl2-system").data
+        snap = snapshot(read_cluster(self.api), float(data["time_s"]), int(data["slot"]), float(data["slot_s"]), "")
+        return snap.view, [job.obj for job in snap.jobs]
 
     def step(self) -> None:
         from dl2.kube.apiserver import contract
