@@ -313,3 +313,26 @@ class ServeUnderKills:
                 if CONTROLLER_AGENT in record.user_agent and record.verb == "patch" and resize and record.code < 300:
                     counts[(slot, record.name)] += 1
         return dict(counts)
+
+
+def uninterrupted_run(workload: Any, config: Any, folder: Path, loader: Any) -> tuple[list[Any], dict[str, Any]]:
+    """A workload run in active mode by an in-process controller that is never killed: its records (the final
+    slot's completed too) and each job's finish time. What a run under kills must equal."""
+    from dl2.kube.apiserver.sim import simulate_cluster
+    from dl2.kube.controller import Controller, ControllerConfig
+    from dl2.sim.decision_log import read_log
+
+    with kube_server() as server:
+        cluster = simulate_cluster(server, workload, config)
+        server.create(POLICIES, None, policy_object("active"))
+        settings = ControllerConfig("reference", decision_log=folder, clock="cluster")
+        controller = Controller(controller_api(server, "reference"), settings, loader)
+        controller.refresh_policy(server.objects(POLICIES)["default"])
+        while True:
+            controller.run_slot(*clock(server))
+            if cluster.done:
+                break
+            cluster.advance()
+        controller.run_slot(*clock(server))
+        finish = {job.job_id: job.finish_s for job in cluster.result().jobs}
+    return read_log(folder / "dl2-local"), finish

@@ -10,12 +10,11 @@ from collections import Counter
 import pytest
 
 from dl2.kube.apiserver.sim import reference_result, simulate_cluster
-from dl2.kube.controller import Controller, ControllerConfig
 from dl2.kube.lockstep import clock_slot
 from dl2.kube.models import directory_loader
 from dl2.sim.config import SimConfig
 from dl2.sim.decision_log import read_log
-from tests.kube_helpers import POLICIES, ServeUnderKills, clock, controller_api, kube_server, policy_object
+from tests.kube_helpers import POLICIES, ServeUnderKills, kube_server, policy_object, uninterrupted_run
 from tests.test_kube_simcluster import tiny_workload
 
 CONFIG = SimConfig.realistic(seed=1)
@@ -34,23 +33,6 @@ def test_serve_has_help_and_refuses_bad_options(tmp_path):
     assert missing.returncode == 2 and missing.stderr.strip().endswith("nowhere: no such file")
     lease = _dl2("serve", "--lease-s", "1", "--renew-deadline-s", "2")
     assert lease.returncode == 2 and "need 0 < retry (2.0) < renew deadline (2.0) < lease (1.0)" in lease.stderr
-
-
-def reference_records(workload, folder, models_dir):
-    """The same run by an in-process controller that is never killed."""
-    with kube_server() as server:
-        cluster = simulate_cluster(server, workload, CONFIG)
-        server.create(POLICIES, None, policy_object("active"))
-        config = ControllerConfig("reference", decision_log=folder, clock="cluster")
-        controller = Controller(controller_api(server, "reference"), config, directory_loader(models_dir))
-        controller.refresh_policy(server.objects(POLICIES)["default"])
-        while True:
-            controller.run_slot(*clock(server))
-            if cluster.done:
-                break
-            cluster.advance()
-        controller.run_slot(*clock(server))
-        return read_log(folder / "dl2-local")
 
 
 @pytest.mark.slow
@@ -72,4 +54,5 @@ def test_serve_killed_at_three_points_repeats_no_resize_and_loses_no_record(tmp_
     assert through_api == {j.job_id: j.finish_s for j in reference_result(workload, "drf", CONFIG).jobs}
     records = read_log(tmp_path / "decisions" / "dl2-local")
     assert max(Counter((r.time_s, r.job_id) for r in records).values()) == 1
-    assert records == reference_records(workload, tmp_path / "reference", models)  # none lost, none added
+    reference, finish = uninterrupted_run(workload, CONFIG, tmp_path / "reference", directory_loader(models))
+    assert records == reference and through_api == finish  # none lost, none added: the same run

@@ -24,7 +24,14 @@ from pathlib import Path
 
 from dl2.core import Allocation, ClusterSpec, ClusterView, DecisionRecord
 from dl2.kube.reconcile import Reason, Target
-from dl2.sim.decision_log import CLUSTER_FILE, cluster_to_json, parse_record, write_file, write_slot_segment
+from dl2.sim.decision_log import (
+    CLUSTER_FILE,
+    cluster_to_json,
+    decision_record,
+    parse_record,
+    write_file,
+    write_slot_segment,
+)
 
 JOURNAL = ".journal"
 
@@ -60,44 +67,21 @@ def draft_records(
     cluster: str,
 ) -> list[DecisionRecord]:
     """The slot's records before its outcome is known (`observed_epochs` 0), one per job of the view."""
-    records = []
-    for job, target in zip(view.jobs, targets, strict=True):
-        spec = job.spec
-        usual, proposed = incumbent.get(spec.job_id), proposal.get(spec.job_id)
-        records.append(
-            DecisionRecord(
-                time_s=view.time_s,
-                slot_s=view.slot_s,
-                cluster=cluster,
-                job_id=spec.job_id,
-                model=spec.model,
-                architecture=spec.architecture.value,
-                arrival_s=spec.arrival_s,
-                declared_epochs=spec.declared_epochs,
-                samples_per_epoch=spec.samples_per_epoch,
-                worker_gpu=spec.worker_demand.gpu,
-                worker_cpu=spec.worker_demand.cpu,
-                worker_mem_gb=spec.worker_demand.mem_gb,
-                ps_cpu=spec.ps_demand.cpu,
-                ps_mem_gb=spec.ps_demand.mem_gb,
-                max_workers=spec.max_workers,
-                max_ps=spec.max_ps,
-                progress_epochs=job.progress_epochs,
-                held_workers=job.allocation.num_workers,
-                held_ps=job.allocation.num_ps,
-                model_version=proposer,
-                incumbent=incumbent_name,
-                incumbent_workers=usual.num_workers,
-                incumbent_ps=usual.num_ps,
-                proposed_workers=proposed.num_workers,
-                proposed_ps=proposed.num_ps,
-                applied_workers=target.workers,
-                applied_ps=target.ps,
-                mode=mode,
-                observed_epochs=0.0,
-            )
+    return [
+        decision_record(
+            view,
+            job,
+            incumbent.get(job.spec.job_id),
+            proposal.get(job.spec.job_id),
+            target.size,
+            proposer,
+            incumbent_name,
+            mode,
+            0.0,
+            cluster,
         )
-    return records
+        for job, target in zip(view.jobs, targets, strict=True)
+    ]
 
 
 def observed(record: DecisionRecord, progress: Mapping[str, float]) -> DecisionRecord:

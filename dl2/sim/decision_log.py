@@ -20,9 +20,12 @@ from typing import Any
 from dl2.core import (
     Allocation,
     ClusterSpec,
+    ClusterView,
     DecisionRecord,
     InputError,
     InvalidAllocationError,
+    JobAllocation,
+    JobView,
     NodeSpec,
     Resources,
     Scheduler,
@@ -198,38 +201,19 @@ def log_run(
                 applied = usual
         outcome = simulation.apply(applied)
         for job in view.jobs:
-            spec = job.spec
+            job_id = job.spec.job_id
+            placed = applied.get(job_id)
             pending.append(
-                DecisionRecord(
-                    time_s=view.time_s,
-                    slot_s=view.slot_s,
-                    cluster=view.cluster.name,
-                    job_id=spec.job_id,
-                    model=spec.model,
-                    architecture=spec.architecture.value,
-                    arrival_s=spec.arrival_s,
-                    declared_epochs=spec.declared_epochs,
-                    samples_per_epoch=spec.samples_per_epoch,
-                    worker_gpu=spec.worker_demand.gpu,
-                    worker_cpu=spec.worker_demand.cpu,
-                    worker_mem_gb=spec.worker_demand.mem_gb,
-                    ps_cpu=spec.ps_demand.cpu,
-                    ps_mem_gb=spec.ps_demand.mem_gb,
-                    max_workers=spec.max_workers,
-                    max_ps=spec.max_ps,
-                    progress_epochs=job.progress_epochs,
-                    held_workers=job.allocation.num_workers,
-                    held_ps=job.allocation.num_ps,
-                    model_version=model_version,
-                    incumbent=incumbent.name,
-                    incumbent_workers=usual.get(spec.job_id).num_workers,
-                    incumbent_ps=usual.get(spec.job_id).num_ps,
-                    proposed_workers=proposed.get(spec.job_id).num_workers,
-                    proposed_ps=proposed.get(spec.job_id).num_ps,
-                    applied_workers=applied.get(spec.job_id).num_workers,
-                    applied_ps=applied.get(spec.job_id).num_ps,
-                    mode=mode,
-                    observed_epochs=outcome.progress_epochs.get(spec.job_id, 0.0),
+                decision_record(
+                    view,
+                    job,
+                    usual.get(job_id),
+                    proposed.get(job_id),
+                    (placed.num_workers, placed.num_ps),
+                    model_version,
+                    incumbent.name,
+                    mode,
+                    outcome.progress_epochs.get(job_id, 0.0),
                 )
             )
         if simulation.slot - first_slot >= slots_per_segment or simulation.done:
@@ -238,6 +222,53 @@ def log_run(
             pending, first_slot = [], simulation.slot
     result = simulation.result(proposer.name)
     return written, sum(job.jct_s for job in result.jobs) / len(result.jobs)
+
+
+def decision_record(
+    view: ClusterView,
+    job: JobView,
+    incumbent: JobAllocation,
+    proposed: JobAllocation,
+    applied: tuple[int, int],
+    model_version: str,
+    incumbent_name: str,
+    mode: str,
+    observed_epochs: float,
+    cluster: str | None = None,
+) -> DecisionRecord:
+    """One job's record of a slot: its state in `view`, the three decisions, and the progress observed."""
+    spec = job.spec
+    return DecisionRecord(
+        time_s=view.time_s,
+        slot_s=view.slot_s,
+        cluster=view.cluster.name if cluster is None else cluster,
+        job_id=spec.job_id,
+        model=spec.model,
+        architecture=spec.architecture.value,
+        arrival_s=spec.arrival_s,
+        declared_epochs=spec.declared_epochs,
+        samples_per_epoch=spec.samples_per_epoch,
+        worker_gpu=spec.worker_demand.gpu,
+        worker_cpu=spec.worker_demand.cpu,
+        worker_mem_gb=spec.worker_demand.mem_gb,
+        ps_cpu=spec.ps_demand.cpu,
+        ps_mem_gb=spec.ps_demand.mem_gb,
+        max_workers=spec.max_workers,
+        max_ps=spec.max_ps,
+        progress_epochs=job.progress_epochs,
+        held_workers=job.allocation.num_workers,
+        held_ps=job.allocation.num_ps,
+        model_version=model_version,
+        incumbent=incumbent_name,
+        incumbent_workers=incumbent.num_workers,
+        incumbent_ps=incumbent.num_ps,
+        proposed_workers=proposed.num_workers,
+        proposed_ps=proposed.num_ps,
+        applied_workers=applied[0],
+        applied_ps=applied[1],
+        mode=mode,
+        observed_epochs=observed_epochs,
+    )
 
 
 def _applied(jobs: Iterable[Any], usual: Allocation, proposed: Allocation, mode: str) -> Allocation:
