@@ -171,13 +171,15 @@ def kills(num_kills: int, seed: int, folder: Path, num_jobs: int, num_nodes: int
     reference, reference_jct = uninterrupted_run(workload, sim, folder / "reference", directory_loader(models))
     slots = round(max(r.time_s for r in reference) / workload.slot_s) + 1  # slots with decisions: 0..slots-1
     rng = random.Random(seed)
-    chosen = sorted(rng.sample(range(1, slots), min(num_kills, slots - 1)))
+    # twice as many points as kills, at distinct slots: a point its slot never reaches (a resize in a slot
+    # without one) does not fire, and arming stops after `num_kills` kills
+    chosen = sorted(rng.sample(range(1, slots), min(2 * num_kills, slots - 1)))
     plan = [(rng.choice((*CRASH_POINTS[:5], "acted", "status")), slot) for slot in chosen]
     started = time.perf_counter()
     with kube_server() as server:
         cluster = simulate_cluster(server, workload, sim)
         server.create(POLICIES, None, policy())
-        run = ServeUnderKills(server, cluster, folder, models, plan)
+        run = ServeUnderKills(server, cluster, folder, models, plan, limit=num_kills)
         run.run(slot_timeout_s=300)
         through_api = {j.job_id: j.finish_s for j in cluster.result().jobs}
         resizes = run.resizes()

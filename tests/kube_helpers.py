@@ -230,7 +230,9 @@ class ServeUnderKills:
         models_dir: Path,
         kills: list[tuple[str, int]],
         identity: str = "serve-0",
+        limit: int | None = None,
     ) -> None:
+        """`limit`: stop arming kill points once that many kills have happened."""
         self.server = server
         self.cluster = cluster
         self.folder = folder
@@ -238,6 +240,7 @@ class ServeUnderKills:
         self.models_dir = models_dir
         self.pending = sorted(kills, key=lambda kill: kill[1])
         self.identity = identity
+        self.limit = limit
         self.kills: list[tuple[str, int]] = []
         """The kills that happened: (point, slot)."""
         self.starts = 0
@@ -250,6 +253,8 @@ class ServeUnderKills:
         import sys
 
         self.pending = [kill for kill in self.pending if kill[1] >= armed_from]
+        if self.limit is not None and len(self.kills) >= self.limit:
+            self.pending = []
         env = {**os.environ, "DL2_SERVE_CRASH_AT": ",".join(f"{point}@{at}" for point, at in self.pending)}
         command = [
             sys.executable, "-m", "dl2.cli.main", "serve", "--kubeconfig", str(self.kubeconfig), "--clock", "cluster",

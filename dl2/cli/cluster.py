@@ -14,6 +14,8 @@ from dl2.cli.common import UsageError, add_sim_options, check_seed, print_json, 
 from dl2.sim.config import Mode
 
 DEFAULT_KUBECONFIG = Path("work/dl2-cluster.kubeconfig")
+FINAL_SLOT_WAIT_S = 60.0
+"""In lock step, how long the cluster waits, once done, for the controller to report the final slot."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -184,6 +186,10 @@ async def _tick(cluster: Any, tick_s: float, stop_when_done: asyncio.Event | Non
                 print(f"dl2 cluster: the simulation stopped: {error}", file=sys.stderr)
                 return
             progress.update(status["finished"] - progress.n)
+        waited = 0.0
+        while ready is not None and not ready() and waited < FINAL_SLOT_WAIT_S:  # the last records are written
+            await asyncio.sleep(tick_s)  # at the slot after the last one: let the controller complete them
+            waited += tick_s
         if stop_when_done is not None:
             stop_when_done.set()
     finally:
