@@ -438,3 +438,15 @@ def test_the_log_folder_holds_slot_segments_the_cluster_and_one_journal(tmp_path
         f"segment-{s:09d}-000000.jsonl" for s in decided[:-1]
     ]
     assert [p.name for p in (folder / ".journal").iterdir()] == [f"slot-{decided[-1]:09d}.json"]
+
+
+def test_without_a_policy_the_controller_is_off_and_writes_nothing(server, tmp_path):
+    simulate_cluster(server, tiny_workload(num_jobs=4, num_nodes=1), CONFIG)
+    config = ControllerConfig("a", decision_log=tmp_path / "decisions", clock="cluster")
+    controller = Controller(controller_api(server), config, heuristic_loader())
+    controller.refresh_policy(None)
+    report = controller.run_slot(*clock(server))
+    assert report.mode == "off" and report.jobs > 0 and not report.decided
+    assert not controller.health.ready and "not found" in controller.health.reason
+    writes = [r for r in server.records() if CONTROLLER_AGENT in r.user_agent and r.verb != "list"]
+    assert writes == [] and not list((tmp_path / "decisions").rglob("segment-*"))

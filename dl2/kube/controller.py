@@ -143,6 +143,8 @@ class Controller:
         self.health = Health()
         self.policy: PolicySpec = OFF
         self.policy_error: str | None = "no SchedulerPolicy read yet"
+        self.policy_exists = False
+        """Whether the SchedulerPolicy object exists (there is no status to write without it)."""
         self.observed_generation = 0
         self.last_report: SlotReport | None = None
         self.last_snapshot: Snapshot | None = None
@@ -157,6 +159,7 @@ class Controller:
     def refresh_policy(self, obj: dict[str, Any] | None) -> None:
         """Adopt a SchedulerPolicy object: validate it (a bad one is refused, the last valid spec stays) and make
         sure its model version is loaded."""
+        self.policy_exists = obj is not None
         if obj is None:
             self.policy, self.policy_error = OFF, f"SchedulerPolicy {self.config.policy_name} not found"
         else:
@@ -361,7 +364,7 @@ class Controller:
         return status
 
     def publish_status(self) -> None:
-        if self.is_leader():
+        if self.is_leader() and self.policy_exists:
             self.actuator.patch_status(self.config.policy_name, self.status())
 
     # -- the loop ---------------------------------------------------------------------------------------------
