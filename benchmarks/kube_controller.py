@@ -108,7 +108,7 @@ def load_size(num_jobs: int, slots: int, folder: Path) -> dict[str, Any]:
             client.CustomObjectsApi(api).get_cluster_custom_object("dl2.io", "v1alpha1", "schedulerpolicies", "default")
         )
         core = client.CoreV1Api(api)
-        walls, calls, decide, jobs, resizes = [], [], [], [], []
+        walls, calls, decide, jobs, resizes, phases = [], [], [], [], [], []
         model = controller.runtime.current.scheduler
         original = model.schedule
 
@@ -126,6 +126,7 @@ def load_size(num_jobs: int, slots: int, folder: Path) -> dict[str, Any]:
             calls.append(report.api_calls)
             jobs.append(report.jobs)
             resizes.append(report.resizes)
+            phases.append(report.phases)
             request = urllib.request.Request(f"{url}/dl2/cluster/advance", data=b"{}", method="POST")
             with urllib.request.urlopen(request, timeout=600) as response:
                 if json.loads(response.read())["done"]:
@@ -143,6 +144,7 @@ def load_size(num_jobs: int, slots: int, folder: Path) -> dict[str, Any]:
         "median_slot_s": float(np.median(walls[steady])),
         "p99_slot_s": float(np.percentile(walls[steady], 99)),
         "median_policy_s": float(np.median(decide[steady])),
+        **{f"median_{name}_s": float(np.median([p[name] for p in phases[steady]])) for name in phases[0]},
         "median_api_calls_per_slot": float(np.median(calls[steady])),
         "max_api_calls_per_slot": int(max(calls[steady])),
         "first_slot_api_calls": calls[0],
@@ -301,11 +303,13 @@ def main() -> None:
             results["load"] = sizes
             print_table(
                 f"slot latency: Philly's first N jobs at once on 352 nodes, dl2-philly active ({args.slots} slots)",
-                ["jobs", "active", "first slot (s)", "median (ms)", "p99 (ms)", "policy (ms)", "API calls/slot",
-                 "max", "resizes/slot"],
+                ["jobs", "active", "first slot (s)", "median (ms)", "p99 (ms)", "observe", "decide", "of it policy",
+                 "record", "act", "API calls/slot", "max", "resizes/slot"],
                 [[str(s["jobs"]), f"{s['active_jobs_median']:.0f}", f"{s['first_slot_s']:.2f}",
                   f"{1000 * s['median_slot_s']:.1f}", f"{1000 * s['p99_slot_s']:.1f}",
-                  f"{1000 * s['median_policy_s']:.1f}", f"{s['median_api_calls_per_slot']:.0f}",
+                  f"{1000 * s['median_observe_s']:.0f}", f"{1000 * s['median_decide_s']:.0f}",
+                  f"{1000 * s['median_policy_s']:.0f}", f"{1000 * s['median_record_s']:.0f}",
+                  f"{1000 * s['median_act_s']:.0f}", f"{s['median_api_calls_per_slot']:.0f}",
                   str(s["max_api_calls_per_slot"]), f"{s['median_resizes_per_slot']:.0f}"] for s in sizes],
             )  # fmt: skip
         if "kills" in parts:

@@ -90,6 +90,9 @@ class SlotReport:
     seconds: float
     api_calls: int
     targets: tuple[Target, ...] = ()
+    phases: dict[str, float] = field(default_factory=dict)
+    """Seconds spent per phase: observe (the reads), decide (incumbent and policy), record (records and journal),
+    act (the resizes)."""
 
 
 @dataclass(slots=True)
@@ -203,6 +206,8 @@ class Controller:
         self.health.beat()
         raw = read_cluster(self.api, self.call)
         snap = snapshot(raw, time_s, slot, slot_s, self.config.cluster_name)
+        phases = {"observe": time.perf_counter() - started, "decide": 0.0}
+        mark = time.perf_counter()
         self.last_snapshot = snap
         self._crash("observed", slot)
         if not self.is_leader():
@@ -217,7 +222,9 @@ class Controller:
         decided, fallback, resizes = False, None, 0
         journal = self.log.journal(slot) if policy.mode is not Mode.OFF else None
         if policy.mode is not Mode.OFF and journal is None and snap.jobs:
+            decide_started = time.perf_counter()
             journal, fallback = self._decide(snap, policy, slot)
+            phases["decide"] = time.perf_counter() - decide_started
             if not self.is_leader():
                 return None
             journal = self.log.write_journal(journal)
@@ -228,8 +235,11 @@ class Controller:
                 self.total_fallbacks += 1
                 self.metrics.fallbacks.labels(fallback.split(":", 1)[0]).inc()
         self._crash("journaled", slot)
+        phases["record"] = time.perf_counter() - mark - phases["decide"]
+        mark = time.perf_counter()
         if journal is not None and policy.mode in (Mode.CANARY, Mode.ACTIVE):
             resizes = self._act(snap, journal, policy, slot)
+        phases["act"] = time.perf_counter() - mark
         self._crash("acted", slot)
         seconds = time.perf_counter() - started
         self.metrics.slot_seconds.observe(seconds)
@@ -240,7 +250,7 @@ class Controller:
             fallback = "restored from the journal" if proposer.startswith("incumbent/") else None
         report = SlotReport(
             slot, policy.mode.value, len(snap.jobs), written, resizes, decided, fallback, seconds,
-            self.call.calls - calls, targets,
+            self.call.calls - calls, targets, phases,
         )  # fmt: skip
         self.last_report = report
         self.publish_status()
