@@ -170,13 +170,24 @@ def kills(num_kills: int, seed: int, folder: Path, num_jobs: int, num_nodes: int
                                             for j in workload.jobs))  # fmt: skip
     sim = SimConfig.realistic(seed=CONFIG_SEED)
     models = models_root(folder / "models")
-    reference, reference_jct = uninterrupted_run(workload, sim, folder / "reference", directory_loader(models))
-    slots = round(max(r.time_s for r in reference) / workload.slot_s) + 1  # slots with decisions: 0..slots-1
+    reference, reference_jct, resized = uninterrupted_run(workload, sim, folder / "reference", directory_loader(models))
+    slots = max(resized) + 1
+    # a quarter of the points in the middle of a slot's resizes (after its first or second one, in slots that
+    # resize), the rest at any other point of any slot; twice as many points as kills, at distinct slots (a point
+    # its slot never reaches does not fire; arming stops after `num_kills` kills)
     rng = random.Random(seed)
-    # twice as many points as kills, at distinct slots: a point its slot never reaches (a resize in a slot
-    # without one) does not fire, and arming stops after `num_kills` kills
-    chosen = sorted(rng.sample(range(1, slots), min(2 * num_kills, slots - 1)))
-    plan = [(rng.choice((*CRASH_POINTS[:5], "acted", "status")), slot) for slot in chosen]
+    acting = [slot for slot, count in sorted(resized.items()) if count and slot > 0]
+    middle = sorted(rng.sample(acting, min(len(acting), num_kills // 2)))
+    others = sorted(
+        rng.sample(
+            [s for s in range(1, slots) if s not in middle], min(2 * num_kills - len(middle), slots - 1 - len(middle))
+        )
+    )
+    plan = sorted(
+        [(f"resized-{rng.randint(1, min(2, resized[s]))}", s) for s in middle]
+        + [(rng.choice((*CRASH_POINTS[:3], "acted", "status")), s) for s in others],
+        key=lambda kill: kill[1],
+    )  # fmt: skip
     started = time.perf_counter()
     with kube_server() as server:
         cluster = simulate_cluster(server, workload, sim)

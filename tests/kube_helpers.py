@@ -320,9 +320,12 @@ class ServeUnderKills:
         return dict(counts)
 
 
-def uninterrupted_run(workload: Any, config: Any, folder: Path, loader: Any) -> tuple[list[Any], dict[str, Any]]:
+def uninterrupted_run(
+    workload: Any, config: Any, folder: Path, loader: Any
+) -> tuple[list[Any], dict[str, Any], dict[int, int]]:
     """A workload run in active mode by an in-process controller that is never killed: its records (the final
-    slot's completed too) and each job's finish time. What a run under kills must equal."""
+    slot's completed too), each job's finish time, and the resizes of each slot. What a run under kills must
+    equal."""
     from dl2.kube.apiserver.sim import simulate_cluster
     from dl2.kube.controller import Controller, ControllerConfig
     from dl2.sim.decision_log import read_log
@@ -333,11 +336,13 @@ def uninterrupted_run(workload: Any, config: Any, folder: Path, loader: Any) -> 
         settings = ControllerConfig("reference", decision_log=folder, clock="cluster")
         controller = Controller(controller_api(server, "reference"), settings, loader)
         controller.refresh_policy(server.objects(POLICIES)["default"])
+        resizes = {}
         while True:
-            controller.run_slot(*clock(server))
+            report = controller.run_slot(*clock(server))
+            resizes[report.slot] = report.resizes
             if cluster.done:
                 break
             cluster.advance()
         controller.run_slot(*clock(server))
         finish = {job.job_id: job.finish_s for job in cluster.result().jobs}
-    return read_log(folder / "dl2-local"), finish
+    return read_log(folder / "dl2-local"), finish, resizes

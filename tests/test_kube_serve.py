@@ -54,5 +54,5 @@ def test_serve_killed_at_three_points_repeats_no_resize_and_loses_no_record(tmp_
     assert through_api == {j.job_id: j.finish_s for j in reference_result(workload, "drf", CONFIG).jobs}
     records = read_log(tmp_path / "decisions" / "dl2-local")
     assert max(Counter((r.time_s, r.job_id) for r in records).values()) == 1
-    reference, finish = uninterrupted_run(workload, CONFIG, tmp_path / "reference", directory_loader(models))
+    reference, finish, _ = uninterrupted_run(workload, CONFIG, tmp_path / "reference", directory_loader(models))
     assert records == reference and through_api == finish  # none lost, none added: the same run
