@@ -247,7 +247,9 @@ class Controller:
         targets = tuple(journal.targets) if journal is not None else ()
         if fallback is None and journal is not None and not decided:
             proposer = journal.entries[0].record.model_version if journal.entries else ""
-            fallback = "restored from the journal" if proposer.startswith("incumbent/") else None
+            fallback = (
+                f"{proposer} decided (slot restored from its journal)" if proposer.startswith("incumbent/") else None
+            )
         report = SlotReport(
             slot, policy.mode.value, len(snap.jobs), written, resizes, decided, fallback, seconds,
             self.call.calls - calls, targets, phases,
