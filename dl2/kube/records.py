@@ -137,7 +137,8 @@ class DecisionLog:
             ],
         }
         path = self._journal_path(journal.slot)
-        write_file(path, json.dumps(document, sort_keys=True), overwrite=False)
+        if write_file(path, json.dumps(document, sort_keys=True), overwrite=False):
+            return journal
         stored = self.journal(journal.slot)
         assert stored is not None
         return stored
