@@ -21,7 +21,7 @@ from dl2.kube.controller import Controller, ControllerConfig
 from dl2.kube.leader import LeaseConfig, LeaseElector
 from dl2.kube.metrics import HealthServer
 from dl2.kube.models import input_problem, smoke_view
-from dl2.kube.promotion import promote_policy
+from dl2.kube.promotion import confirm_hook, promote_policy
 from dl2.kube.watch import ObjectWatcher
 from dl2.rl.feedback import feedback_batch
 from dl2.schedulers.registry import PLACERS
@@ -357,12 +357,17 @@ def test_the_promotion_handshake_confirms_a_loaded_version_and_restores_a_failin
                 break
             time.sleep(0.05)
         assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "True"
+        hook = confirm_hook(promoter, poll_s=0.05)  # what the gate calls
+        confirmed, detail = hook(5, None, 20)
+        assert confirmed and detail.startswith("the controller runs v5 (generation ")
+        refused, detail = hook(3, None, 20)
+        assert not refused and detail.endswith("(previous spec restored)")
     finally:
         stop.set()
         thread.join(10)
     timed_out = promote_policy(promoter, 4, timeout_s=0.5, poll_s=0.05)  # nobody answers now
     assert not timed_out.confirmed and timed_out.restored and timed_out.detail.startswith("timed out after 0.5 s")
-    assert server.objects(POLICIES)["default"]["spec"]["model"]["version"] == "2"
+    assert server.objects(POLICIES)["default"]["spec"]["model"]["version"] == "5"
 
 
 def test_leader_failover_within_one_lease_period_and_a_deposed_leader_writes_nothing(server, tmp_path):

@@ -3,8 +3,6 @@ resize repeated, no record lost or written twice; the run is the one without kil
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections import Counter
 
 import pytest
@@ -19,19 +17,17 @@ from tests.test_kube_simcluster import tiny_workload
 CONFIG = SimConfig.realistic(seed=1)
 
 
-def _dl2(*arguments, env=None):
-    return subprocess.run(
-        [sys.executable, "-m", "dl2.cli.main", *arguments], capture_output=True, text=True, timeout=60, env=env
-    )
+def test_serve_has_help_and_refuses_bad_options(tmp_path, capsys):
+    from dl2.cli.main import main
 
-
-def test_serve_has_help_and_refuses_bad_options(tmp_path):
-    shown = _dl2("serve", "--help")
-    assert shown.returncode == 0 and "--policy-name" in shown.stdout and "--decision-log" in shown.stdout
-    missing = _dl2("serve", "--kubeconfig", str(tmp_path / "nowhere"))
-    assert missing.returncode == 2 and missing.stderr.strip().endswith("nowhere: no such file")
-    lease = _dl2("serve", "--lease-s", "1", "--renew-deadline-s", "2")
-    assert lease.returncode == 2 and "need 0 < retry (2.0) < renew deadline (2.0) < lease (1.0)" in lease.stderr
+    with pytest.raises(SystemExit) as shown:
+        main(["serve", "--help"])
+    out = capsys.readouterr().out
+    assert shown.value.code == 0 and "--policy-name" in out and "--decision-log" in out and "--clock" in out
+    assert main(["serve", "--kubeconfig", str(tmp_path / "nowhere")]) == 2
+    assert capsys.readouterr().err.strip().endswith("nowhere: no such file")
+    assert main(["serve", "--lease-s", "1", "--renew-deadline-s", "2"]) == 2
+    assert "need 0 < retry (2.0) < renew deadline (2.0) < lease (1.0)" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -115,3 +115,16 @@ def promote_policy(
 
 def _text(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+def confirm_hook(
+    api: Any, mode: str | Mode | None = None, name: str = DEFAULT_NAME, poll_s: float = 0.5
+) -> Callable[[int, Any, float], tuple[bool, str]]:
+    """The promotion gate's confirmation (`pipelines.promote.run(confirmation=...)`: (version, params, timeout_s)
+    -> (confirmed, detail)) as this handshake on a cluster; `params` is not needed."""
+
+    def confirm(version: int, params: Any, timeout_s: float) -> tuple[bool, str]:
+        result = promote_policy(api, version, mode, name, timeout_s, poll_s)
+        return result.confirmed, result.detail + (" (previous spec restored)" if result.restored else "")
+
+    return confirm
