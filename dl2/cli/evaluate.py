@@ -37,20 +37,22 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add_sim_options(parser)
     parser.add_argument("--seeds", default="0", help="comma-separated seeds")
     parser.add_argument("--sampled", action="store_true", help="also evaluate sampled (not argmax) decisions")
-    parser.add_argument("--out", type=Path, default=None, help="write evaluation.json here")
+    parser.add_argument("--out", type=Path, default=None, help="write the evaluation (JSON) to this file")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from dl2.cli.compare import parse_seeds
+    from dl2.rl.model_io import load_config
 
     mode = Mode(args.mode)
     seeds = parse_seeds(args.seeds)
+    if args.out is not None and args.out.is_dir():
+        raise UsageError(f"--out {args.out} is a folder; name the JSON file to write")
     builders: dict[str, SchedulerBuilder] = {}
     for model in args.model:
-        if not (model / "config.json").is_file():
-            raise UsageError(f"{model} is not a model folder (no config.json)")
+        load_config(model)  # a missing folder, or one without config.json, is named as such
         builders[f"{model.name} (greedy)"] = scheduler_builder(str(model), args.placer, mode, greedy=True)
         if args.sampled:
             builders[f"{model.name} (sampled)"] = scheduler_builder(
