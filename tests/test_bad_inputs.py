@@ -308,6 +308,8 @@ CLI_CASES: dict[str, tuple[list[str], list[str]]] = {
     "cluster port 70000": (["cluster", "--port", "70000"], ["--port"]),
     "cluster history -1": (["cluster", "--history", "-1"], ["--history"]),
     "serve port -1": (["serve", "--metrics-port", "-1"], ["--metrics-port"]),
+    "serve slot nan": (["serve", "--slot-s", "nan"], ["--slot-s"]),
+    "serve lease -1": (["serve", "--lease-s", "-1"], ["--lease-s"]),
 }
 """argv (an `--out` in the temporary folder is added to the training commands) and the words of the one line."""
 
