@@ -4,8 +4,9 @@ training feedback, the fine-tuned challenger goes through the gate, and the cont
 1. shadow: a Philly slice on the local cluster (`dl2.kube.apiserver`, simulated realistic mode, a real API server
    on loopback) with `dl2 serve` (a separate process, the official client) running the champion in shadow mode:
    every decision recorded under `data.incoming`, no job resized (jobs keep the sizes they asked for).
-2. learn: `pipelines.collect` turns the records into versioned feedback, `dvc repro` fine-tunes on them and
-   re-evaluates (DVC decides what reruns), the result is registered as challenger, and the gate decides; its
+2. learn: `pipelines.collect` turns the records into versioned feedback, `dvc repro` reruns what they made stale
+   (the `online` stage learns from them, `evaluate` re-evaluates), the result is registered as challenger, and
+   the gate decides; its
    confirmation is the SchedulerPolicy handshake with the controller (`dl2.kube.promotion`).
 3. active: the same slice again, the controller running the champion in active mode; the JCTs obtained through
    the API next to `dl2 simulate`'s for the same workload and policy, the incumbent's, and the shadow run's.
@@ -296,7 +297,7 @@ def run(
         say(f"    {shadow.records} decision records in {layout.relative(decisions / CLUSTER_NAME)}; some decisions:")
         for line in decision_lines(records, incumbent):
             say(line)
-        say("  b. learn: collect the records, dvc repro (fine-tune on them, evaluate), register, gate")
+        say("  b. learn: collect the records, dvc repro (the online stage learns from them), register, gate")
         started = time.perf_counter()
         with local_cluster(workload, placer, folder / "active", decisions, uri, seed) as cluster:
             cluster.create_policy("off", champion, incumbent)
@@ -342,10 +343,19 @@ def _read(path: Path) -> dict[str, Any] | None:
     return document if isinstance(document, dict) else None
 
 
+def exit_on_sigterm() -> None:
+    """SIGTERM (a timeout, `kill`, Airflow) exits through `finally` blocks, so the controller process and the API
+    server this run started are stopped with it."""
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 def cli(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipelines.cluster_loop", description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
+    exit_on_sigterm()
     from pipelines import lifecycle
     from pipelines import params as params_module
 
