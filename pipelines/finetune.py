@@ -1,12 +1,13 @@
-"""Stage `finetune`: online RL in the simulator (DL2 §4.3), then advantage-weighted steps on logged cluster
-feedback; writes `models/staging/finetune`.
+"""Stage `finetune`: online RL in the simulator (DL2 §4.3), then advantage-weighted steps on the simulated
+cluster's decision logs (`feedback` stage); writes `models/staging/finetune`. Records that real clusters logged
+are learned from by the next stage, `online`.
 
 RL starts from the warm-up (or from any model folder given by `--init`, e.g. the current champion) and keeps
 the checkpoint with the best average JCT on the validation workloads (`dl2.rl.training.fine_tune`). Then every
-decision log under `data.feedback` is validated with the decision-log suite (a failing log is skipped and named
-in the output and the summary; the others are used) and turned into samples (`dl2.rl.feedback.feedback_batch`) for
-`learn_from_feedback`; the policy after feedback is kept only if it does not validate worse. The MLflow run logs
-per-iteration metrics, the learning curve and the model folder.
+decision log under `data/feedback/simulated` is validated with the decision-log suite (a failing log is skipped
+and named in the output and the summary; the others are used) and turned into samples
+(`dl2.rl.feedback.feedback_batch`) for `learn_from_feedback`; the policy after feedback is kept only if it does
+not validate worse. The MLflow run logs per-iteration metrics, the learning curve and the model folder.
 
     python -m pipelines.finetune [--smoke] [--init models/champion]
 """
@@ -39,8 +40,8 @@ def init_folder(params: Params, layout: Layout, init: Path | None) -> Path:
 
 def usable_logs(params: Params, layout: Layout, logs: Sequence[Path]) -> tuple[list[Path], dict[str, str]]:
     """The logs that pass the decision-log suite, and {log: why} for those that do not: a malformed log is
-    skipped and named, never a reason to stop learning from the others (collection quarantines such logs before
-    they reach `data.feedback`; this catches one put there by hand)."""
+    skipped and named, never a reason to stop learning from the others (`pipelines.collect` quarantines such
+    logs before they reach `data/feedback/clusters`; this catches one put there by other means)."""
     from dl2.sim.decision_log import CLUSTER_FILE, read_cluster
     from pipelines.validate import failure_summary, validate_log
 
@@ -103,7 +104,7 @@ def run(params: Params, layout: Layout | None = None, init: Path | None = None) 
 
     layout = layout or Layout()
     start = init_folder(params, layout, init)
-    logs, skipped = usable_logs(params, layout, find_logs(layout.feedback(params)))
+    logs, skipped = usable_logs(params, layout, find_logs(layout.simulated_feedback))
     trained = load_trained(start)
     config = finetune_config(params, trained.config.network)
     require_within(layout, params, "rl", rl_seeds(config))
@@ -129,7 +130,7 @@ def run(params: Params, layout: Layout | None = None, init: Path | None = None) 
         seconds = time.perf_counter() - started
         metadata = rl_metadata(
             config, env, state, seconds, initialised_from=layout.relative(start), initial_metadata=trained.metadata,
-            feedback=feedback, code_version=version,
+            feedback=feedback, code_version=version, initial_validation_avg_jct_s=trainer.initial_validation_jct_s,
         )  # fmt: skip
         folder = write_model(params, layout, trained.config, chosen, state, metadata)
         mlflow.log_metrics({"best_validation_avg_jct_s": state.best_validation_jct_s,
