@@ -63,6 +63,11 @@ def usable_logs(params: Params, layout: Layout, logs: Sequence[Path]) -> tuple[l
     return good, skipped
 
 
+def skipped_summary(skipped: dict[str, str]) -> dict[str, Any]:
+    """A stage summary's entry for the malformed logs it left out, when there were any."""
+    return {"skipped_logs": skipped} if skipped else {}
+
+
 def feedback_batches(
     params: Params, layout: Layout, policy_config: Any, logs: Sequence[Path]
 ) -> tuple[list[Any], list[dict[str, Any]]]:
@@ -140,7 +145,7 @@ def run(params: Params, layout: Layout | None = None, init: Path | None = None) 
         summary = {
             "best_validation_avg_jct_s": state.best_validation_jct_s,
             "feedback_logs": len(logs),
-            "skipped_logs": skipped,
+            **skipped_summary(skipped),
             "seconds": round(seconds, 1),
         }
         return StageResult("finetune", (layout.relative(folder),), version, active.info.run_id, summary)

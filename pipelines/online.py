@@ -47,7 +47,13 @@ def run(params: Params, layout: Layout | None = None) -> StageResult:
     from dl2.rl.actor_critic import ActorCritic, TrainingState
     from dl2.rl.training import load_trained
     from dl2.rl.workers import make_pool
-    from pipelines.finetune import feedback_batches, feedback_datasets, learn_from_logs, usable_logs
+    from pipelines.finetune import (
+        feedback_batches,
+        feedback_datasets,
+        learn_from_logs,
+        skipped_summary,
+        usable_logs,
+    )
 
     layout = layout or Layout()
     start, folder = layout.model("finetune"), layout.model("online")
@@ -60,7 +66,7 @@ def run(params: Params, layout: Layout | None = None) -> StageResult:
         if not logs:
             _copy_model(start, folder)
             mlflow.log_metric("feedback.decisions", 0.0)
-            summary: dict[str, Any] = {"cluster_logs": 0, "skipped_logs": skipped, "kept": None}
+            summary: dict[str, Any] = {"cluster_logs": 0, "kept": None, **skipped_summary(skipped)}
             write_json(folder / RECORD, {"code_version": version, "from": layout.relative(start), **summary})
             return StageResult("online", (layout.relative(folder),), version, active.info.run_id, summary)
         batches, facts = feedback_batches(params, layout, trained.config, logs)
@@ -78,7 +84,7 @@ def run(params: Params, layout: Layout | None = None) -> StageResult:
         metadata = {**trained.metadata, "online": feedback, "online_code_version": version}
         title = "DL2 policy trained with actor-critic RL, then on logged cluster feedback"
         save(folder, trained.config, chosen, state.best_value, title, metadata)
-        summary = {"cluster_logs": len(logs), "skipped_logs": skipped, "kept": bool(feedback and feedback["kept"])}
+        summary = {"cluster_logs": len(logs), "kept": bool(feedback and feedback["kept"]), **skipped_summary(skipped)}
         write_json(folder / RECORD, {"code_version": version, "from": layout.relative(start), **summary})
         mlflow.log_artifacts(str(folder), artifact_path="model")
         return StageResult("online", (layout.relative(folder),), version, active.info.run_id, summary)

@@ -291,7 +291,7 @@ CLI_CASES: dict[str, tuple[list[str], list[str]]] = {
         ["simulate", "-w", "data/nowhere.csv", "-s", "drf"],
         ["data/nowhere.csv", "file not found"],
     ),
-    "simulate unknown name": (["simulate", "-w", "bogus-workload", "-s", "drf"], ["unknown workload name"]),
+    "simulate unknown name": (["simulate", "-w", "bogus-workload", "-s", "drf"], ["unknown workload; known names"]),
     "simulate folder": (["simulate", "-w", "tests", "-s", "drf"], ["is a folder"]),
     "simulate missing model": (
         ["simulate", "-w", "synthetic-small", "-s", "models/nowhere"],

@@ -82,7 +82,7 @@ def _load_file(path: Path, seed: int) -> tuple[Workload, ...]:
     if not path.is_file():
         if looks_like_path(str(path)):
             raise InputError(str(path), "file not found")
-        raise InputError(str(path), f"unknown workload name; known: {', '.join(WORKLOAD_NAMES)}, or a file")
+        raise InputError(str(path), f"unknown workload; known names: {', '.join(WORKLOAD_NAMES)}, or a file")
     suffix = path.suffix.lower()
     if suffix == ".json":
         return load_reference_workloads(path)
