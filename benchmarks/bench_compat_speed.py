@@ -1,10 +1,10 @@
 """Compatibility mode vs the DL2 authors' simulator: same work, same results, how much faster (one core).
 
-The authors' times were measured on this machine (2 vCPU Xeon, one core via taskset) on 2026-11-29 by running
-their public code (pengyanghua/DL2 @ 2e54920, Python 2.7.18, numpy 1.16.6, scipy 1.2.3) with a small driver that
-builds their Job objects from these exact workload files and disables their supervised-learning recorder
-`_state()` (outcome-neutral, checked). Their code cannot live in this repository (no licence), so those
-figures are constants here; the issue quotes 47 s for DRF on the default workloads.
+The authors' times are constants: their public code (pengyanghua/DL2 @ 2e54920, Python 2.7.18, numpy 1.16.6,
+scipy 1.2.3; no licence, so it cannot live in this repository) was timed on the 2-vCPU development machine, one
+core via taskset, through a small driver that builds their Job objects from these exact workload files and
+disables their supervised-learning recorder `_state()` (outcome-neutral, checked). 47 s is the time quoted for
+their DRF on the default workloads. Their SRTF is our `srtf-fraction`.
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ AUTHORS_SECONDS_MEASURED = {
     ("drf", "default"): 58.0,
     ("optimus", "default"): 60.0,
     ("fifo", "default"): 54.1,
-    ("srtf", "default"): 55.8,
+    ("srtf-fraction", "default"): 55.8,
     ("drf", "small"): 27.8,
     ("optimus", "small"): 36.8,
     ("fifo", "small"): 42.2,
-    ("srtf", "small"): 38.0,
+    ("srtf-fraction", "small"): 38.0,
 }
 AUTHORS_SECONDS_QUOTED = {("drf", "default"): 47.0}
-THEIR_NAMES = {"drf": "DRF", "fifo": "FIFO", "srtf": "SRTF", "optimus": "Optimus"}
+THEIR_NAMES = {"drf": "DRF", "fifo": "FIFO", "srtf-fraction": "SRTF", "optimus": "Optimus"}
 BAR = 20.0
 
 
@@ -50,7 +50,7 @@ def main() -> None:
     rows, records = [], []
     for setting in ("default", "small"):
         workloads = load_reference_workloads(reference_dir() / f"traces-{setting}-uniform.json")
-        for name in ("drf", "optimus", "fifo", "srtf"):
+        for name in ("drf", "optimus", "fifo", "srtf-fraction"):
             best = float("inf")
             jcts: list[float] = []
             for _ in range(args.repeat):
