@@ -1,10 +1,10 @@
 """A compiled forward pass of the `per-job-local` policy for greedy decisions (numba).
 
-A slot of the authors' contended setting takes about 150 decisions; with NumPy each decision costs some 25
-array calls of about a microsecond each, whatever their size (40 jobs x 64 units). One compiled function does
-the same arithmetic in a few microseconds: it finds the window columns whose features changed since the last
-call, re-encodes only those (a column's embedding depends on its own job alone), pools, and scores every action,
-masked, returning the argmax. The issue's bar is a whole slot in 5 ms median (DL2 §6.3 reports milliseconds).
+A slot of the authors' contended setting takes about 150 decisions; with NumPy each decision costs some 25 array
+calls whose fixed overhead, not their size (40 jobs x 64 units), dominates. One compiled function does the same
+arithmetic: it finds the window columns whose features changed since the last call, re-encodes only those (a
+column's embedding depends on its own job alone), pools, and scores every action, masked, returning the argmax.
+DL2 §6.3 makes a slot's decisions in milliseconds; `benchmarks/bench_decision_speed.py` measures ours.
 
 numba is optional and imported on first use (it takes most of a second to import): `greedy_kernel()` returns
 None without it, and `inference.NumpyPolicy` then falls back to NumPy. Both paths compute the same function (a

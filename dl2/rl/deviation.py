@@ -1,19 +1,18 @@
 """Exact credit for single decisions (compatibility mode): replace one decision, finish the run, compare.
 
-Why: a DL2 slot holds ~100-190 decisions, and sampling from a warmed-up policy rarely leaves its teacher's
-choices. A DRF student's worker-only, PS-only and stop actions sit ~450 logits below its bundles, so neither
-DL2's returns nor exact slot credit (`dl2.rl.perturbation`) ever see them tried, and the runs that do try them
-credit ~100 decisions with one number.
+Why: sampling from a warmed-up policy rarely leaves its teacher's choices (plain cross-entropy puts the actions a
+teacher never takes far below the ones it takes), so neither DL2's returns nor exact slot credit
+(`dl2.rl.perturbation`) see those actions tried, and the runs that do try them credit a whole slot's ~100-190
+decisions with one number.
 
-Here the greedy policy plays a training workload, and at a few random slots one decision, drawn uniformly from
-the slot's decisions, is replaced by each of up to `alternatives` other possible actions, drawn uniformly. The
-rest of that slot is greedy, and a continuation policy finishes the run: the greedy policy itself (exact
-Q-values of the policy being improved, policy iteration) or a heuristic run by its own mechanism (AggreVaTe,
-Ross & Bagnell 2014: the teacher's cost-to-go, about 20 times cheaper on the authors' small workloads). The
-difference in total JCT against the greedy decision is that action's exact advantage in that state, with common
-random numbers: classification-based approximate policy iteration (Lagoudakis & Parr 2003) on the policy's own
-states. The update that uses it (`ActorCritic.update_deviations`) reweights the policy by these advantages
-within a KL trust region.
+The greedy policy plays a training workload, and at a few random slots one decision, drawn uniformly from the
+slot's decisions, is replaced by each of up to `alternatives` other possible actions, drawn uniformly. The rest of
+that slot is greedy, and a continuation policy finishes the run: the greedy policy itself (exact Q-values of the
+policy being improved: policy iteration) or a heuristic run by its own mechanism (the teacher's cost-to-go, as in
+AggreVaTe, Ross & Bagnell 2014; much cheaper). The difference in total JCT against the greedy decision is that
+action's exact advantage in that state, with common random numbers: classification-based approximate policy
+iteration (Lagoudakis & Parr 2003) on the policy's own states. The update that uses it
+(`ActorCritic.update_deviations`) reweights the policy by these advantages within a KL trust region.
 """
 
 from __future__ import annotations

@@ -1,18 +1,16 @@
-"""Exact credit for one slot's decisions (compatibility mode): perturb one slot, finish greedily, compare.
+"""Exact credit for one slot's decisions (compatibility mode): sample one slot, finish greedily, compare.
 
-Why: in the contended setting a slot holds ~150-190 decisions and an episode ~250 slots. With returns as the
-signal (`dl2.rl.actor_critic`, DL2 §4.3), every decision of a slot shares one advantage that the sampling noise
-of every later slot also moves; `benchmarks/counterfactuals.py` measured that one action changes the total JCT by
-at most 0.17 %, so that advantage is nearly pure noise, and RL from a warm-up drifted (entropy up, JCT up).
+Why: with returns as the signal (DL2 §4.3, `dl2.rl.actor_critic`), the ~150-190 decisions of a slot share one
+advantage that the sampling of every later slot also moves, while one decision changes the total JCT very little
+(`benchmarks/counterfactuals.py`): that advantage is mostly noise.
 
 Compatibility mode is deterministic, so one slot's effect can be measured exactly, with common random numbers:
-run the greedy policy through a workload and keep a copy of the simulation at a few randomly chosen slots
-(`Simulation.fork`); at each copy, sample that one slot's decisions from the policy, then let the greedy policy
-finish the run. The difference between the greedy run's total JCT and this one is the exact advantage of the
-sampled decisions over the greedy ones (REINFORCE for a policy that samples at that slot and acts greedily
-elsewhere, with the greedy continuation as its baseline: an unbiased, low-variance gradient for improving the
-greedy policy one slot at a time). A sampled slot that gives the greedy allocation has advantage 0 and costs no
-continuation.
+the greedy policy plays a workload and a copy of the simulation is kept at a few random slots (`Simulation.fork`);
+at each copy that one slot's decisions are sampled from the policy and the greedy policy finishes the run. The
+greedy run's total JCT minus this one is the exact advantage of the sampled decisions over the greedy ones
+(REINFORCE for a policy that samples at that slot and acts greedily elsewhere, with the greedy continuation as its
+baseline: an unbiased, low-variance gradient for improving the greedy policy one slot at a time). A sampled slot
+that gives the greedy allocation has advantage 0 and costs no continuation.
 """
 
 from __future__ import annotations
