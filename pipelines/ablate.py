@@ -19,7 +19,6 @@ UI compares them side by side. The table goes to `reports/ablation.json` (a DVC 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -71,17 +70,15 @@ def train_and_test(params: Params, layout: Layout, variant: str, seed: int, pool
     child = {"variant": variant, "seed": seed, "iterations": params.ablate.iterations}
     with tracking.stage_run("ablate", child, nested=True, run_name=f"{variant}-seed{seed}", root=layout.root):
         env = env_config(params, config)
-        trainer, state = fine_tune(env, rl, pool, warm.policy, warm.value, on_iteration=log_iteration)
-        # the policy after training, not the best-validated checkpoint: with ablation budgets that is often the
-        # warm-up itself for every variant, which would hide what switching a component off does
+        trainer, _ = fine_tune(env, rl, pool, warm.policy, warm.value, on_iteration=log_iteration)
+        # the policy after training (no validation): a best-validated checkpoint would often be the warm-up itself
+        # for every variant at ablation budgets, hiding what switching a component off does
         build = learned_builder(config, trainer.policy.state_dict(), f"dl2-{variant}")
         outcome = simulate_builder(build, params, params.ablate.test_workloads or None)
         jct = sum(outcome.avg_jct_s) / len(outcome.avg_jct_s) if outcome.safe and outcome.avg_jct_s else None
         mlflow.log_metric("test_safe", float(outcome.safe))
         if jct is not None:
             mlflow.log_metric("test_avg_jct_s", jct)
-        if math.isfinite(state.best_validation_jct_s):
-            mlflow.log_metric("best_validation_avg_jct_s", state.best_validation_jct_s)
         weights = fingerprint(trainer.policy.state_dict())
         mlflow.set_tag("dl2.policy_fingerprint", weights[:16])
     return Trained(jct, weights, weights != start)

@@ -19,36 +19,13 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from dl2.core import ClusterSpec, InputError, NodeSpec, Resources
+from dl2.core import ClusterSpec, InputError
+from dl2.sim.decision_log import CLUSTER_FILE, cluster_from_json, cluster_to_json
 from pipelines.code import code_version
 from pipelines.params import Params
 from pipelines.stage import Layout, StageFailed, StageResult, main, remove, write_json
 from pipelines.workloads import require_within
-
-CLUSTER_FILE = "cluster.json"
-"""Next to a log's segments: the cluster its records come from (records name it, but fine-tuning needs its
-nodes)."""
-
-
-def cluster_to_json(cluster: ClusterSpec) -> dict[str, Any]:
-    nodes = [
-        {"gpu": n.capacity.gpu, "cpu": n.capacity.cpu, "mem_gb": n.capacity.mem_gb, "kind": n.kind}
-        for n in cluster.nodes
-    ]
-    return {"name": cluster.name, "nodes": nodes}
-
-
-def cluster_from_json(data: dict[str, Any], where: str) -> ClusterSpec:
-    try:
-        nodes = tuple(
-            NodeSpec(i, Resources(float(n["gpu"]), float(n["cpu"]), float(n["mem_gb"])), str(n["kind"]))
-            for i, n in enumerate(data["nodes"])
-        )
-        return ClusterSpec(nodes, str(data["name"]))
-    except (KeyError, TypeError, ValueError) as error:
-        raise InputError(where, f"malformed cluster description ({error})") from None
 
 
 def log_cluster(log: Path, cluster_name: str) -> ClusterSpec:

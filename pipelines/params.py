@@ -160,6 +160,10 @@ class AblateParams:
     value_warmup: Count = 1
     """Iterations of each variant in which only the critic learns: `iterations - value_warmup` policy updates,
     and replay needs at least two of them to replay anything."""
+    epochs: Annotated[int, Ge(1), Le(1000)] = 1
+    """Passes over each iteration's decisions (fewer than fine-tuning's: the ablation compares components)."""
+    samples_per_iteration: Annotated[int, Ge(1)] = 20_000
+    """Fresh decisions each update uses (a random subset of the iteration's)."""
 
 
 @config

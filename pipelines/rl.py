@@ -44,7 +44,8 @@ def finetune_config(params: Params, network: Any) -> Any:
 
 def ablation_config(params: Params, network: Any, seed: int, variant: str) -> Any:
     """RLConfig of one ablation cell: DL2's own credit with `variant`'s component switched off, at the ablation's
-    budget (`ablate.iterations`, `episodes_per_iteration`, `value_warmup`)."""
+    budget (`ablate.iterations`, `episodes_per_iteration`, `value_warmup`, `epochs`, `samples_per_iteration`),
+    without validation (the cell's final policy is what is tested)."""
     a, rl = params.ablate, finetune_config(params, network)
     switches = VARIANTS[variant]
     return replace(
@@ -53,6 +54,9 @@ def ablation_config(params: Params, network: Any, seed: int, variant: str) -> An
         iterations=a.iterations,
         episodes_per_iteration=a.episodes_per_iteration,
         value_warmup_iterations=a.value_warmup,
+        epochs_per_iteration=a.epochs,
+        max_samples_per_iteration=a.samples_per_iteration,
+        validate=False,
         seed=seed,
         value_baseline=switches.get("value_baseline", True),
         exploration=replace(rl.exploration, enabled=switches.get("exploration", True)),

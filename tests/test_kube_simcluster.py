@@ -263,5 +263,5 @@ def test_dl2_cluster_serves_until_sigterm_and_refuses_bad_options(tmp_path):
     bad = _dl2("cluster", "--jobs", "3")
     _, err = bad.communicate(timeout=60)
     assert bad.returncode == 2 and err.strip().splitlines() == [
-        "dl2 cluster: error: --jobs, --nodes and --reference need --simulate"
+        "dl2 cluster: error: --jobs, --nodes, --reference and --lockstep need --simulate"
     ]

@@ -15,6 +15,8 @@ from dl2.io import print_json, write_json_atomic
 from dl2.sim.config import Mode
 
 DEFAULT_KUBECONFIG = Path("work/dl2-cluster.kubeconfig")
+FINAL_SLOT_WAIT_S = 60.0
+"""In lock step, how long the cluster waits, once done, for the controller to report the final slot."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -60,6 +62,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--reference", default=None, metavar="SCHEDULER", help="at the end, also run this heuristic on the workload"
     )
+    parser.add_argument(
+        "--lockstep",
+        action="store_true",
+        help="advance a slot only once the controller (dl2 serve --clock cluster) has reported it done in the "
+        "SchedulerPolicy's status (installs the SchedulerPolicy CRD)",
+    )
     parser.add_argument("--exit-when-done", action="store_true", help="stop once every job has finished")
     parser.add_argument("--out", type=Path, default=None, help="write the final report (JSON) here")
     parser.set_defaults(run=run)
@@ -70,8 +78,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--port must be in 0..65535, got {args.port}")
     if args.tick_s < 0:
         raise UsageError(f"--tick-s must be non-negative, got {args.tick_s}")
-    if args.simulate is None and any(value is not None for value in (args.jobs, args.nodes, args.reference)):
-        raise UsageError("--jobs, --nodes and --reference need --simulate")
+    if args.simulate is None and (
+        any(value is not None for value in (args.jobs, args.nodes, args.reference)) or args.lockstep
+    ):
+        raise UsageError("--jobs, --nodes, --reference and --lockstep need --simulate")
     check_seed(args.seed)
     return asyncio.run(_serve(args))
 
@@ -103,9 +113,12 @@ async def _serve(args: argparse.Namespace) -> int:
         if config.mode is not Mode.REALISTIC:
             raise UsageError("a simulated cluster runs --mode realistic (pods have nodes: placement matters)")
         workload = _workload(args)
+    from dl2.paths import REPO_ROOT
+
+    policy_crd = [REPO_ROOT / "k8s" / "crd-schedulerpolicy.yaml"] if args.lockstep else []
     server = LocalApiServer(
         port=args.port,
-        crd_files=[*THIRD_PARTY_CRDS, *args.crd],
+        crd_files=[*THIRD_PARTY_CRDS, *policy_crd, *args.crd],
         record_path=args.record,
         seed=args.seed,
         history=args.history,
@@ -129,7 +142,8 @@ async def _serve(args: argparse.Namespace) -> int:
         )
         ticker = None
         if cluster is not None and args.tick_s > 0:
-            ticker = asyncio.create_task(_tick(cluster, args.tick_s, stop if args.exit_when_done else None))
+            ready = _controller_done(server) if args.lockstep else None
+            ticker = asyncio.create_task(_tick(cluster, args.tick_s, stop if args.exit_when_done else None, ready))
         await stop.wait()
         if ticker is not None:
             ticker.cancel()
@@ -149,7 +163,14 @@ def _start_cluster(server: Any, workload: Any, config: Any, args: argparse.Names
     return simulate_cluster(server, workload, config, args.placer, options).cluster
 
 
-async def _tick(cluster: Any, tick_s: float, stop_when_done: asyncio.Event | None) -> None:
+def _controller_done(server: Any) -> Any:
+    from dl2.kube.lockstep import controller_done
+
+    return lambda: controller_done(server)
+
+
+async def _tick(cluster: Any, tick_s: float, stop_when_done: asyncio.Event | None, ready: Any = None) -> None:
+    """One slot per tick (in lock step: per tick once `ready()`, i.e. the controller reported the slot done)."""
     from tqdm import tqdm
 
     from dl2.core import Dl2Error
@@ -158,12 +179,18 @@ async def _tick(cluster: Any, tick_s: float, stop_when_done: asyncio.Event | Non
     try:
         while not cluster.done:
             await asyncio.sleep(tick_s)
+            if ready is not None and not ready():
+                continue
             try:
                 status = cluster.advance(1)
             except Dl2Error as error:  # e.g. a controller that starves every job for stall_slots slots
                 print(f"dl2 cluster: the simulation stopped: {error}", file=sys.stderr)
                 return
             progress.update(status["finished"] - progress.n)
+        waited = 0.0
+        while ready is not None and not ready() and waited < FINAL_SLOT_WAIT_S:  # the last records are written
+            await asyncio.sleep(tick_s)  # at the slot after the last one: let the controller complete them
+            waited += tick_s
         if stop_when_done is not None:
             stop_when_done.set()
     finally:

@@ -98,7 +98,8 @@ class DecisionRecord:
         return _kinds()
 
     def job_spec(self) -> JobSpec:
-        """The job as the scheduler saw it."""
+        """The job as the scheduler saw it (an all-reduce job requests no parameter servers)."""
+        architecture = Architecture(self.architecture)
         return JobSpec(
             job_id=self.job_id,
             model=self.model,
@@ -109,7 +110,8 @@ class DecisionRecord:
             ps_demand=Resources(0.0, self.ps_cpu, self.ps_mem_gb),
             max_workers=self.max_workers,
             max_ps=self.max_ps,
-            architecture=Architecture(self.architecture),
+            architecture=architecture,
+            requested_ps=0 if architecture is Architecture.ALLREDUCE else 1,
         )
 
 

@@ -425,7 +425,7 @@ class ActorCritic:
         config = self.config
         history: list[IterationStats] = []
         # the starting policy (e.g. the warm-up) competes too: RL must beat it on validation to replace it
-        initial = self.validate(pool)
+        initial = self.validate(pool) if config.validate else math.nan
         best = (initial, -1, self._snapshot(self.policy), self._snapshot(self.value))
         self.initial_validation_jct_s = initial
         for iteration in range(config.iterations):
@@ -472,7 +472,9 @@ class ActorCritic:
                     0.0,
                 )
             last = iteration == config.iterations - 1
-            if iteration % config.validate_every == config.validate_every - 1 or last:
+            if not config.validate:
+                best = (math.nan, iteration, self._snapshot(self.policy), self._snapshot(self.value))
+            elif iteration % config.validate_every == config.validate_every - 1 or last:
                 stats.validation_jct_s = self.validate(pool)
                 if stats.validation_jct_s < best[0]:
                     best = (stats.validation_jct_s, iteration, self._snapshot(self.policy), self._snapshot(self.value))

@@ -146,6 +146,9 @@ class RLConfig:
     """Validation workloads' source (none: the training source)."""
     validation_seeds: Annotated[tuple[Seed, ...], MinLen(1)] = (5_000, 5_001, 5_002, 5_003)
     """Validation workloads (checkpoint selection); never the test workloads."""
+    validate: bool = True
+    """Validate on the validation workloads and keep the best checkpoint (the starting policy competes); off:
+    nothing is validated and the policy after the last iteration is the result (ablations)."""
     validate_every: Positive = 5
     """Iterations between validations."""
     validation_max_slots: Positive = 20_000
@@ -267,6 +270,7 @@ RL_KEYS = Keys(
         "source": "train_source",
         "validation_source": "validation_source",
         "validation_seeds": "validation_seeds",
+        "validate": "validate",
         "validate_every": "validate_every",
         "validation_max_slots": "validation_max_slots",
         "learning_rate": "learning_rate",

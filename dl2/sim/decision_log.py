@@ -17,13 +17,31 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from dl2.core import Allocation, DecisionRecord, InputError, InvalidAllocationError, Scheduler, Workload
+from dl2.core import (
+    Allocation,
+    ClusterSpec,
+    ClusterView,
+    DecisionRecord,
+    InputError,
+    InvalidAllocationError,
+    JobAllocation,
+    JobView,
+    NodeSpec,
+    Resources,
+    Scheduler,
+    Workload,
+)
 from dl2.sim.config import SimConfig
 from dl2.sim.simulator import Simulation
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.speed import SpeedModel
 
 MODES = ("shadow", "canary", "active", "simulated")
+
+
+CLUSTER_FILE = "cluster.json"
+"""Next to a log's segments: the cluster its records come from (records name it, but fine-tuning needs its
+nodes)."""
 
 
 def write_segment(directory: Path, records: Sequence[DecisionRecord], first_slot: int) -> Path | None:
@@ -33,19 +51,67 @@ def write_segment(directory: Path, records: Sequence[DecisionRecord], first_slot
     directory.mkdir(parents=True, exist_ok=True)
     existing = len(list(directory.glob("segment-*.jsonl")))
     path = directory / f"segment-{first_slot:09d}-{existing:06d}.jsonl"
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".segment-", suffix=".tmp")
+    _write_lines(path, records, overwrite=True)
+    return path
+
+
+def write_slot_segment(directory: Path, records: Sequence[DecisionRecord], slot: int) -> tuple[Path, bool]:
+    """Write one slot's records as the segment named by that slot, once: (path, whether this call wrote it).
+
+    The name depends only on the slot and an existing segment is never replaced, so a writer that restarts and
+    writes the same slot again adds nothing (the Kubernetes controller's records are keyed by slot and job)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"segment-{slot:09d}-000000.jsonl"
+    if path.exists():
+        return path, False
+    return path, _write_lines(path, records, overwrite=False)
+
+
+def _write_lines(path: Path, records: Sequence[DecisionRecord], overwrite: bool) -> bool:
+    text = "".join(json.dumps(record.to_json_dict(), sort_keys=True) + "\n" for record in records)
+    return write_file(path, text, overwrite)
+
+
+def write_file(path: Path, text: str, overwrite: bool = True) -> bool:
+    """Write to a temporary file, fsync, then rename into place (or link, which refuses to replace): a reader
+    sees the whole file or none of it. False if `path` was already there and `overwrite` is off."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "w") as stream:
-            for record in records:
-                stream.write(json.dumps(record.to_json_dict(), sort_keys=True) + "\n")
+            stream.write(text)
             stream.flush()
             os.fsync(stream.fileno())
         os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
+        if overwrite:
+            os.replace(temporary, path)
+            return True
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            return False
+        return True
+    finally:
         Path(temporary).unlink(missing_ok=True)
-        raise
-    return path
+
+
+def cluster_to_json(cluster: ClusterSpec) -> dict[str, Any]:
+    """The cluster description written as `cluster.json` next to a log."""
+    nodes = [
+        {"gpu": n.capacity.gpu, "cpu": n.capacity.cpu, "mem_gb": n.capacity.mem_gb, "kind": n.kind}
+        for n in cluster.nodes
+    ]
+    return {"name": cluster.name, "nodes": nodes}
+
+
+def cluster_from_json(data: dict[str, Any], where: str) -> ClusterSpec:
+    try:
+        nodes = tuple(
+            NodeSpec(i, Resources(float(n["gpu"]), float(n["cpu"]), float(n["mem_gb"])), str(n["kind"]))
+            for i, n in enumerate(data["nodes"])
+        )
+        return ClusterSpec(nodes, str(data["name"]))
+    except (KeyError, TypeError, ValueError) as error:
+        raise InputError(where, f"malformed cluster description ({error})") from None
 
 
 def segments(location: Path) -> list[Path]:
@@ -131,38 +197,19 @@ def log_run(
                 applied = usual
         outcome = simulation.apply(applied)
         for job in view.jobs:
-            spec = job.spec
+            job_id = job.spec.job_id
+            placed = applied.get(job_id)
             pending.append(
-                DecisionRecord(
-                    time_s=view.time_s,
-                    slot_s=view.slot_s,
-                    cluster=view.cluster.name,
-                    job_id=spec.job_id,
-                    model=spec.model,
-                    architecture=spec.architecture.value,
-                    arrival_s=spec.arrival_s,
-                    declared_epochs=spec.declared_epochs,
-                    samples_per_epoch=spec.samples_per_epoch,
-                    worker_gpu=spec.worker_demand.gpu,
-                    worker_cpu=spec.worker_demand.cpu,
-                    worker_mem_gb=spec.worker_demand.mem_gb,
-                    ps_cpu=spec.ps_demand.cpu,
-                    ps_mem_gb=spec.ps_demand.mem_gb,
-                    max_workers=spec.max_workers,
-                    max_ps=spec.max_ps,
-                    progress_epochs=job.progress_epochs,
-                    held_workers=job.allocation.num_workers,
-                    held_ps=job.allocation.num_ps,
-                    model_version=model_version,
-                    incumbent=incumbent.name,
-                    incumbent_workers=usual.get(spec.job_id).num_workers,
-                    incumbent_ps=usual.get(spec.job_id).num_ps,
-                    proposed_workers=proposed.get(spec.job_id).num_workers,
-                    proposed_ps=proposed.get(spec.job_id).num_ps,
-                    applied_workers=applied.get(spec.job_id).num_workers,
-                    applied_ps=applied.get(spec.job_id).num_ps,
-                    mode=mode,
-                    observed_epochs=outcome.progress_epochs.get(spec.job_id, 0.0),
+                decision_record(
+                    view,
+                    job,
+                    usual.get(job_id),
+                    proposed.get(job_id),
+                    (placed.num_workers, placed.num_ps),
+                    model_version,
+                    incumbent.name,
+                    mode,
+                    outcome.progress_epochs.get(job_id, 0.0),
                 )
             )
         if simulation.slot - first_slot >= slots_per_segment or simulation.done:
@@ -171,6 +218,53 @@ def log_run(
             pending, first_slot = [], simulation.slot
     result = simulation.result(proposer.name)
     return written, sum(job.jct_s for job in result.jobs) / len(result.jobs)
+
+
+def decision_record(
+    view: ClusterView,
+    job: JobView,
+    incumbent: JobAllocation,
+    proposed: JobAllocation,
+    applied: tuple[int, int],
+    model_version: str,
+    incumbent_name: str,
+    mode: str,
+    observed_epochs: float,
+    cluster: str | None = None,
+) -> DecisionRecord:
+    """One job's record of a slot: its state in `view`, the three decisions, and the progress observed."""
+    spec = job.spec
+    return DecisionRecord(
+        time_s=view.time_s,
+        slot_s=view.slot_s,
+        cluster=view.cluster.name if cluster is None else cluster,
+        job_id=spec.job_id,
+        model=spec.model,
+        architecture=spec.architecture.value,
+        arrival_s=spec.arrival_s,
+        declared_epochs=spec.declared_epochs,
+        samples_per_epoch=spec.samples_per_epoch,
+        worker_gpu=spec.worker_demand.gpu,
+        worker_cpu=spec.worker_demand.cpu,
+        worker_mem_gb=spec.worker_demand.mem_gb,
+        ps_cpu=spec.ps_demand.cpu,
+        ps_mem_gb=spec.ps_demand.mem_gb,
+        max_workers=spec.max_workers,
+        max_ps=spec.max_ps,
+        progress_epochs=job.progress_epochs,
+        held_workers=job.allocation.num_workers,
+        held_ps=job.allocation.num_ps,
+        model_version=model_version,
+        incumbent=incumbent_name,
+        incumbent_workers=incumbent.num_workers,
+        incumbent_ps=incumbent.num_ps,
+        proposed_workers=proposed.num_workers,
+        proposed_ps=proposed.num_ps,
+        applied_workers=applied[0],
+        applied_ps=applied[1],
+        mode=mode,
+        observed_epochs=observed_epochs,
+    )
 
 
 def _applied(jobs: Iterable[Any], usual: Allocation, proposed: Allocation, mode: str) -> Allocation:

@@ -27,8 +27,32 @@ The job contract between dl2 and the cluster (kinds, labels, annotations, how jo
 `dl2.kube.apiserver.contract`.
 """
 
-from dl2.kube.apiserver.faults import Fault, FaultKind
-from dl2.kube.apiserver.recording import RequestRecord, load_records, permissions
-from dl2.kube.apiserver.server import THIRD_PARTY_CRDS, LocalApiServer
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dl2.kube.apiserver.faults import Fault, FaultKind
+    from dl2.kube.apiserver.recording import RequestRecord, load_records, permissions
+    from dl2.kube.apiserver.server import THIRD_PARTY_CRDS, LocalApiServer
+
+_EXPORTS = {
+    "Fault": "faults",
+    "FaultKind": "faults",
+    "RequestRecord": "recording",
+    "load_records": "recording",
+    "permissions": "recording",
+    "THIRD_PARTY_CRDS": "server",
+    "LocalApiServer": "server",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Imported on first use, so that the controller can read `contract` without loading kmock and aiohttp."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+
 
 __all__ = ["THIRD_PARTY_CRDS", "Fault", "FaultKind", "LocalApiServer", "RequestRecord", "load_records", "permissions"]
