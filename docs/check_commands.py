@@ -1,6 +1,6 @@
 """Check that every command the documentation shows still parses: `.venv/bin/python docs/check_commands.py`.
 
-Reads the Markdown under `docs/`, `benchmarks/README.md`, `k8s/README.md` and the model cards; takes every
+Reads `README.md`, the Markdown under `docs/`, `benchmarks/README.md`, `k8s/README.md` and the model cards; takes every
 `dl2 ...` and `.venv/bin/python benchmarks/<script>.py ...` command (code blocks, with backslash continuations,
 and inline code), and parses it with the command's own argument parser without running it. Inline code may be
 a fragment (`dl2 train-rl --credit deviation`), so a missing required argument is not an error there; an unknown
@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = ("docs/*.md", "benchmarks/README.md", "k8s/README.md", "models/*/MODEL_CARD.md")
+PAGES = ("README.md", "docs/*.md", "benchmarks/README.md", "k8s/README.md", "models/*/MODEL_CARD.md")
 BENCHMARK = re.compile(r"^(?:\.venv/bin/)?python \S*benchmarks/(\w+)\.py\b")
 INLINE = re.compile(r"`((?:\$ )?(?:dl2 |(?:\.venv/bin/)?python \S*benchmarks/)[^`]*)`")
 PLACEHOLDER = re.compile(r"<[^>]*>|\[|\.\.\.")
@@ -61,7 +61,9 @@ def commands(path: Path) -> Iterator[tuple[int, str, bool]]:
 
 
 def without_comment(command: str) -> str:
-    return command.split(" #", 1)[0].strip()
+    """The command alone: no trailing comment, no `&` that sends it to the background, nothing it is piped to."""
+    command = command.split(" #", 1)[0].split(" | ", 1)[0].strip()
+    return command.removesuffix("&").strip()
 
 
 def check_dl2(argv: list[str]) -> str | None:
@@ -122,8 +124,10 @@ def check(command: str) -> str | None:
     return check_benchmark(match.group(1), argv[2:])
 
 
-def main() -> int:
-    failures = checked = 0
+def failures() -> tuple[int, list[str]]:
+    """How many commands were checked, and `file:line: command: error` for each that does not parse."""
+    checked = 0
+    found: list[str] = []
     for pattern in PAGES:
         for page in sorted(ROOT.glob(pattern)):
             for number, command, fragment in commands(page):
@@ -132,10 +136,16 @@ def main() -> int:
                 checked += 1
                 error = check(command)
                 if error is not None and not (fragment and "arguments are required" in error):
-                    failures += 1
-                    print(f"{page.relative_to(ROOT)}:{number}: {command}: {error}")
-    print(f"{checked} commands checked, {failures} do not parse")
-    return 1 if failures else 0
+                    found.append(f"{page.relative_to(ROOT)}:{number}: {command}: {error}")
+    return checked, found
+
+
+def main() -> int:
+    checked, found = failures()
+    for line in found:
+        print(line)
+    print(f"{checked} commands checked, {len(found)} do not parse")
+    return 1 if found else 0
 
 
 if __name__ == "__main__":

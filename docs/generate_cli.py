@@ -24,11 +24,22 @@ def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 
 def render() -> str:
-    os.environ["COLUMNS"] = WIDTH  # argparse reads it when it formats
     from dl2.cli.main import build_parser
 
     parser = build_parser()
     commands = subcommands(parser)
+    columns = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = WIDTH  # argparse reads it when it formats
+    try:
+        return page(parser, commands)
+    finally:
+        if columns is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = columns
+
+
+def page(parser: argparse.ArgumentParser, commands: dict[str, argparse.ArgumentParser]) -> str:
     lines = [
         "# `dl2` command reference",
         "",
