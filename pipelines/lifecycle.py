@@ -9,7 +9,11 @@ runs), telling the user what it does at each step.
 4. Register the fine-tuned model as `challenger` (its evaluation and ablation as metrics of its logged model).
 5. The promotion gate against the champion, or the incumbent scheduler when there is none; a promoted model is
    confirmed by a separate process that loads `models:/dl2-policy@champion`.
-6. The final table (champion, incumbent, every heuristic) and where to look.
+6. The closed loop on a local Kubernetes cluster (`pipelines.cluster_loop`): the champion in shadow mode on a
+   Philly slice (`dl2 serve` records every decision), a fine-tune on those records, the gate (confirmed by the
+   controller's SchedulerPolicy handshake), then the champion in active mode; its JCTs next to `dl2 simulate`'s
+   and the incumbent's.
+7. The registry and where to look.
 
 `--smoke` runs the same in a sandbox copy of the repository (`work/smoke/repo`, its own DVC state and MLflow
 store) with the smoke profile: about two minutes, and this checkout is not touched.
@@ -23,10 +27,11 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from dl2.core import Dl2Error
+from pipelines import cluster_loop, promote
 from pipelines import params as params_module
 from pipelines.params import Params
 from pipelines.stage import Layout, StageFailed
@@ -36,7 +41,7 @@ REMOTE = "local"
 REMOTE_DIR = "work/dvc-remote"
 """The local DVC remote, relative to the repository (ignored by git with the rest of work/)."""
 SMOKE_ROOT = ROOT / "work" / "smoke" / "repo"
-STEPS = 6
+STEPS = 7
 
 
 def say(text: str) -> None:
@@ -98,22 +103,46 @@ def registry_lines() -> list[str]:
     return lines
 
 
-def gate(params: Params, layout: Layout) -> None:
-    """Register the fine-tuned model as challenger, then the promotion gate, with its table."""
-    from pipelines import promote, register
+def register_challenger(params: Params, layout: Layout) -> None:
+    """Register the fine-tuned model as challenger (a new version only when the model changed)."""
+    from pipelines import register
 
-    step(4, "Register the fine-tuned model as challenger (MLflow registry, metrics on its logged model)")
     result = register.run(params, layout)
     created = "new version" if result.summary["created"] else "already registered"
     say(f"  dl2-policy v{result.summary['version']} ({created}, {result.summary['metrics']} metrics)")
-    step(5, "Promotion gate: the challenger against what it would replace, on the held-out workloads")
+
+
+def gate(params: Params, layout: Layout, confirmation: promote.Confirm | None = None) -> str:
+    """The promotion gate, with its table; returns its outcome line (also printed)."""
     try:
-        outcome = promote.run(params, layout)
+        outcome = promote.run(params, layout, confirmation=confirmation)
     finally:
         decision = layout.reports / "promotion.json"
         if decision.is_file() and "scores" in (document := json.loads(decision.read_text())):
             say("\n".join(promote.report_lines(document)))
-    say(promote.outcome_line(outcome))
+    line = promote.outcome_line(outcome)
+    say(line)
+    return line
+
+
+def learn_from_cluster(params: Params, layout: Layout) -> Callable[[promote.Confirm], str]:
+    """What the cluster loop does between its passes: collect the controller's records, `dvc repro` (DVC reruns
+    the fine-tune on the new feedback and what depends on it), `dvc push`, register, and the gate, whose
+    confirmation (given) is the handshake with the controller. Returns the gate's outcome line."""
+    from pipelines import collect
+
+    def learn(confirmation: promote.Confirm) -> str:
+        collected = collect.run(params, layout).summary
+        skipped = "".join(f"; quarantined {log}: {where}" for log, where in collected["quarantined"].items())
+        say(f"    collect: {collected['records']} new records into data/feedback/clusters{skipped}")
+        clock = time.perf_counter()
+        dvc("repro", "-q")
+        say(f"    dvc repro done in {time.perf_counter() - clock:.0f} s; dvc push")
+        dvc("push", "-q")
+        register_challenger(params, layout)
+        return gate(params, layout, confirmation)
+
+    return learn
 
 
 def store_uri() -> str:
@@ -124,7 +153,7 @@ def store_uri() -> str:
 
 
 def finish(layout: Layout, started: float, store: str) -> None:
-    step(6, "Where things stand")
+    step(7, "Where things stand")
     say("Registry (dl2-policy):")
     for line in registry_lines():
         say(line)
@@ -150,7 +179,12 @@ def full(params: Params) -> None:
     dvc("push", "-q")
     say(f"  pushed to {REMOTE_DIR}; dvc.lock records every input and output hash")
     say(dvc("metrics", "show", "--precision", "4", capture=True).rstrip())
+    step(4, "Register the fine-tuned model as challenger (MLflow registry, metrics on its logged model)")
+    register_challenger(params, layout)
+    step(5, "Promotion gate: the challenger against what it would replace, on the held-out workloads")
     gate(params, layout)
+    step(6, "The loop on a local Kubernetes cluster: shadow, fine-tune on its records, gate, active")
+    cluster_loop.run(params, layout, learn_from_cluster(params, layout))
     finish(layout, started, store)
 
 

@@ -177,6 +177,22 @@ class PromoteParams:
     """Safety: p99 JCT at most this multiple of what it replaces."""
 
 
+@config
+class ClusterParams:
+    enabled: bool = True
+    """Run the closed loop on a local Kubernetes cluster after the gate (`pipelines.cluster_loop`)."""
+    workload: str = "philly"
+    """The workload whose first jobs and nodes the local cluster runs (realistic mode)."""
+    jobs: Annotated[int, Ge(1), Le(10_000)] = 40
+    """Jobs of the workload the cluster runs (the first ones by arrival)."""
+    nodes: Annotated[int, Ge(1), Le(4096)] = 6
+    """Nodes of the workload's cluster the local cluster has (the first ones)."""
+    seed: Seed = 0
+    """Seed of the workload and of the simulated cluster."""
+    incumbent: str = "drf"
+    """What the cluster runs without dl2: the controller's fallback and the loop's reference."""
+
+
 SECTIONS: dict[str, type] = {
     "data": DataParams,
     "validate": ValidateParams,
@@ -185,6 +201,7 @@ SECTIONS: dict[str, type] = {
     "evaluate": EvaluateParams,
     "ablate": AblateParams,
     "promote": PromoteParams,
+    "cluster": ClusterParams,
 }
 """Sections that are the pipeline's own configurations (`warmup` and `finetune` are the library's)."""
 
@@ -202,6 +219,7 @@ class Params:
     evaluate: EvaluateParams = field(default_factory=EvaluateParams)
     ablate: AblateParams = field(default_factory=AblateParams)
     promote: PromoteParams = field(default_factory=PromoteParams)
+    cluster: ClusterParams = field(default_factory=ClusterParams)
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Top-level sections this schema does not know (other tools' settings), untouched."""
     raw: Mapping[str, Any] = field(default_factory=dict)
@@ -295,6 +313,7 @@ def _check_schedulers(sections: Mapping[str, Any], warmup: WarmUpConfig, where: 
         "evaluate.baselines": sections["evaluate"].baselines,
         "promote.incumbent": sections["promote"].incumbent,
         "feedback.incumbent": (sections["feedback"].incumbent,),
+        "cluster.incumbent": (sections["cluster"].incumbent,),
     }
     for key, names in named.items():
         for name in names:
