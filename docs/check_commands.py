@@ -87,6 +87,7 @@ def check_benchmark(script: str, argv: list[str]) -> str | None:
     spec = importlib.util.spec_from_file_location(f"benchmark_{script}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
     original = argparse.ArgumentParser.parse_args
 
