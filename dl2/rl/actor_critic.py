@@ -158,47 +158,27 @@ class ActorCritic:
             )
         return tasks
 
-    def _greedy_runs(self) -> Iterator[tuple[NumpyPolicy, PolicyConfig, int, int]]:
-        """Per training workload of an exact-credit iteration: the greedy policy, its configuration, the
-        workload's seed and a seed for the task's own draws."""
+    def _greedy_runs(self) -> Iterator[tuple[NumpyPolicy, PolicyConfig, str, int, int, float]]:
+        """Per training workload of an exact-credit iteration, the fields both kinds of task start with: the
+        greedy policy, its configuration, the training source, the workload's seed, a seed for the task's own
+        draws and the chance that a slot is changed."""
         config = self.config
         policy_config = PolicyConfig(self.env.observation, config.network, "compat", self.env.placer)
         policy = self.numpy_policy()
         for _ in range(config.episodes_per_iteration):
             seed = config.train_seed_offset + self.episodes_played
             self.episodes_played += 1
-            yield policy, policy_config, seed, int(self.rng.integers(2**31 - 1))
+            rng_seed = int(self.rng.integers(2**31 - 1))
+            yield policy, policy_config, config.train_source, seed, rng_seed, config.perturbation_probability
 
     def perturbation_tasks(self) -> list[PerturbationTask]:
-        config = self.config
-        return [
-            PerturbationTask(
-                policy,
-                policy_config,
-                config.train_source,
-                seed,
-                rng_seed,
-                config.perturbation_probability,
-                self.env.max_slots,
-            )
-            for policy, policy_config, seed, rng_seed in self._greedy_runs()
-        ]
+        return [PerturbationTask(*run, max_slots=self.env.max_slots) for run in self._greedy_runs()]
 
     def deviation_tasks(self) -> list[DeviationTask]:
         config = self.config
         return [
-            DeviationTask(
-                policy,
-                policy_config,
-                config.train_source,
-                seed,
-                rng_seed,
-                config.perturbation_probability,
-                config.alternatives,
-                config.continuation,
-                self.env.max_slots,
-            )
-            for policy, policy_config, seed, rng_seed in self._greedy_runs()
+            DeviationTask(*run, config.alternatives, config.continuation, self.env.max_slots)
+            for run in self._greedy_runs()
         ]
 
     def update_deviations(self, batches: list[DeviationBatch]) -> tuple[float, float]:
