@@ -189,16 +189,25 @@ def main(
     if add_arguments is not None:
         add_arguments(parser)
     args = parser.parse_args(argv)
-    try:
+
+    def work() -> None:
         result = run(params_module.from_args(args), args)
+        print(json.dumps(to_json(result.to_json()), sort_keys=True) if args.json else result.line())
+
+    return exit_status(name, work)
+
+
+def exit_status(name: str, work: Callable[[], int | None]) -> int:
+    """Run `work` for the command `name`: its exit status (0 when it returns None), 1 when it refuses its input
+    (`StageFailed`: the report is printed), 2 for bad parameters or unreadable input (one line)."""
+    try:
+        return work() or 0
     except StageFailed as failure:
         print(str(failure), file=sys.stderr)
         return 1
     except Dl2Error as error:
         print(f"{name}: error: {error}", file=sys.stderr)
         return 2
-    print(json.dumps(to_json(result.to_json()), sort_keys=True) if args.json else result.line())
-    return 0
 
 
 def main_without_arguments(

@@ -30,6 +30,7 @@ from dl2.rl.model_io import PolicyConfig
 from dl2.rl.networks import PolicyNetwork, ValueNetwork
 from dl2.rl.perturbation import PerturbationBatch, PerturbationTask
 from dl2.rl.rollout import Episode, EpisodeTask, slot_returns
+from dl2.rl.supervised import minibatches
 from dl2.rl.workers import RolloutPool
 
 
@@ -203,9 +204,7 @@ class ActorCritic:
             target = torch.softmax(old.gather(1, actions).masked_fill(~evaluated, MASKED_LOGIT) + scaled, dim=1)
         losses, entropies = [], []
         for _ in range(config.epochs_per_iteration):
-            order = torch.from_numpy(self.rng.permutation(len(actions)))
-            for start in range(0, len(actions), config.minibatch_size):
-                index = order[start : start + config.minibatch_size]
+            for index in minibatches(self.rng, len(actions), config.minibatch_size):
                 log_probs = torch.log_softmax(self.policy.masked_logits(obs[index], mask[index]), dim=1)
                 among = log_probs.gather(1, actions[index]).masked_fill(~evaluated[index], MASKED_LOGIT)
                 fit = -(target[index] * torch.log_softmax(among, dim=1)).sum(dim=1).mean()
@@ -362,9 +361,7 @@ class ActorCritic:
             old = torch.log_softmax(self.policy.masked_logits(obs, mask), dim=1).gather(1, act[:, None]).squeeze(1)
         losses, entropies = [], []
         for _ in range(config.epochs_per_iteration):
-            order = torch.from_numpy(self.rng.permutation(len(act)))
-            for start in range(0, len(act), config.minibatch_size):
-                index = order[start : start + config.minibatch_size]
+            for index in minibatches(self.rng, len(act), config.minibatch_size):
                 log_probs_all = torch.log_softmax(self.policy.masked_logits(obs[index], mask[index]), dim=1)
                 log_probs = log_probs_all.gather(1, act[index][:, None]).squeeze(1)
                 entropy = -(log_probs_all.exp() * log_probs_all).sum(dim=1).mean()
@@ -388,9 +385,7 @@ class ActorCritic:
         target = torch.from_numpy((targets - self.scale.mean) / self.scale.std).float()
         losses = []
         for _ in range(self.config.value_epochs):
-            order = torch.from_numpy(self.rng.permutation(len(target)))
-            for start in range(0, len(target), self.config.minibatch_size):
-                index = order[start : start + self.config.minibatch_size]
+            for index in minibatches(self.rng, len(target), self.config.minibatch_size):
                 value_loss = torch.mean((self.value(obs[index]) - target[index]) ** 2)
                 self.value_optimizer.zero_grad()
                 value_loss.backward()  # type: ignore[no-untyped-call]
