@@ -178,7 +178,9 @@ class ActorCritic:
     def deviation_tasks(self) -> list[DeviationTask]:
         config = self.config
         return [
-            DeviationTask(*run, config.alternatives, config.continuation, self.env.max_slots)
+            DeviationTask(
+                *run, max_slots=self.env.max_slots, alternatives=config.alternatives, continuation=config.continuation
+            )
             for run in self._greedy_runs()
         ]
 
