@@ -33,7 +33,7 @@ from typing import Any
 from dl2.core import DecisionRecord, Workload
 from dl2.io import print_json, to_json, write_json_atomic
 from pipelines.params import ClusterParams, Params
-from pipelines.stage import Layout, StageFailed
+from pipelines.stage import Layout, StageFailed, read_json_object
 
 CLUSTER_NAME = "dl2-local"
 SLOT_TIMEOUT_S = 120.0
@@ -273,7 +273,7 @@ def run(
     if champion is None:
         say("  no champion: nothing to run in the cluster")
         return {}
-    previous, wanted = _read(report_path), to_json(params.cluster)
+    previous, wanted = read_json_object(report_path), to_json(params.cluster)
     if previous and previous.get("slice") == wanted and previous["active"]["version"] == champion:
         say(f"  up to date: v{champion} already ran in active mode on this slice ({layout.relative(report_path)})")
         for line in result_lines(previous):
@@ -305,7 +305,7 @@ def run(
             api = cluster.api()
             outcome = learn(confirm_hook(api, mode="active"))
             say(f"    {outcome}")
-            confirmation = (_read(layout.reports / "promotion.json") or {}).get("confirmation") or {}
+            confirmation = (read_json_object(layout.reports / "promotion.json") or {}).get("confirmation") or {}
             if confirmation.get("detail"):
                 say(f"    the controller's answer: {confirmation['detail']}")
             version = champion_version() or champion
@@ -331,16 +331,6 @@ def run(
     for line in result_lines(report):
         say(line)
     return report
-
-
-def _read(path: Path) -> dict[str, Any] | None:
-    import json
-
-    try:
-        document = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return document if isinstance(document, dict) else None
 
 
 def exit_on_sigterm() -> None:

@@ -31,11 +31,11 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from dl2.core import Dl2Error
 from pipelines import cluster_loop, promote
 from pipelines import params as params_module
+from pipelines.environment import environment
 from pipelines.params import Params
-from pipelines.stage import Layout, StageFailed
+from pipelines.stage import Layout, StageFailed, exit_status
 from pipelines.tracking import ROOT
 
 REMOTE = "local"
@@ -49,17 +49,6 @@ TARGET = "report"
 
 def say(text: str) -> None:
     print(text, flush=True)
-
-
-def environment() -> dict[str, str]:
-    """The environment of DVC's stage commands: this interpreter's folder first on PATH, so `python -m
-    pipelines.<stage>` in dvc.yaml runs with the project's packages even when the venv is not activated."""
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    env.setdefault("GX_ANALYTICS_ENABLED", "false")
-    env.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    env.setdefault("DVC_NO_ANALYTICS", "1")
-    return env
 
 
 def dvc(*arguments: str, capture: bool = False) -> str:
@@ -249,17 +238,7 @@ def cli(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="the smoke profile, in a sandbox copy (work/smoke)")
     args = parser.parse_args(argv)
     cluster_loop.exit_on_sigterm()
-    try:
-        if args.smoke:
-            return smoke()
-        full(params_module.load())
-    except StageFailed as failure:
-        print(str(failure), file=sys.stderr)
-        return 1
-    except Dl2Error as error:
-        print(f"lifecycle: error: {error}", file=sys.stderr)
-        return 2
-    return 0
+    return exit_status("lifecycle", smoke if args.smoke else lambda: full(params_module.load()))
 
 
 if __name__ == "__main__":
