@@ -1,13 +1,13 @@
 """Compatibility mode vs the DL2 authors' simulator, timed in the same run on one core.
 
-Three timings per scheduler (DRF, Optimus, FIFO, SRTF: ours is `srtf-fraction`) and setting (their 10 default
-and 10 small workloads): our simulation in-process (the speed model built beforehand), the whole
-`dl2 simulate --mode compat --json` process (interpreter start, imports, speed model, workload loading, simulation, output), and the authors'
-own simulator (pengyanghua/DL2, Python 2.7) through `authors_driver.py` on the same workload files. Each is
-measured `--repeat` times in interleaved rounds, so that a load spike on a shared machine hits all three
-alike, and the best is kept; CPU seconds are recorded beside wall seconds. Their code has no licence and
-is never part of this repository: `--authors-code` names a checkout the user made (benchmarks/README.md).
-Without it, or without its Python 2.7 environment, the table has our two timings only and says why.
+Three timings per scheduler (DRF, Optimus, FIFO, SRTF: ours is `srtf-fraction`) and setting (their 10 default and
+10 small workloads): our simulation in-process (the speed model built beforehand), the whole `dl2 simulate --mode
+compat --json` process (interpreter start, imports, speed model, workload loading, simulation, output), and the
+authors' own simulator (pengyanghua/DL2, Python 2.7) through `authors_driver.py` on the same workload files. Each
+is measured `--repeat` times in interleaved rounds, so that a load spike on a shared machine hits all three alike,
+and the best is kept; CPU seconds are recorded beside wall seconds. Their code has no licence and is never part of
+this repository: `--authors-code` names a checkout the user made (benchmarks/README.md). Without it, or without its
+Python 2.7 environment, the table has our two timings only and says why.
 
 The JCTs are checked: ours against theirs from this run, within 2% (FIFO's results depend on the order of
 equal-key ties, which their code takes from Python 2 memory addresses: reported, not checked), and against
