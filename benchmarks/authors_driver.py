@@ -33,7 +33,7 @@ import types
 ENVIRONMENTS = {
     "drf": ("drf_env", "DRF_Env", "DRF"),
     "fifo": ("fifo_env", "FIFO_Env", "FIFO"),
-    "srtf-fraction": ("srtf_env", "SRTF_Env", "SRTF"),
+    "srtf": ("srtf_env", "SRTF_Env", "SRTF"),
     "optimus": ("optimus_env", "Optimus_Env", "Optimus"),
 }
 """Our scheduler name -> (their module, their environment class, their name)."""

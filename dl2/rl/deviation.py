@@ -28,7 +28,7 @@ from dl2.env.observation import Observer
 from dl2.rl.inference import NumpyPolicy
 from dl2.rl.learned import LearnedScheduler
 from dl2.rl.model_io import PolicyConfig
-from dl2.rl.perturbation import allocation_counts, finish, greedy_run_with_forks
+from dl2.rl.perturbation import ForkedRunTask, allocation_counts, finish
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import Mode
 from dl2.sim.run import speed_model
@@ -38,22 +38,13 @@ POLICY = "policy"
 
 
 @dataclass(frozen=True, slots=True)
-class DeviationTask:
-    """One training workload's deviations (picklable, for rollout workers)."""
+class DeviationTask(ForkedRunTask):
+    """One training workload's deviations: at each fork one decision is replaced."""
 
-    policy: NumpyPolicy
-    config: PolicyConfig
-    source: str
-    workload_seed: int
-    rng_seed: int
-    slot_probability: float
-    """Chance that a slot with a decision gets one decision replaced."""
     alternatives: int = 6
     """Other possible actions tried in place of the chosen decision (fewer when fewer are possible)."""
     continuation: str = POLICY
     """Who finishes each run: 'policy' (the greedy policy) or a heuristic's name (its own mechanism)."""
-    max_slots: int = 3_000
-    """Runs are cut at this slot; a job unfinished by then counts the time it has spent so far."""
 
 
 @dataclass(slots=True)
@@ -121,10 +112,7 @@ def run_deviations(task: DeviationTask) -> DeviationBatch:
         raise ValueError("deviation credit needs compatibility mode (a deterministic simulator)")
     if task.alternatives < 1:
         raise ValueError("deviation credit needs at least one alternative per state")
-    rng = np.random.default_rng(task.rng_seed)
-    run = greedy_run_with_forks(
-        task.policy, config, task.source, task.workload_seed, task.max_slots, task.slot_probability, rng
-    )
+    run, rng = task.forked_run()
     work, greedy_total = run.work, run.total_jct_s
     continue_with = _continuation(task, run.greedy)
     scale = len(work.jobs) * work.slot_s  # advantages in slots of average JCT

@@ -33,8 +33,9 @@ from dl2.sim.simulator import Simulation
 
 
 @dataclass(frozen=True, slots=True)
-class PerturbationTask:
-    """One training workload's perturbed slots (picklable, for rollout workers)."""
+class ForkedRunTask:
+    """What every exact-credit task starts from: the greedy policy through one training workload, forked at
+    random slots (picklable, for rollout workers)."""
 
     policy: NumpyPolicy
     config: PolicyConfig
@@ -42,10 +43,23 @@ class PerturbationTask:
     workload_seed: int
     rng_seed: int
     slot_probability: float
-    """Chance that a slot with a decision is perturbed."""
+    """Chance that a slot with a decision is forked (perturbed, or one of its decisions replaced)."""
     max_slots: int = 3_000
     """Runs are cut at this slot; a job unfinished by then counts the time it has spent so far (the same cut for
     the greedy run and every branch, so that a policy that starves jobs is still compared, never stalled)."""
+
+    def forked_run(self) -> tuple[GreedyRun, np.random.Generator]:
+        """The forked greedy run, and the task's generator after the forks were drawn (for its own draws)."""
+        rng = np.random.default_rng(self.rng_seed)
+        run = greedy_run_with_forks(
+            self.policy, self.config, self.source, self.workload_seed, self.max_slots, self.slot_probability, rng
+        )
+        return run, rng
+
+
+@dataclass(frozen=True, slots=True)
+class PerturbationTask(ForkedRunTask):
+    """One training workload's perturbed slots."""
 
 
 @dataclass(slots=True)
@@ -126,10 +140,7 @@ def run_perturbations(task: PerturbationTask) -> PerturbationBatch:
     config = task.config
     if config.mode != "compat":
         raise ValueError("perturbation credit needs compatibility mode (a deterministic simulator)")
-    rng = np.random.default_rng(task.rng_seed)
-    run = greedy_run_with_forks(
-        task.policy, config, task.source, task.workload_seed, task.max_slots, task.slot_probability, rng
-    )
+    run, rng = task.forked_run()
     work, greedy, greedy_total = run.work, run.greedy, run.total_jct_s
     scale = len(work.jobs) * work.slot_s  # advantages in slots of average JCT
     observations, masks, actions, advantages = [], [], [], []
