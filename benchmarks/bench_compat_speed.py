@@ -1,13 +1,13 @@
 """Compatibility mode vs the DL2 authors' simulator, timed in the same run on one core.
 
-Three timings per scheduler (DRF, Optimus, FIFO, SRTF) and setting (their 10 default and 10 small workloads):
-our simulation in-process (the speed model built beforehand), the whole `dl2 simulate --mode compat --json`
-process (interpreter start, imports, speed model, workload loading, simulation, output), and the authors'
-own simulator (pengyanghua/DL2, Python 2.7) through `authors_driver.py` on the same workload files. Each is
-measured `--repeat` times in interleaved rounds, so that a load spike on a shared machine hits all three
-alike, and the best is kept; CPU seconds are recorded beside wall seconds. Their code has no licence and
-is never part of this repository: `--authors-code` names a checkout the user made (benchmarks/README.md).
-Without it, or without its Python 2.7 environment, the table has our two timings only and says why.
+Three timings per scheduler (DRF, Optimus, FIFO, SRTF: ours is `srtf-fraction`) and setting (their 10 default and
+10 small workloads): our simulation in-process (the speed model built beforehand), the whole `dl2 simulate --mode
+compat --json` process (interpreter start, imports, speed model, workload loading, simulation, output), and the
+authors' own simulator (pengyanghua/DL2, Python 2.7) through `authors_driver.py` on the same workload files. Each
+is measured `--repeat` times in interleaved rounds, so that a load spike on a shared machine hits all three alike,
+and the best is kept; CPU seconds are recorded beside wall seconds. Their code has no licence and is never part of
+this repository: `--authors-code` names a checkout the user made (benchmarks/README.md). Without it, or without its
+Python 2.7 environment, the table has our two timings only and says why.
 
 The JCTs are checked: ours against theirs from this run, within 2% (FIFO's results depend on the order of
 equal-key ties, which their code takes from Python 2 memory addresses: reported, not checked), and against
@@ -44,6 +44,9 @@ DEFAULT_PYTHON2 = os.environ.get("DL2_AUTHORS_PYTHON", str(ROOT / "work" / "py27
 SCHEDULERS = ("drf", "optimus", "fifo", "srtf")
 SETTINGS = ("default", "small")
 THEIR_NAMES = {"drf": "DRF", "fifo": "FIFO", "srtf": "SRTF", "optimus": "Optimus"}
+OUR_NAMES = {"srtf": "srtf-fraction"}
+"""Our scheduler for each of theirs: their SRTF orders by the remaining fraction of epochs (`srtf-fraction`;
+dl2's `srtf` orders by estimated remaining time)."""
 TIE_ORDER_DEPENDENT = {"fifo"}
 JCT_TOLERANCE = 0.02
 BAR = 20.0
@@ -137,7 +140,8 @@ def authors_python_version(python2: Path) -> str:
 def time_simulation(workloads: list[Any], name: str, speed: Any) -> tuple[float, float, float]:
     """Our simulation of every workload in this process: wall s, CPU s, mean of the workloads' avg JCT."""
     tick, cpu = time.perf_counter(), time.process_time()
-    results = [simulate(w, make_scheduler(name, speed, True), SimConfig.compat(), speed) for w in workloads]
+    ours = OUR_NAMES.get(name, name)
+    results = [simulate(w, make_scheduler(ours, speed, True), SimConfig.compat(), speed) for w in workloads]
     wall_s, cpu_s = time.perf_counter() - tick, time.process_time() - cpu
     jcts = [summarize(r).avg_jct_slots for r in results]
     return wall_s, cpu_s, sum(jcts) / len(jcts)
@@ -146,7 +150,7 @@ def time_simulation(workloads: list[Any], name: str, speed: Any) -> tuple[float,
 def time_process(setting: str, name: str) -> tuple[float, float, float]:
     """The whole `dl2 simulate` command as a fresh process: wall s, CPU s (of the child), its mean avg JCT."""
     command = [sys.executable, "-m", "dl2.cli.main", "simulate", "--workload", f"dl2-official-{setting}"]
-    command += ["--scheduler", name, "--mode", "compat", "--json"]
+    command += ["--scheduler", OUR_NAMES.get(name, name), "--mode", "compat", "--json"]
     wall_s, cpu_s, stdout = run_child(command)
     return wall_s, cpu_s, float(json.loads(stdout)["avg_jct_slots"])
 

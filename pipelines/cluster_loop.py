@@ -33,7 +33,7 @@ from typing import Any
 from dl2.core import DecisionRecord, Workload
 from dl2.io import print_json, to_json, write_json_atomic
 from pipelines.params import ClusterParams, Params
-from pipelines.stage import Layout, StageFailed
+from pipelines.stage import Layout, StageFailed, read_json_object
 
 CLUSTER_NAME = "dl2-local"
 SLOT_TIMEOUT_S = 120.0
@@ -254,93 +254,122 @@ def result_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def run(
-    params: Params,
-    layout: Layout,
-    learn: Callable[[Callable[[int, Any, float], tuple[bool, str]]], str],
-    say: Callable[[str], None] = print,
-) -> dict[str, Any]:
-    """The loop: shadow pass, `learn(confirmation)` (collect, dvc repro, register, gate; returns the gate's
-    outcome line), active pass. Returns the report (also written to reports/cluster_loop.json)."""
-    from dl2.kube.promotion import confirm_hook, promote_policy
-    from pipelines.tracking import configure
+@dataclass(frozen=True, slots=True)
+class Passes:
+    """The two passes of the loop over one slice, each on a fresh local cluster."""
 
-    report_path = layout.reports / REPORT
-    if not params.cluster.enabled:
-        say("  skipped (cluster.enabled is false)")
-        return {}
-    champion = champion_version()
-    if champion is None:
-        say("  no champion: nothing to run in the cluster")
-        return {}
-    previous, wanted = _read(report_path), to_json(params.cluster)
-    if previous and previous.get("slice") == wanted and previous["active"]["version"] == champion:
-        say(f"  up to date: v{champion} already ran in active mode on this slice ({layout.relative(report_path)})")
-        for line in result_lines(previous):
-            say(line)
-        return previous
-    workload, uri = load_slice(params.cluster), configure()
-    seed, incumbent = params.cluster.seed, params.cluster.incumbent
-    decisions = layout.root / params.data.incoming
-    nodes = len(workload.cluster.nodes)
-    say(f"  {params.cluster.workload} slice: {len(workload.jobs)} jobs on {nodes} nodes (realistic mode)")
-    with tempfile.TemporaryDirectory(prefix="dl2-loop-", dir=layout.root / "work") as scratch:
-        folder = Path(scratch)
-        model_dir, placer = model_placer(champion, folder)
-        say(f"  a. shadow: dl2 serve runs the champion v{champion}, records every decision, resizes nothing")
+    workload: Workload
+    placer: str
+    """The placement the cluster uses: the champion's (the controller and `dl2 simulate` place alike)."""
+    folder: Path
+    decisions: Path
+    mlflow_uri: str
+    cluster: ClusterParams
+    say: Callable[[str], None]
+
+    def shadow(self, champion: int) -> Run:
+        """The champion in shadow mode: every decision recorded, no job resized."""
+        self.say(f"  a. shadow: dl2 serve runs the champion v{champion}, records every decision, resizes nothing")
         started = time.perf_counter()
-        with local_cluster(workload, placer, folder / "shadow", decisions, uri, seed) as cluster:
-            cluster.create_policy("shadow", champion, incumbent)
+        with self._cluster("shadow") as cluster:
+            cluster.create_policy("shadow", champion, self.cluster.incumbent)
             cluster.start_controller()
-            shadow = pass_through(cluster, "shadow", champion, started, say)
-        records = _records(decisions / CLUSTER_NAME)
-        say(f"    {shadow.records} decision records in {layout.relative(decisions / CLUSTER_NAME)}; some decisions:")
-        for line in decision_lines(records, incumbent):
-            say(line)
-        say("  b. learn: collect the records, dvc repro (the online stage learns from them), register, gate")
+            return pass_through(cluster, "shadow", champion, started, self.say)
+
+    def learn_then_active(self, champion: int, learn: Learn, reports: Path) -> tuple[str, Run]:
+        """With the controller up (mode off), `learn` with the handshake as the gate's confirmation; then the
+        champion (the promoted challenger, else the one before) in active mode over the slice."""
+        from dl2.kube.promotion import confirm_hook, promote_policy
+
         started = time.perf_counter()
-        with local_cluster(workload, placer, folder / "active", decisions, uri, seed) as cluster:
-            cluster.create_policy("off", champion, incumbent)
+        with self._cluster("active") as cluster:
+            cluster.create_policy("off", champion, self.cluster.incumbent)
             cluster.start_controller()
             api = cluster.api()
             outcome = learn(confirm_hook(api, mode="active"))
-            say(f"    {outcome}")
-            confirmation = (_read(layout.reports / "promotion.json") or {}).get("confirmation") or {}
+            self.say(f"    {outcome}")
+            confirmation = (read_json_object(reports / "promotion.json") or {}).get("confirmation") or {}
             if confirmation.get("detail"):
-                say(f"    the controller's answer: {confirmation['detail']}")
+                self.say(f"    the controller's answer: {confirmation['detail']}")
             version = champion_version() or champion
             if version == champion:  # nothing promoted: the operator's step from shadow to active
                 handshake = promote_policy(api, champion, "active", timeout_s=CONFIRM_TIMEOUT_S)
                 if not handshake.confirmed:
                     raise StageFailed(f"cluster loop: the controller did not run v{champion}: {handshake.detail}")
-                say(f"    {handshake.detail}")
-            say(f"  c. active: the controller runs the champion v{version} and resizes jobs")
-            active = pass_through(cluster, "active", version, started, say)
-        if version != champion:
-            model_dir, placer = model_placer(version, folder)
+                self.say(f"    {handshake.detail}")
+            self.say(f"  c. active: the controller runs the champion v{version} and resizes jobs")
+            return outcome, pass_through(cluster, "active", version, started, self.say)
+
+    @contextmanager
+    def _cluster(self, name: str) -> Iterator[LocalCluster]:
+        with local_cluster(
+            self.workload, self.placer, self.folder / name, self.decisions, self.mlflow_uri, self.cluster.seed
+        ) as cluster:
+            yield cluster
+
+
+Learn = Callable[[Callable[[int, Any, float], tuple[bool, str]]], str]
+"""(the gate's confirmation) -> the gate's outcome line: collect, dvc repro, register, gate."""
+
+
+def up_to_date(
+    params: Params, layout: Layout, champion: int | None, say: Callable[[str], None]
+) -> dict[str, Any] | None:
+    """The report to show instead of running: the loop is off, there is no champion, or the champion already ran
+    this slice in active mode (None: run the loop)."""
+    if not params.cluster.enabled:
+        say("  skipped (cluster.enabled is false)")
+        return {}
+    if champion is None:
+        say("  no champion: nothing to run in the cluster")
+        return {}
+    previous = read_json_object(layout.reports / REPORT)
+    if previous and previous.get("slice") == to_json(params.cluster) and previous["active"]["version"] == champion:
+        where = layout.relative(layout.reports / REPORT)
+        say(f"  up to date: v{champion} already ran in active mode on this slice ({where})")
+        for line in result_lines(previous):
+            say(line)
+        return previous
+    return None
+
+
+def run(params: Params, layout: Layout, learn: Learn, say: Callable[[str], None] = print) -> dict[str, Any]:
+    """The loop: shadow pass, `learn(confirmation)`, active pass. Returns the report (also written to
+    reports/cluster_loop.json)."""
+    from pipelines.tracking import configure
+
+    champion = champion_version()
+    shown = up_to_date(params, layout, champion, say)
+    if shown is not None or champion is None:
+        return shown or {}
+    workload, decisions = load_slice(params.cluster), layout.root / params.data.incoming
+    nodes = len(workload.cluster.nodes)
+    say(f"  {params.cluster.workload} slice: {len(workload.jobs)} jobs on {nodes} nodes (realistic mode)")
+    with tempfile.TemporaryDirectory(prefix="dl2-loop-", dir=layout.root / "work") as scratch:
+        folder = Path(scratch)
+        model_dir, placer = model_placer(champion, folder)
+        passes = Passes(workload, placer, folder, decisions, configure(), params.cluster, say)
+        shadow = passes.shadow(champion)
+        say(f"    {shadow.records} decision records in {layout.relative(decisions / CLUSTER_NAME)}; some decisions:")
+        for line in decision_lines(_records(decisions / CLUSTER_NAME), params.cluster.incumbent):
+            say(line)
+        say("  b. learn: collect the records, dvc repro (the online stage learns from them), register, gate")
+        outcome, active = passes.learn_then_active(champion, learn, layout.reports)
+        if active.version != champion:
+            model_dir, _ = model_placer(active.version, folder)
         reference = simulated(workload, model_dir, placer, params.cluster)
     report = {
-        "slice": wanted,
+        "slice": to_json(params.cluster),
         "shadow": shadow.to_json_dict(),
         "gate": outcome,
         "active": active.to_json_dict(),
         "simulate": reference,
         "records": layout.relative(decisions / CLUSTER_NAME),
     }
-    write_json_atomic(report_path, report)
+    write_json_atomic(layout.reports / REPORT, report)
     for line in result_lines(report):
         say(line)
     return report
-
-
-def _read(path: Path) -> dict[str, Any] | None:
-    import json
-
-    try:
-        document = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return document if isinstance(document, dict) else None
 
 
 def exit_on_sigterm() -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from dl2.io import write_text_atomic
 from dl2.sim.metrics import report_unit
 from pipelines import tracking
 from pipelines.code import code_version
@@ -191,19 +192,12 @@ def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
     """A CSV written next to `path` and renamed into place."""
     import csv
     import io
-    import os
-    import tempfile
 
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(rows[0]) if rows else ["percentile"], lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(handle, "w") as stream:
-        stream.write(buffer.getvalue())
-    os.chmod(temporary, 0o644)
-    os.replace(temporary, path)
+    write_text_atomic(path, buffer.getvalue())
 
 
 def plot_cdf(outcomes: Mapping[str, Outcome], params: Params, path: Path) -> None:

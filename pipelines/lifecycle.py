@@ -31,11 +31,11 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from dl2.core import Dl2Error
 from pipelines import cluster_loop, promote
 from pipelines import params as params_module
+from pipelines.environment import environment
 from pipelines.params import Params
-from pipelines.stage import Layout, StageFailed
+from pipelines.stage import Layout, StageFailed, exit_status
 from pipelines.tracking import ROOT
 
 REMOTE = "local"
@@ -49,17 +49,6 @@ TARGET = "report"
 
 def say(text: str) -> None:
     print(text, flush=True)
-
-
-def environment() -> dict[str, str]:
-    """The environment of DVC's stage commands: this interpreter's folder first on PATH, so `python -m
-    pipelines.<stage>` in dvc.yaml runs with the project's packages even when the venv is not activated."""
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    env.setdefault("GX_ANALYTICS_ENABLED", "false")
-    env.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    env.setdefault("DVC_NO_ANALYTICS", "1")
-    return env
 
 
 def dvc(*arguments: str, capture: bool = False) -> str:
@@ -106,6 +95,11 @@ def registry_lines() -> list[str]:
     return lines
 
 
+def _figure(value: object, scale: float, unit: str) -> str:
+    """A validation JCT as the report shows it (None: a run that did not finish, recorded as JSON null)."""
+    return f"{value / scale:.2f} {unit}" if isinstance(value, int | float) else "a run that did not finish"
+
+
 def finetune_line(layout: Layout, mode: str) -> str:
     """What fine-tuning did to the warm-up: RL's chosen checkpoint and whether the logged feedback was kept."""
     from dl2.sim.metrics import report_unit
@@ -115,14 +109,15 @@ def finetune_line(layout: Layout, mode: str) -> str:
     initial, best = metadata.get("initial_validation_avg_jct_s"), metadata.get("best_validation_avg_jct_s")
     if metadata.get("best_iteration", -1) < 0:
         rl = "RL kept the warm-up (no checkpoint validated better)"
-    elif isinstance(initial, float) and isinstance(best, float):
-        rl = f"RL improved the warm-up on validation: {best / scale:.2f} {unit}, from {initial / scale:.2f}"
+    elif initial is not None or best is not None:
+        now, before = _figure(best, scale, unit), _figure(initial, scale, unit)
+        rl = f"RL improved the warm-up on validation: {now}, from {before}"
     else:
         rl = f"RL's checkpoint of iteration {metadata['best_iteration']} validated best"
     feedback = metadata.get("feedback") or {}
     if not feedback:
         return f"  fine-tune: {rl}; no logged feedback"
-    after = f"{feedback['validation_avg_jct_s_after'] / scale:.2f} {unit}"
+    after = _figure(feedback["validation_avg_jct_s_after"], scale, unit)
     verdict = f"kept (validation {after})" if feedback["kept"] else f"not kept (validation {after}: worse)"
     return f"  fine-tune: {rl}; steps on {len(feedback['logs'])} decision logs {verdict}"
 
@@ -136,13 +131,13 @@ def online_line(layout: Layout, mode: str) -> str:
     if not online:
         return "  online: no cluster records collected yet: the candidate is the fine-tuned model"
     scale, unit = report_unit(mode)
-    before = online["validation_avg_jct_s_before"] / scale
-    after = online["validation_avg_jct_s_after"] / scale
+    before = _figure(online["validation_avg_jct_s_before"], scale, unit)
+    after = _figure(online["validation_avg_jct_s_after"], scale, unit)
     decisions = sum(log["decisions"] for log in online["logs"])
     verdict = "kept" if online["kept"] else "not kept: it validated worse"
     return (
         f"  online: steps on {decisions} decisions from {len(online['logs'])} cluster logs; validation "
-        f"{after:.2f} {unit} after, {before:.2f} before ({verdict})"
+        f"{after} after, {before} before ({verdict})"
     )
 
 
@@ -249,17 +244,7 @@ def cli(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="the smoke profile, in a sandbox copy (work/smoke)")
     args = parser.parse_args(argv)
     cluster_loop.exit_on_sigterm()
-    try:
-        if args.smoke:
-            return smoke()
-        full(params_module.load())
-    except StageFailed as failure:
-        print(str(failure), file=sys.stderr)
-        return 1
-    except Dl2Error as error:
-        print(f"lifecycle: error: {error}", file=sys.stderr)
-        return 2
-    return 0
+    return exit_status("lifecycle", smoke if args.smoke else lambda: full(params_module.load()))
 
 
 if __name__ == "__main__":

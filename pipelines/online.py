@@ -14,7 +14,6 @@ cluster feedback reruns this short stage, not reinforcement learning in the simu
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -25,7 +24,7 @@ from pipelines import tracking
 from pipelines.code import code_version
 from pipelines.params import Params
 from pipelines.rl import env_config, finetune_config, save
-from pipelines.stage import Layout, StageResult, main, write_json
+from pipelines.stage import Layout, StageResult, main_without_arguments, write_json
 
 RECORD = "online.json"
 """What the stage did, in the model folder: its code version and the logs learned from (outside the model's digest,
@@ -105,12 +104,8 @@ def _copy_model(source: Path, destination: Path) -> None:
         copy.rename(destination)
 
 
-def _run(params: Params, args: argparse.Namespace) -> StageResult:
-    return run(params)
-
-
 def cli(argv: Sequence[str] | None = None) -> int:
-    return main("online", "Learn from the decision records clusters logged.", _run, argv=argv)
+    return main_without_arguments("online", "Learn from the decision records clusters logged.", run, argv)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from annotated_types import Ge, Gt, Le, Lt, MinLen
 
-from dl2.config import ConfigError, Keys, build, config, refuse
+from dl2.config import ConfigError, Keys, build, config, merge, refuse
 from dl2.core import Dl2Error, InputError
 from dl2.core.inputs import read_text
 from dl2.core.limits import MAX_TASKS_PER_JOB, MAX_TIME_S
@@ -278,7 +278,7 @@ def from_mapping(
     if profile == "smoke":
         if not isinstance(profile_overrides, dict):
             raise ParamsError(f"{where}: smoke: expected a mapping of section overrides")
-        data = _merge(data, profile_overrides)
+        data = merge(data, profile_overrides)
     for override in overrides:
         _apply_override(data, override)
     try:
@@ -337,16 +337,6 @@ def _check_schedulers(sections: Mapping[str, Any], warmup: WarmUpConfig, where: 
                 raise ParamsError(f"{where}: {error}") from None
     if warmup.observation.packed and mode != "compat":
         raise ParamsError(f"{where}: {refuse('warmup.packed', True, 'packed requests are a compat-mode option')}")
-
-
-def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in top.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = _merge(dict(merged[key]), value)
-        else:
-            merged[key] = value
-    return merged
 
 
 def _apply_override(raw: dict[str, Any], override: str) -> None:

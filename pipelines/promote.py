@@ -49,7 +49,7 @@ from dl2.sim.metrics import report_unit
 from pipelines import registry, tracking
 from pipelines.params import Params
 from pipelines.registry import CHALLENGER, CHAMPION, NAME, Version
-from pipelines.stage import Layout, StageFailed, StageResult, main, write_json
+from pipelines.stage import Layout, StageFailed, StageResult, main, read_json_object, write_json
 
 CONFIRM_TIMEOUT_S = 300.0
 """How long the confirmation check may take (it loads MLflow and the model, then simulates a few jobs)."""
@@ -392,7 +392,7 @@ def run(
         return StageResult("promote", (), summary={"status": "no-challenger"})
     gate = _gate(params)
     key = _key(challenger, champion, gate)
-    previous = _read(decision_path)
+    previous = read_json_object(decision_path)
     if previous is not None and previous.get("key") == key:
         status = previous.get("status")
         if status == "accepted":  # interrupted after the gate: resume
@@ -602,14 +602,6 @@ def _log_gate(decision: Mapping[str, Any], scores: Mapping[str, Score], params: 
     return str(run.info.run_id)
 
 
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
@@ -629,7 +621,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 def _run(params: Params, args: argparse.Namespace) -> StageResult:
     result = run(params, confirm_timeout_s=args.confirm_timeout_s)
-    decision = _read(Layout().reports / "promotion.json")
+    decision = read_json_object(Layout().reports / "promotion.json")
     if decision is not None and "scores" in decision and result.summary.get("status") not in NO_GATE:
         print("\n".join(report_lines(decision)))
     print(outcome_line(result))
