@@ -37,7 +37,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add_sim_options(parser)
     parser.add_argument("--seeds", default="0", help="comma-separated seeds")
     parser.add_argument("--sampled", action="store_true", help="also evaluate sampled (not argmax) decisions")
-    parser.add_argument("--out", type=Path, default=None, help="write the evaluation (JSON) to this file")
+    parser.add_argument("--out", type=Path, default=None, help="write evaluation.json here")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(run=run)
 
