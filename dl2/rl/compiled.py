@@ -21,21 +21,6 @@ from typing import Any
 import numpy as np
 
 
-def _add_product(out: np.ndarray, vector: np.ndarray, weight: np.ndarray) -> None:
-    """`out += vector @ weight`, skipping the zero entries of `vector` (most features and ReLU outputs are 0)."""
-    for i in range(weight.shape[0]):
-        value = vector[i]
-        if value != 0.0:
-            for k in range(weight.shape[1]):
-                out[k] += value * weight[i, k]
-
-
-def _relu(values: np.ndarray) -> None:
-    for k in range(values.shape[0]):
-        if values[k] < 0.0:
-            values[k] = 0.0
-
-
 def _greedy_local(
     x: np.ndarray,
     mask: np.ndarray,
@@ -78,14 +63,27 @@ def _greedy_local(
         occupied[j] = any_feature
         h = cached_jobs[j].copy()
         for layer in range(len(encoder_weights)):
-            out = encoder_biases[layer].copy()
-            _add_product(out, h, encoder_weights[layer])
-            _relu(out)
+            weight = encoder_weights[layer]
+            bias = encoder_biases[layer]
+            out = bias.copy()
+            for i in range(weight.shape[0]):
+                value = h[i]
+                if value != 0.0:
+                    for k in range(weight.shape[1]):
+                        out[k] += value * weight[i, k]
+            for k in range(out.shape[0]):
+                if out[k] < 0.0:
+                    out[k] = 0.0
             h = out
         for k in range(width):
             embeddings[j, k] = h[k]
-        head_part[j, :] = 0.0
-        _add_product(head_part[j], h, head_jobs)
+        for k in range(head_part.shape[1]):
+            head_part[j, k] = 0.0
+        for i in range(width):
+            value = h[i]
+            if value != 0.0:
+                for k in range(head_part.shape[1]):
+                    head_part[j, k] += value * head_jobs[i, k]
     # pooled mean over occupied columns (all columns count as torch's sum / max(count, 1) when none is)
     count = 0
     for j in range(window):
@@ -100,11 +98,26 @@ def _greedy_local(
         for k in range(width):
             pooled[k] /= count
     context = context_bias.copy()
-    _add_product(context, pooled, context_pooled)
-    _add_product(context, x[window * features :], context_tail)
-    _relu(context)
+    for i in range(width):
+        value = pooled[i]
+        if value != 0.0:
+            for k in range(context.shape[0]):
+                context[k] += value * context_pooled[i, k]
+    tail_start = window * features
+    for i in range(context_tail.shape[0]):
+        value = x[tail_start + i]
+        if value != 0.0:
+            for k in range(context.shape[0]):
+                context[k] += value * context_tail[i, k]
+    for k in range(context.shape[0]):
+        if context[k] < 0.0:
+            context[k] = 0.0
     out = context_out_bias.copy()
-    _add_product(out, context, context_out)
+    for i in range(context.shape[0]):
+        value = context[i]
+        if value != 0.0:
+            for k in range(out.shape[0]):
+                out[k] += value * context_out[i, k]
     hidden_width = out.shape[0] - 1
     heads = last.shape[1]
     best, best_logit = -1, np.float32(0.0)
@@ -135,9 +148,5 @@ def greedy_kernel() -> Callable[..., int] | None:
         import numba
     except ImportError:  # an optional accelerator: everything works without it, only slower
         return None
-    from numba.extending import register_jitable
-
-    for helper in (_add_product, _relu):  # callable from the kernel, inlined into it
-        register_jitable(inline="always")(helper)
     kernel: Callable[..., int] = numba.njit(cache=True, nogil=True)(_greedy_local)
     return kernel
