@@ -77,10 +77,10 @@ def trace_expectations(config: ValidateParams) -> list[Any]:
 def log_expectations(config: ValidateParams) -> list[Any]:
     import great_expectations.expectations as gxe
 
-    from dl2.sim.decision_log import MODES
+    from dl2.sim.decision_log import MODES, NODE_FIELDS
 
     fields = DecisionRecord.field_names()
-    numeric = [name for name in fields if name not in _TEXT_FIELDS]
+    numeric = [name for name in fields if name not in _TEXT_FIELDS and name not in NODE_FIELDS]
     return [
         gxe.ExpectTableColumnsToMatchSet(column_set=[*fields, RECORD, *LOG_DERIVED], exact_match=True),
         *(gxe.ExpectColumnValuesToNotBeNull(column=name) for name in fields),
@@ -131,7 +131,7 @@ def log_frames(location: Path) -> tuple[Any, Any]:
     """(raw, typed) frames of a decision log (a folder of segments or one .jsonl file), in log order."""
     import pandas as pd
 
-    from dl2.sim.decision_log import segments
+    from dl2.sim.decision_log import NODE_FIELDS, segments
 
     rows: list[dict[str, Any]] = []
     for path in segments(location):
@@ -149,9 +149,12 @@ def log_frames(location: Path) -> tuple[Any, Any]:
         raise InputError(str(location), "the decision log has no records")
     raw = pd.DataFrame(rows)
     raw.insert(0, RECORD, range(1, len(raw) + 1))
+    for name in NODE_FIELDS:  # optional in the format: a log without placement has none
+        if name not in raw:
+            raw[name] = [[] for _ in range(len(raw))]
     typed = raw.copy()
     for name in DecisionRecord.field_names():
-        if name in typed and name not in _TEXT_FIELDS:
+        if name in typed and name not in _TEXT_FIELDS and name not in NODE_FIELDS:
             typed[name] = pd.to_numeric(typed[name], errors="coerce")
     if {"cluster", "job_id", "time_s", "progress_epochs", "declared_epochs"} <= set(typed.columns):
         by_job = typed.groupby(["cluster", "job_id"], sort=False)

@@ -2,7 +2,9 @@
 
 A record is self-contained: with the cluster it came from, the records of one slot rebuild the scheduler's
 view of that slot (the job's demands and limits are in the record), so the log can drive supervised warm-up
-(the applied decisions are a teacher) and online fine-tuning (the observed progress is the reward).
+(the applied decisions are a teacher) and online fine-tuning (the observed progress is the reward). Where the
+applied placement is recorded, the records of a slot also say which jobs shared which servers, and with the
+observed progress they are samples of a speed-prediction model (`dl2.placement.samples`).
 The log itself (append-only, atomic segments) is `dl2.sim.decision_log`.
 """
 
@@ -61,6 +63,11 @@ class DecisionRecord:
     """'shadow' (incumbent applied), 'canary' or 'active' (proposal applied where allowed), 'simulated'."""
     observed_epochs: float
     """Epoch progress observed during the slot."""
+    applied_worker_nodes: tuple[int, ...] = ()
+    """Nodes of the applied workers, one entry per worker (empty where the log does not say: placement is then
+    unknown, as in logs written before placement was recorded)."""
+    applied_ps_nodes: tuple[int, ...] = ()
+    """Nodes of the applied parameter servers, one entry per PS."""
 
     def to_json_dict(self) -> dict[str, Any]:
         return asdict(self)

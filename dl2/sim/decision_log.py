@@ -17,9 +17,18 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from dl2.core import Allocation, DecisionRecord, InputError, InvalidAllocationError, Scheduler, Workload
+from dl2.core import (
+    Allocation,
+    ClusterView,
+    DecisionRecord,
+    InputError,
+    InvalidAllocationError,
+    JobView,
+    Scheduler,
+    Workload,
+)
 from dl2.sim.config import SimConfig
-from dl2.sim.simulator import Simulation
+from dl2.sim.simulator import Simulation, SlotOutcome
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.speed import SpeedModel
 
@@ -28,6 +37,8 @@ _INTEGER_FIELDS = {"max_workers", "max_ps", "held_workers", "held_ps"} | {
     f"{who}_{role}" for who in ("incumbent", "proposed", "applied") for role in ("workers", "ps")
 }
 _TEXT_FIELDS = {"cluster", "job_id", "model", "architecture", "model_version", "incumbent", "mode"}
+NODE_FIELDS = ("applied_worker_nodes", "applied_ps_nodes")
+"""Lists of node indices; optional (a log written without placement leaves them out)."""
 
 
 def write_segment(directory: Path, records: Sequence[DecisionRecord], first_slot: int) -> Path | None:
@@ -80,6 +91,14 @@ def parse_record(line: str, where: str, number: int) -> DecisionRecord:
         raise InputError(where, "expected a JSON object", row=number)
     values: dict[str, Any] = {}
     for name in DecisionRecord.field_names():
+        if name in NODE_FIELDS:
+            value = data.get(name, [])
+            if not isinstance(value, list) or not all(
+                isinstance(node, int) and not isinstance(node, bool) and node >= 0 for node in value
+            ):
+                raise InputError(where, f"expected a list of node indices, got {value!r}", row=number, field=name)
+            values[name] = tuple(value)
+            continue
         if name not in data:
             raise InputError(where, "missing", row=number, field=name)
         value = data[name]
@@ -135,39 +154,8 @@ def log_run(
                 applied = usual
         outcome = simulation.apply(applied)
         for job in view.jobs:
-            spec = job.spec
             pending.append(
-                DecisionRecord(
-                    time_s=view.time_s,
-                    slot_s=view.slot_s,
-                    cluster=view.cluster.name,
-                    job_id=spec.job_id,
-                    model=spec.model,
-                    architecture=spec.architecture.value,
-                    arrival_s=spec.arrival_s,
-                    declared_epochs=spec.declared_epochs,
-                    samples_per_epoch=spec.samples_per_epoch,
-                    worker_gpu=spec.worker_demand.gpu,
-                    worker_cpu=spec.worker_demand.cpu,
-                    worker_mem_gb=spec.worker_demand.mem_gb,
-                    ps_cpu=spec.ps_demand.cpu,
-                    ps_mem_gb=spec.ps_demand.mem_gb,
-                    max_workers=spec.max_workers,
-                    max_ps=spec.max_ps,
-                    progress_epochs=job.progress_epochs,
-                    held_workers=job.allocation.num_workers,
-                    held_ps=job.allocation.num_ps,
-                    model_version=model_version,
-                    incumbent=incumbent.name,
-                    incumbent_workers=usual.get(spec.job_id).num_workers,
-                    incumbent_ps=usual.get(spec.job_id).num_ps,
-                    proposed_workers=proposed.get(spec.job_id).num_workers,
-                    proposed_ps=proposed.get(spec.job_id).num_ps,
-                    applied_workers=applied.get(spec.job_id).num_workers,
-                    applied_ps=applied.get(spec.job_id).num_ps,
-                    mode=mode,
-                    observed_epochs=outcome.progress_epochs.get(spec.job_id, 0.0),
-                )
+                slot_record(view, job, model_version, incumbent.name, usual, proposed, applied, mode, outcome)
             )
         if simulation.slot - first_slot >= slots_per_segment or simulation.done:
             write_segment(directory, pending, first_slot)
@@ -175,6 +163,55 @@ def log_run(
             pending, first_slot = [], simulation.slot
     result = simulation.result(proposer.name)
     return written, sum(job.jct_s for job in result.jobs) / len(result.jobs)
+
+
+def slot_record(
+    view: ClusterView,
+    job: JobView,
+    model_version: str,
+    incumbent: str,
+    usual: Allocation,
+    proposed: Allocation,
+    applied: Allocation,
+    mode: str,
+    outcome: SlotOutcome,
+) -> DecisionRecord:
+    """One job's record of a slot: its view, the three decisions (applied placement included) and its progress."""
+    spec = job.spec
+    placed = applied.get(spec.job_id)
+    return DecisionRecord(
+        time_s=view.time_s,
+        slot_s=view.slot_s,
+        cluster=view.cluster.name,
+        job_id=spec.job_id,
+        model=spec.model,
+        architecture=spec.architecture.value,
+        arrival_s=spec.arrival_s,
+        declared_epochs=spec.declared_epochs,
+        samples_per_epoch=spec.samples_per_epoch,
+        worker_gpu=spec.worker_demand.gpu,
+        worker_cpu=spec.worker_demand.cpu,
+        worker_mem_gb=spec.worker_demand.mem_gb,
+        ps_cpu=spec.ps_demand.cpu,
+        ps_mem_gb=spec.ps_demand.mem_gb,
+        max_workers=spec.max_workers,
+        max_ps=spec.max_ps,
+        progress_epochs=job.progress_epochs,
+        held_workers=job.allocation.num_workers,
+        held_ps=job.allocation.num_ps,
+        model_version=model_version,
+        incumbent=incumbent,
+        incumbent_workers=usual.get(spec.job_id).num_workers,
+        incumbent_ps=usual.get(spec.job_id).num_ps,
+        proposed_workers=proposed.get(spec.job_id).num_workers,
+        proposed_ps=proposed.get(spec.job_id).num_ps,
+        applied_workers=placed.num_workers,
+        applied_ps=placed.num_ps,
+        mode=mode,
+        observed_epochs=outcome.progress_epochs.get(spec.job_id, 0.0),
+        applied_worker_nodes=placed.worker_nodes,
+        applied_ps_nodes=placed.ps_nodes,
+    )
 
 
 def _applied(jobs: Iterable[Any], usual: Allocation, proposed: Allocation, mode: str) -> Allocation:
