@@ -100,6 +100,19 @@ class NodeState:
             1.0 - free[2] * inverse[2] if inverse[2] else 0.0,
         )
 
+    def fitting_nodes(self, demand: Demand) -> np.ndarray:
+        """Indices of the nodes that fit `demand` (the test of `fits`, for every node at once)."""
+        free = self._synced_free()
+        result: np.ndarray = np.flatnonzero(
+            (demand[0] <= free[:, 0] + _EPS) & (demand[1] <= free[:, 1] + _EPS) & (demand[2] <= free[:, 2] + _EPS)
+        )
+        return result
+
+    def free_fractions(self) -> np.ndarray:
+        """Free / capacity per node and resource type, shape (nodes, 3) (0 for a resource the node lacks)."""
+        result: np.ndarray = self._synced_free() * self._inverse_array
+        return result
+
     def utilisation_of_all(self) -> np.ndarray:
         """`utilisation` of every node (the same float operations, so the same values)."""
         used = 1.0 - self._synced_free() * self._inverse_array
@@ -130,14 +143,9 @@ class NodeState:
             if vectorised is not None and self.num_nodes >= self.vectorise_from_nodes:
                 # a ranking's first use on a big cluster: keys and fits for every node at once (the same float
                 # operations as the scalar key and `fits`, so the same order)
-                free = self._synced_free()
-                fitting = np.flatnonzero(
-                    (demand[0] <= free[:, 0] + _EPS)
-                    & (demand[1] <= free[:, 1] + _EPS)
-                    & (demand[2] <= free[:, 2] + _EPS)
-                )
+                fitting = self.fitting_nodes(demand)
                 keys = vectorised(self)[fitting]
-                nodes = fitting.tolist()
+                nodes: list[int] = fitting.tolist()
                 heap = list(zip(keys.tolist(), nodes, [version[node] for node in nodes], strict=True))
             else:
                 heap = [

@@ -30,6 +30,8 @@ class Tenancy:
         self.type_of = [CATALOGUE[job.spec.model].type_index for job in jobs]
         self.on_node: list[dict[int, list[int]]] = [{} for _ in range(num_nodes)]
         """node -> rank -> [workers, PS] of that job there."""
+        self.held_by: list[dict[int, list[int]]] = [{} for _ in jobs]
+        """rank -> node -> the same [workers, PS] lists: each job's servers."""
         self.jobs_of_type = np.zeros((num_nodes, NUM_TYPES), dtype=np.float64)
         """[node, type]: distinct jobs of the type with a task on the node."""
         self.tasks = np.zeros((num_nodes, 2), dtype=np.float64)
@@ -44,7 +46,7 @@ class Tenancy:
     def add(self, rank: int, node: int, is_ps: bool, count: int = 1) -> None:
         held = self.on_node[node].get(rank)
         if held is None:
-            held = self.on_node[node][rank] = [0, 0]
+            held = self.on_node[node][rank] = self.held_by[rank][node] = [0, 0]
             self.jobs_of_type[node, self.type_of[rank]] += 1
         held[is_ps] += count
         self.tasks[node, int(is_ps)] += count
@@ -56,6 +58,7 @@ class Tenancy:
         self.tasks[node, int(is_ps)] -= 1
         if held == [0, 0]:
             del self.on_node[node][rank]
+            del self.held_by[rank][node]
             self.jobs_of_type[node, self.type_of[rank]] -= 1
         self.version += 1
 

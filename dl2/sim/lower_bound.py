@@ -63,6 +63,12 @@ def workload_bounds(workload: Workload, config: SimConfig, speed: SpeedModel) ->
     return [job_bound(job, slot_s, fastest, pause_s) for job in workload.jobs]
 
 
+def average_bound_s(workload: Workload, config: SimConfig, speed: SpeedModel) -> float:
+    """The bound on the workload's average JCT: the mean of its jobs' bounds."""
+    bounds = workload_bounds(workload, config, speed)
+    return sum(bound.jct_s for bound in bounds) / max(len(bounds), 1)
+
+
 def job_bound(job: Job, slot_s: float, fastest: FastestPlacements, pause_s: float) -> JobBound:
     """`job` alone on the cluster from its first decision point, at its fastest feasible placement."""
     spec = job.spec
@@ -96,18 +102,26 @@ class FastestPlacements:
     def _search(self, spec: JobSpec) -> tuple[JobAllocation, float]:
         best: tuple[JobAllocation, float] = (JobAllocation(), 0.0)
         ring = spec.architecture is Architecture.ALLREDUCE
-        max_ps = 0 if ring else spec.max_ps
-        table = _pair_table(spec.worker_demand, spec.ps_demand, self.capacities, spec.max_workers, max_ps, ring)
-        for num_ps in [0] if ring else range(1, max_ps + 1):
+        for num_ps in [0] if ring else range(1, spec.max_ps + 1):
             for num_workers in range(1, spec.max_workers + 1):
-                layout = _layout(table, num_workers, num_ps)
-                if layout is None or not _enough_servers(layout, self.available):
+                allocation = self.packed(spec, num_workers, num_ps)
+                if allocation is None:
                     continue
-                allocation = _instance(layout, self.cluster)
                 value = self.speed.placed_throughput(spec, allocation)
                 if value > best[1] + _EPS:
                     best = (allocation, value)
         return best
+
+    def packed(self, spec: JobSpec, num_workers: int, num_ps: int) -> JobAllocation | None:
+        """Exactly these tasks alone on the cluster with the most co-located worker-PS pairs (for all-reduce, on
+        the fewest servers); None if they do not fit."""
+        ring = spec.architecture is Architecture.ALLREDUCE
+        max_workers, max_ps = max(spec.max_workers, num_workers), 0 if ring else max(spec.max_ps, num_ps)
+        table = _pair_table(spec.worker_demand, spec.ps_demand, self.capacities, max_workers, max_ps, ring)
+        layout = _layout(table, num_workers, num_ps)
+        if layout is None or not _enough_servers(layout, self.available):
+            return None
+        return _instance(layout, self.cluster)
 
 
 Layout = tuple[tuple[Resources, int, int], ...]
