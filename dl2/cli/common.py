@@ -8,11 +8,13 @@ import math
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from dl2.core import Dl2Error, InputError, Workload
+from dl2.schedulers.placement import Placer
 from dl2.schedulers.registry import COMPAT_SCHEDULERS, PLACERS, SCHEDULERS, make_scheduler
 from dl2.sim.config import Mode, RescaleCost, RescaleKind, SimConfig
 from dl2.sim.run import SchedulerBuilder
@@ -36,7 +38,12 @@ def add_sim_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--mode", choices=[m.value for m in Mode], default=Mode.REALISTIC.value, help="simulator fidelity"
     )
-    parser.add_argument("--placer", choices=sorted(PLACERS), default="load-balance", help="realistic-mode placement")
+    parser.add_argument(
+        "--placer",
+        default=None,
+        help=f"realistic-mode placement: {', '.join(sorted(PLACERS))} or a Harmony placer folder (models/harmony-...); "
+        "default: load-balance for heuristics, a trained policy's own placer for a model folder",
+    )
     parser.add_argument("--slot-s", type=float, default=None, help="scheduling interval (default: the workload's)")
     parser.add_argument(
         "--rescale",
@@ -97,23 +104,47 @@ def sim_config(args: argparse.Namespace, seed: int) -> SimConfig:
     return replace(config, **overrides)
 
 
-def scheduler_builder(name: str, placer: str, mode: Mode, greedy: bool = True, seed: int = 0) -> SchedulerBuilder:
-    """A builder for a heuristic by name or a trained policy by model folder (checked now, so a typo fails before
-    any work)."""
+def scheduler_builder(
+    name: str, placer: str | None, mode: Mode, greedy: bool = True, seed: int = 0
+) -> SchedulerBuilder:
+    """A builder for a heuristic by name or a trained policy by model folder, placing with `placer` (a name or a
+    Harmony placer folder; None: the default). Checked now, so a typo fails before any work."""
     from dl2.rl.model_io import is_model_dir
 
+    make_placer = placer_factory(placer)
     if is_model_dir(name):
         from dl2.rl.learned import LearnedScheduler
 
         LearnedScheduler.from_dir(name)  # fail now on a broken model, not after loading workloads
-        return lambda speed, compat: LearnedScheduler.from_dir(name, greedy=greedy, seed=seed, compat=compat)
+        return lambda speed, compat: LearnedScheduler.from_dir(
+            name, greedy=greedy, seed=seed, compat=compat, placer=make_placer() if make_placer else None
+        )
     if name not in SCHEDULERS:
         raise UsageError(f"unknown scheduler '{name}'; known: {', '.join(SCHEDULERS)}, or a model folder")
     if mode is Mode.COMPAT and name not in COMPAT_SCHEDULERS:
         raise UsageError(
             f"scheduler '{name}' has no compatibility-mode version; use one of {', '.join(COMPAT_SCHEDULERS)}"
         )
-    return lambda speed, compat: make_scheduler(name, speed, compat, placer)
+    return lambda speed, compat: make_scheduler(name, speed, compat, make_placer() if make_placer else "load-balance")
+
+
+def placer_factory(name: str | None) -> Callable[[], Placer] | None:
+    """Fresh placers of a name or a Harmony placer folder (loaded once); None for None."""
+    if name is None:
+        return None
+    if name in PLACERS:
+        return PLACERS[name]
+    from dl2.placement.model_files import folder_kind
+
+    kind = folder_kind(name)
+    if kind == "placer":
+        from dl2.placement.policy import HarmonyPlacer
+
+        loaded = HarmonyPlacer.from_dir(name)
+        return lambda: HarmonyPlacer(loaded.policy, loaded.config, name=loaded.name)
+    if kind is not None:
+        raise UsageError(f"{name} is a Harmony {kind} folder, not a placer")
+    raise UsageError(f"unknown placer '{name}'; known: {', '.join(sorted(PLACERS))}, or a Harmony placer folder")
 
 
 def load(name_or_path: str, seed: int) -> tuple[Workload, ...]:

@@ -26,7 +26,9 @@ def add_parsers(subparsers: argparse._SubParsersAction[Any]) -> None:
         "inside the simulator, the log holds placements and observed progress), train the speed model on them "
         "and measure it and a linear interference model on held-out workloads. Writes a model folder.",
     )
-    speed.add_argument("--source", default=SPEED_SOURCE, help="workloads to log (dl2.rl.workload_source)")
+    speed.add_argument(
+        "--source", default=SPEED_SOURCE, help="workloads to log (dl2.rl.workload_source; comma-separated for several)"
+    )
     speed.add_argument("--seeds", default="100,101,102,103", help="training workload seeds (comma-separated)")
     speed.add_argument("--held-out-seeds", default="200,201", help="held-out workload seeds (never trained on)")
     speed.add_argument(
@@ -71,7 +73,7 @@ def add_parsers(subparsers: argparse._SubParsersAction[Any]) -> None:
     placer.add_argument("--epsilon", type=float, default=0.3, help="initial exploration (annealed to 0.02)")
     placer.add_argument("--no-replay", action="store_true", help="ablation: no experience replay")
     placer.add_argument("--learning-rate", type=float, default=1e-3)
-    placer.add_argument("--entropy-weight", type=float, default=0.01)
+    placer.add_argument("--temperature", type=float, default=0.02, help="soft actor-critic's alpha (entropy bonus)")
     placer.add_argument("--seed", type=int, default=0)
     placer.add_argument("--out", type=Path, required=True, help="model folder to write")
     placer.add_argument("--overwrite", action="store_true", help="replace an existing folder (kept as .previous)")
@@ -92,8 +94,9 @@ def run_speed(args: argparse.Namespace) -> int:
         raise UsageError("--seeds and --held-out-seeds overlap")
     schedulers, placers = _names(args.schedulers, "--schedulers"), _names(args.placers, "--placers")
     started = time.perf_counter()
-    runs = [LoggedRun(args.source, seed, s, p) for seed in seeds for s in schedulers for p in placers]
-    test_runs = [LoggedRun(args.source, seed, s, p) for seed in held_out for s in schedulers for p in placers]
+    sources = _names(args.source, "--source")
+    runs = [LoggedRun(w, seed, s, p) for w in sources for seed in seeds for s in schedulers for p in placers]
+    test_runs = [LoggedRun(w, seed, s, p) for w in sources for seed in held_out for s in schedulers for p in placers]
     bar = tqdm(total=len(runs) + len(test_runs), desc="logging", unit="run", file=sys.stderr)
     train = collect(runs, args.every, lambda run: bar.update())
     for path in args.log:
@@ -118,7 +121,7 @@ def run_speed(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - started
     metadata = {
         "data": {
-            "source": args.source,
+            "sources": sources,
             "seeds": seeds,
             "held_out_seeds": held_out,
             "schedulers": schedulers,
@@ -127,7 +130,9 @@ def run_speed(args: argparse.Namespace) -> int:
             "logs": [str(p) for p in args.log],
             "train_samples": len(train),
             "held_out_samples": len(test),
+            "logged_slots": train.slots + test.slots,
         },
+        "linear_coefficients": linear.coefficients.tolist(),
         "training": {
             "epochs": args.epochs,
             "batch_size": args.batch_size,
@@ -170,7 +175,87 @@ def error_table(
 
 
 def run_placer(args: argparse.Namespace) -> int:
-    raise NotImplementedError
+    from dataclasses import asdict
+
+    from dl2.placement.episodes import World
+    from dl2.placement.policy import WEIGHTS, PlacerConfig
+    from dl2.placement.speed_model import NumpySpeedModel
+    from dl2.placement.training import PlacerTrainer, PlacerTraining
+    from dl2.placement.world import PredictedSpeeds
+    from dl2.rl.model_io import write_model_dir
+    from dl2.schedulers.registry import SCHEDULERS
+    from dl2.sim.config import Mode
+    from dl2.sim.run import interference_model, speed_model
+
+    _check_out(args)
+    if args.world == "predicted" and args.speed_model is None:
+        raise UsageError("--world predicted needs --speed-model (a folder written by dl2 train-speed-model)")
+    schedulers = _names(args.schedulers, "--schedulers")
+    unknown = [name for name in schedulers if name not in SCHEDULERS]
+    if unknown:
+        raise UsageError(f"unknown scheduler '{unknown[0]}'; known: {', '.join(SCHEDULERS)}")
+    if args.iterations < 1 or args.validate_every < 1:
+        raise UsageError("--iterations and --validate-every must be at least 1")
+    source = PredictedSpeeds(NumpySpeedModel.from_dir(args.speed_model)) if args.world == "predicted" else None
+    world = World(speed_model(Mode.REALISTIC), interference_model(), source)
+    training = PlacerTraining(
+        iterations=args.iterations,
+        source=args.source,
+        validation_seeds=tuple(_ints(args.validation_seeds, "--validation-seeds")),
+        schedulers=tuple(schedulers),
+        validate_every=args.validate_every,
+        epsilon_start=args.epsilon,
+        learning_rate=args.learning_rate,
+        temperature=args.temperature,
+        replay_capacity=0 if args.no_replay else PlacerTraining().replay_capacity,
+        network=PlacerConfig(_widths(args.hidden, "--hidden"), skip=not args.no_skip),
+        seed=args.seed,
+    )
+    started = time.perf_counter()
+    bar = tqdm(total=args.iterations, desc="placer", unit="iter", file=sys.stderr)
+    history: list[dict[str, Any]] = []
+
+    def on_iteration(stats: Any) -> None:
+        history.append({**asdict(stats), "elapsed_s": round(time.perf_counter() - started, 1)})
+        bar.update()
+        if stats.validation_jct_s is not None:
+            bar.set_postfix(validation_h=f"{stats.validation_jct_s / 3600:.3f}")
+
+    result = PlacerTrainer(training, world).train(on_iteration)
+    bar.close()
+    seconds = time.perf_counter() - started
+    metadata = {
+        "training": {**asdict(training), "world": args.world, "speed_model": str(args.speed_model)},
+        "history": history,
+        "best_iteration": result.best_iteration,
+        "best_validation_avg_jct_s": result.best_validation_jct_s,
+        "slots": sum(entry["slots"] for entry in history),
+        "seconds": round(seconds, 1),
+        "git_commit": _git_commit(),
+    }
+    document = {"kind": "placer", **training.network.to_json_dict(), "metadata": metadata}
+    weights = {WEIGHTS: result.best_policy, "critic.pt": result.best_critic}
+    write_model_dir(args.out, weights, document, placer_card(args, metadata), overwrite=args.overwrite)
+    print_json(
+        {
+            "out": str(args.out),
+            "best_iteration": result.best_iteration,
+            "best_validation_avg_jct_h": result.best_validation_jct_s / 3600,
+            "slots": metadata["slots"],
+            "seconds": round(seconds, 1),
+        }
+    )
+    return 0
+
+
+def placer_card(args: argparse.Namespace, metadata: dict[str, Any]) -> str:
+    best = metadata["best_validation_avg_jct_s"] / 3600
+    return f"""# {args.out.name}: Harmony's placer
+
+Written by `dl2 train-placer`; `config.json` holds the same facts as JSON. Trained in the {args.world} world on
+`{args.source}` under {args.schedulers}; best validation average JCT {best:.3f} h at iteration
+{metadata["best_iteration"]} ({metadata["seconds"]:.0f} s, {metadata["slots"]:,} slots simulated).
+"""
 
 
 def speed_card(args: argparse.Namespace, metadata: dict[str, Any]) -> str:

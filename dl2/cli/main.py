@@ -20,7 +20,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from dl2.cli import compare, evaluate, simulate, speed, train, workloads
+    from dl2.cli import compare, evaluate, harmony, simulate, speed, train, workloads
 
     parser = OneLineParser(
         prog="dl2",
@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     for module in (simulate, compare, workloads, speed, evaluate):
         module.add_parser(subparsers)
     train.add_parsers(subparsers)
+    harmony.add_parsers(subparsers)
     return parser
 
 

@@ -179,7 +179,7 @@ class ExperienceRecorder:
         changes = [self._change(slot, position.get(rank), kept) for rank, kept, _, _ in self._placed]
         without = self.source.throughputs_without_each(slot, [c for c in changes if c is not None and c[3]])
         counterfactual = iter(without)
-        for (_, _, (workers, ps), decisions), change in zip(self._placed, changes, strict=True):
+        for (_, _, _, decisions), change in zip(self._placed, changes, strict=True):
             if change is None:  # left without a runnable placement
                 for index in decisions:
                     self._rewards[index] = 0.0
@@ -188,9 +188,9 @@ class ExperienceRecorder:
             harm = 0.0
             for other, speed in zip(neighbours, next(counterfactual) if neighbours else (), strict=True):
                 harm += float(relative[other] - speed / self.reference(*self._counts_of(slot, other)))
-            # relative to the job alone at the counts it was asked for: leaving tasks unplaced costs speed
+            # relative to the job alone with the tasks it holds: a placement's quality, whatever the counts
             spec, placed = slot.placed[job]
-            reference = self.reference(spec, workers, ps)
+            reference = self.reference(spec, placed.num_workers, placed.num_ps)
             self._open[spec.job_id] = _Open(placed, decisions, harm, reference, float(speeds[job]) / reference)
         self._placed = []
 

@@ -50,6 +50,10 @@ class LinearInterferenceModel:
         result: np.ndarray = design(encoded) @ self.coefficients
         return result
 
+    @classmethod
+    def from_list(cls, coefficients: list[float]) -> LinearInterferenceModel:
+        return cls(np.asarray(coefficients, dtype=float))
+
     def throughput(self, encoded: Encoded) -> np.ndarray:
         result: np.ndarray = np.exp(self.log_throughput(encoded))
         return result

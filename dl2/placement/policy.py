@@ -119,6 +119,10 @@ class HarmonyPlacer:
         """Chance that a job's placement in a round follows one of `explorers` instead (training only)."""
         self.explorers: Sequence[Placer] = ()
         self.decisions = 0
+        """Network evaluations so far."""
+        self.tasks_asked = 0
+        """Tasks it was asked to place so far, and those it left unplaced (by choice or for want of room)."""
+        self.tasks_left = 0
         self._state: NodeState | None = None
         self._rank = -1
         self._current = -1
@@ -144,10 +148,12 @@ class HarmonyPlacer:
         if tenancy is None:
             raise ValueError("HarmonyPlacer needs the tenancy that place_sticky provides")
         rank, is_ps = tenancy.placing, tenancy.placing_ps
+        self.tasks_asked += 1
         if state is not self._state or rank != self._rank:
             self.finish_job()
             self._start_job(state, tenancy, rank)
         if self._stopped[is_ps]:
+            self.tasks_left += 1
             return -1
         current = self._current
         if current >= 0 and state.fits(current, demand):
@@ -155,6 +161,7 @@ class HarmonyPlacer:
         node = self._decide(state, tenancy, rank, is_ps, demand, job_nodes)
         if node < 0:
             self._stopped[is_ps] = True
+            self.tasks_left += 1
         else:
             self._current = node
         return node

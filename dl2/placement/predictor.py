@@ -93,7 +93,7 @@ def train_predictor(
             loss.backward()  # type: ignore[no-untyped-call]
             optimizer.step()
             schedule.step()
-            total += float(loss) * len(rows)
+            total += float(loss.detach()) * len(rows)
         losses.append(total / len(samples))
         if on_epoch is not None:
             on_epoch(epoch, losses[-1])

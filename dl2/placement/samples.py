@@ -37,6 +37,8 @@ class SpeedSamples:
     """(num_samples,) int64: which run (workload and seed) a sample comes from, for held-out splits."""
     placer: tuple[str, ...]
     """Per sample, the placer of its run ('' when unknown)."""
+    slots: int = 0
+    """Slots the logs behind the samples cover (the simulator steps they cost)."""
 
     def __len__(self) -> int:
         return len(self.log_throughput)
@@ -48,6 +50,7 @@ class SpeedSamples:
             np.concatenate([part.log_throughput for part in parts]) if parts else np.zeros(0),
             np.concatenate([part.group for part in parts]) if parts else np.zeros(0, np.int64),
             tuple(name for part in parts for name in part.placer),
+            sum(part.slots for part in parts),
         )
 
     def subset(self, rows: np.ndarray) -> SpeedSamples:
@@ -113,7 +116,7 @@ def samples_from_records(
             parts.append(SlotPlacement(placed, cluster).encode(chosen))
     encoded = Encoded.concatenate(parts)
     return SpeedSamples(
-        encoded, np.array(targets), np.full(len(targets), group, dtype=np.int64), (placer,) * len(targets)
+        encoded, np.array(targets), np.full(len(targets), group, dtype=np.int64), (placer,) * len(targets), len(times)
     )
 
 
