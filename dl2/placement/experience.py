@@ -1,9 +1,10 @@
 """What the placer's training collects: each decision, its reward, and a replay buffer of recent decisions.
 
 A decision's reward is that of its job's placement in the round (Harmony §4.2 rewards placements by the speeds
-the model predicts): the job's speed relative to its speed alone, packed, at the counts it was asked for,
-averaged over the slots it keeps the placement, plus the change its new tasks caused in the speed of every job
-on the servers they went to (each relative to that job's own packed speed). The second part (a difference
+the model predicts): the job's speed relative to its speed alone and packed with the same tasks (the quality of
+the placement, whatever the counts), averaged over the slots it keeps the placement, plus the change its new
+tasks caused in the speed of every job on the servers they went to (each relative to that job's own packed
+speed). The second part (a difference
 reward) charges a placement with the slowdown it inflicts, which its own speed does not show; the average
 charges a placement that spreads a job with the slowdowns later arrivals bring to its servers. Speeds come
 from the world the episode runs in (the speed model's, Harmony; or the simulator, the ablation) and from a
@@ -92,7 +93,7 @@ class _Open:
     harm: float
     """The relative change its new tasks made to its neighbours' speeds when placed."""
     reference: float
-    """The job's speed alone, packed, at the counts it was asked for."""
+    """The job's speed alone, packed, with the tasks it holds."""
     first: float
     """Its relative speed when placed (the reward if it never runs a whole slot at this placement)."""
     total: float = 0.0
@@ -102,9 +103,10 @@ class _Open:
 class ExperienceRecorder:
     """The `DecisionHook` of training: records decisions and rewards them.
 
-    A placement's reward is the job's speed relative to its speed alone, averaged over the slots it keeps that
-    placement (a placement that exposes the job to more servers pays when later jobs join them), plus the change
-    its new tasks made to its neighbours' speeds when placed (the slowdown it inflicts). Speeds observed in the
+    A placement's reward is the job's speed relative to its speed alone and packed with the same tasks, averaged
+    over the slots it keeps that placement (a placement that exposes the job to more servers pays when later jobs
+    join them), plus the change its new tasks made to its neighbours' speeds when placed (the slowdown it
+    inflicts). Speeds observed in the
     world the episode runs in (`observe`) give the average; the speed source gives the rest."""
 
     def __init__(self, source: SpeedSource, cluster: ClusterSpec, speed: SpeedModel) -> None:
@@ -120,9 +122,8 @@ class ExperienceRecorder:
         self._rewards: list[float] = []
         self._pending: list[int] = []
         """Decisions of the job being placed."""
-        self._placed: list[tuple[int, dict[int, tuple[int, int]], tuple[int, int], list[int]]] = []
-        """Jobs placed this round with decisions: (rank, what they held before the round, the counts asked for,
-        their decisions)."""
+        self._placed: list[tuple[int, dict[int, tuple[int, int]], list[int]]] = []
+        """Jobs placed this round with decisions: (rank, what they held before the round, their decisions)."""
         self._open: dict[str, _Open] = {}
 
     def __len__(self) -> int:
@@ -142,8 +143,7 @@ class ExperienceRecorder:
 
     def job_placed(self, state: NodeState, rank: int, kept: dict[int, tuple[int, int]]) -> None:
         if self._pending:
-            assert state.tenancy is not None
-            self._placed.append((rank, kept, state.tenancy.targets[rank], self._pending))
+            self._placed.append((rank, kept, self._pending))
             self._pending = []
 
     def observe(self, view: ClusterView) -> None:
@@ -176,10 +176,10 @@ class ExperienceRecorder:
         relative = np.array([speed / self.reference(*self._counts_of(slot, i)) for i, speed in enumerate(speeds)])
         # per placed job: what its new tasks were and whom they joined; the neighbours' speeds without them are
         # evaluated together
-        changes = [self._change(slot, position.get(rank), kept) for rank, kept, _, _ in self._placed]
+        changes = [self._change(slot, position.get(rank), kept) for rank, kept, _ in self._placed]
         without = self.source.throughputs_without_each(slot, [c for c in changes if c is not None and c[3]])
         counterfactual = iter(without)
-        for (_, _, _, decisions), change in zip(self._placed, changes, strict=True):
+        for (_, _, decisions), change in zip(self._placed, changes, strict=True):
             if change is None:  # left without a runnable placement
                 for index in decisions:
                     self._rewards[index] = 0.0

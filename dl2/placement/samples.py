@@ -19,6 +19,7 @@ import numpy as np
 
 from dl2.core import Allocation, ClusterSpec, DecisionRecord, JobAllocation, Scheduler, Workload
 from dl2.placement.features import Encoded, Placed, SlotPlacement
+from dl2.schedulers.placement import Placer
 from dl2.sim.config import SimConfig
 from dl2.sim.decision_log import slot_record
 from dl2.sim.simulator import Simulation
@@ -156,7 +157,7 @@ class LoggedRun:
     seed: int
     scheduler: str
     placer: str
-    """A placer name, or 'mixed' (`dl2.placement.mixing`)."""
+    """A placer name, 'mixed' (`dl2.placement.mixing`) or a Harmony placer folder."""
 
 
 def log_samples(run: LoggedRun, group: int, every: int = 2) -> SpeedSamples:
@@ -168,7 +169,15 @@ def log_samples(run: LoggedRun, group: int, every: int = 2) -> SpeedSamples:
 
     config = SimConfig.realistic(run.seed)
     speed = speed_model(config.mode)
-    placer = MixedPlacer(run.seed) if run.placer == "mixed" else PLACERS[run.placer]()
+    placer: Placer
+    if run.placer == "mixed":
+        placer = MixedPlacer(run.seed)
+    elif run.placer in PLACERS:
+        placer = PLACERS[run.placer]()
+    else:  # a Harmony placer folder
+        from dl2.placement.policy import HarmonyPlacer
+
+        placer = HarmonyPlacer.from_dir(run.placer)
     job_workload = workload(run.source, run.seed)
     records = record_run(
         job_workload, SCHEDULERS[run.scheduler](speed, False, placer), config, speed, interference_model()

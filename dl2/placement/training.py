@@ -53,17 +53,17 @@ class PlacerTraining:
     """Validation workloads (never the test workloads)."""
     schedulers: tuple[str, ...] = ("drf", "optimus-fitted")
     """Allocation policies the placer learns under, in turn."""
-    validate_every: int = 5
+    validate_every: int = 4
     epsilon_start: float = 0.3
     """Chance that a job's placement follows a heuristic, at the start (linear annealing)."""
     epsilon_end: float = 0.02
-    learning_rate: float = 1e-3
+    learning_rate: float = 3e-3
     """Adam's, for the actor."""
     critic_learning_rate: float = 1e-3
-    temperature: float = 0.02
+    temperature: float = 0.005
     """alpha: the entropy bonus, in units of reward (a placement's reward is of order one)."""
     minibatch_size: int = 1024
-    updates_per_iteration: int = 20
+    updates_per_iteration: int = 60
     replay_capacity: int = 100_000
     """Decisions kept for replay (0: no replay)."""
     replay_ratio: float = 1.0
