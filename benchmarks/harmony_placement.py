@@ -30,13 +30,13 @@ from dl2.core import Scheduler
 from dl2.placement.policy import HarmonyPlacer
 from dl2.rl.learned import LearnedScheduler
 from dl2.rl.model_io import is_model_dir
-from dl2.rl.workload_source import workload
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import SimConfig
 from dl2.sim.lower_bound import average_bound_s
 from dl2.sim.metrics import summarize
 from dl2.sim.run import interference_model, speed_model
 from dl2.sim.simulator import simulate
+from dl2.workload.registry import load_workloads
 
 ALLOCATION = ("drf", "optimus-fitted", "models/dl2-philly")
 HEURISTICS = ("load-balance", "tetris", "binpack")
@@ -55,7 +55,7 @@ def run(task: tuple[str, int, str, str]) -> dict[str, Any]:
         policy: Scheduler = LearnedScheduler.from_dir(scheduler, placer=placer)
     else:
         policy = make_scheduler(scheduler, speed, False, placer)
-    metrics = summarize(simulate(workload(name, seed), policy, config, speed, interference_model()))
+    metrics = summarize(simulate(load_workloads(name, seed)[0], policy, config, speed, interference_model()))
     unplaced = placer.tasks_left / max(placer.tasks_asked, 1) if isinstance(placer, HarmonyPlacer) else 0.0
     return {"avg_jct_s": metrics.avg_jct_s, "wall_s": time.perf_counter() - started, "left_unplaced": unplaced}
 
@@ -63,7 +63,7 @@ def run(task: tuple[str, int, str, str]) -> dict[str, Any]:
 def bound(task: tuple[str, int]) -> float:
     name, seed = task
     config = SimConfig.realistic(seed)
-    return average_bound_s(workload(name, seed), config, speed_model(config.mode))
+    return average_bound_s(load_workloads(name, seed)[0], config, speed_model(config.mode))
 
 
 def interval(values: np.ndarray) -> float:

@@ -18,10 +18,10 @@ import argparse
 import numpy as np
 from common import environment, print_table, write_json
 
-from dl2.rl.workload_source import workload
 from dl2.sim.config import SimConfig
 from dl2.sim.lower_bound import average_bound_s
 from dl2.sim.run import speed_model
+from dl2.workload.registry import load_workloads
 
 WORKLOADS = ("philly", "synthetic-philly")
 
@@ -38,7 +38,7 @@ def main() -> None:
         for seed in seeds:
             workload_seed = seed if name == "philly" else args.test_seed_offset + seed
             config = SimConfig.realistic(seed)
-            bound = average_bound_s(workload(name, workload_seed), config, speed_model(config.mode))
+            bound = average_bound_s(load_workloads(name, workload_seed)[0], config, speed_model(config.mode))
             values.append(bound)
             results[f"{name}/{workload_seed}"] = bound
         mean = float(np.mean(values))

@@ -3,6 +3,7 @@ its training, on hand-computed cases and tiny budgets."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -348,3 +349,29 @@ def test_speed_model_folder_round_trip(tmp_path: Path) -> None:
     )
     with pytest.raises(InputError, match="not a placer folder"):
         HarmonyPlacer.from_dir(folder)
+
+
+# -- command line -----------------------------------------------------------------------------------------------
+
+
+def test_cli_trains_both_models_and_simulates_with_the_placer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dl2.cli.main import main
+
+    speed_dir, placer_dir = tmp_path / "speed", tmp_path / "placer"
+    data = ["--source", TINY, "--seeds", "1", "--held-out-seeds", "2", "--schedulers", "drf", "--placers", "binpack"]
+    network = ["--epochs", "1", "--encoder", "8", "--head", "8", "--seed", "1"]
+    assert main(["train-speed-model", *data, *network, "--out", str(speed_dir)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert 0 < report["held_out_mean_relative_error"]["network"] < 10
+    assert json.loads((speed_dir / "config.json").read_text())["metadata"]["data"]["logged_slots"] > 0
+    training = ["--source", TINY, "--schedulers", "drf", "--iterations", "1", "--validation-seeds", "3"]
+    placer = ["--speed-model", str(speed_dir), "--hidden", "8", "--out", str(placer_dir)]
+    assert main(["train-placer", *training, *placer]) == 0
+    assert json.loads(capsys.readouterr().out)["best_iteration"] in (-1, 0)
+    assert main(["simulate", "--workload", TINY, "--scheduler", "drf", "--placer", str(placer_dir), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_jobs"] == 40
+    assert main(["simulate", "--workload", TINY, "--scheduler", "drf", "--placer", str(speed_dir)]) == 2
+    assert "not a placer" in capsys.readouterr().err
+    assert main(["train-placer", *training, "--out", str(tmp_path / "x")]) == 2  # the model's world needs the model
