@@ -17,7 +17,7 @@ from typing import Any
 from dl2.core import InputError
 from dl2.env.decision import action_count
 from dl2.env.observation import ObservationConfig
-from dl2.rl.networks import NetworkConfig
+from dl2.rl.network_config import NetworkConfig
 
 FORMAT = "dl2-policy/1"
 

@@ -17,26 +17,14 @@ Impossible actions are masked out of the softmax.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from dl2.env.observation import InputShape
+from dl2.rl.network_config import KINDS, MASKED_LOGIT, NetworkConfig
 
-MASKED_LOGIT = -1e9
-KINDS = ("per-job", "per-job-local", "mlp")
-
-
-@dataclass(frozen=True, slots=True)
-class NetworkConfig:
-    """Shape of the policy and value networks."""
-
-    hidden: tuple[int, ...] = (128, 128)
-    """Widths of the hidden layers (ReLU); DL2's code used 2 x 160 (or 1 x 120 in its experiments)."""
-    kind: str = "per-job"
-    """'per-job' (shared per-job scorer), 'per-job-local' (its encoder sees only the job) or 'mlp' (DL2's flat
-    network)."""
+__all__ = ["KINDS", "MASKED_LOGIT", "NetworkConfig", "PolicyNetwork", "ValueNetwork"]
 
 
 def _mlp(sizes: list[int], final_activation: bool) -> nn.Sequential:
