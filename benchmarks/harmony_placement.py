@@ -17,8 +17,10 @@ Prints a table and writes `benchmarks/results/harmony_placement_<workload>.json`
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,6 +43,20 @@ from dl2.workload.registry import load_workloads
 ALLOCATION = ("drf", "optimus-fitted", "models/dl2-philly")
 HEURISTICS = ("load-balance", "tetris", "binpack")
 SEEDS = {"philly": (0, 1, 2, 3, 4), "synthetic-philly": (9000, 9001, 9002, 9003, 9004)}
+
+
+def cached_run(task: tuple[str, int, str, str, str]) -> dict[str, Any]:
+    """`run`, its result kept under the cache folder (if any) by task: a heuristic's runs serve every placer."""
+    *key, cache = task
+    path = Path(cache) / ("-".join(str(part).replace("/", "_") for part in key) + ".json") if cache else None
+    if path is not None and path.is_file():
+        result: dict[str, Any] = json.loads(path.read_text())
+        return result
+    result = run((key[0], int(key[1]), key[2], key[3]))
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result))
+    return result
 
 
 def run(task: tuple[str, int, str, str]) -> dict[str, Any]:
@@ -80,15 +96,23 @@ def main() -> None:
     parser.add_argument("--schedulers", default=",".join(ALLOCATION))
     parser.add_argument("--seeds", default=None, help="comma-separated (default: the workload's five test seeds)")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--cache", default="", help="keep each run's result in this folder and reuse it")
+    parser.add_argument("--only-heuristics", action="store_true", help="run the heuristics only (fills the cache)")
     args = parser.parse_args()
-    placer_factory(args.placer)  # fail now on a broken folder
+    if not args.only_heuristics:
+        placer_factory(args.placer)  # fail now on a broken folder
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(SEEDS[args.workload])
     schedulers = args.schedulers.split(",")
     placers = [*HEURISTICS, args.placer]
     tasks = [(args.workload, seed, s, p) for s in schedulers for p in placers for seed in seeds]
+    if args.only_heuristics:
+        tasks = [task for task in tasks if task[3] in HEURISTICS]
     with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
         bounds = dict(zip(seeds, pool.map(bound, [(args.workload, seed) for seed in seeds]), strict=True))
-        results = dict(zip(tasks, pool.map(run, tasks, chunksize=1), strict=True))
+        outcomes = pool.map(cached_run, [(*task, args.cache) for task in tasks], chunksize=1)
+    results = dict(zip(tasks, outcomes, strict=True))
+    if args.only_heuristics:
+        return
     rows, report = [], {}
     lower = np.array([bounds[seed] for seed in seeds])
     for scheduler in schedulers:
@@ -140,8 +164,6 @@ def main() -> None:
 
 
 def project_path_or_name(name: str) -> str:
-    from pathlib import Path
-
     return project_path(Path(name)) if Path(name).exists() else name
 
 

@@ -229,6 +229,7 @@ def run_placer(args: argparse.Namespace) -> int:
         "history": history,
         "best_iteration": result.best_iteration,
         "best_validation_avg_jct_s": result.best_validation_jct_s,
+        "untrained_validation_runs_s": result.untrained_validation_runs_s,
         "slots": sum(entry["slots"] for entry in history),
         "seconds": round(seconds, 1),
         "git_commit": _git_commit(),

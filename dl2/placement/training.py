@@ -98,6 +98,8 @@ class IterationStats:
     """Slots the iteration simulated (training episode and validations)."""
     seconds: float
     validation_jct_s: float | None = None
+    validation_runs_s: list[float] | None = None
+    """Each validation run's average JCT (seed by seed, allocation policies in turn)."""
 
 
 @dataclass(slots=True)
@@ -107,6 +109,8 @@ class PlacerResult:
     best_validation_jct_s: float
     best_iteration: int
     history: list[IterationStats]
+    untrained_validation_runs_s: list[float]
+    """The validation runs of the policy before training (iteration -1)."""
 
 
 class PlacerTrainer:
@@ -125,8 +129,9 @@ class PlacerTrainer:
         policy = NumpyPlacementPolicy.from_state_dict(self.policy.state_dict())
         return HarmonyPlacer(policy, self.training.network, greedy=greedy, seed=int(self.rng.integers(2**31)))
 
-    def validate(self) -> tuple[float, int]:
-        """Mean average JCT of the greedy placer over validation workloads and allocation policies; slots run."""
+    def validate(self) -> tuple[float, int, list[float]]:
+        """Mean average JCT of the greedy placer over validation workloads and allocation policies, the slots
+        run, and each run's average JCT (seed by seed, allocation policies in turn)."""
         jcts, slots = [], 0
         for seed in self.training.validation_seeds:
             for scheduler in self.training.schedulers:
@@ -139,7 +144,7 @@ class PlacerTrainer:
                 )
                 jcts.append(result.avg_jct_s)
                 slots += result.slots
-        return float(np.mean(jcts)), slots
+        return float(np.mean(jcts)), slots, jcts
 
     def iteration(self, index: int) -> IterationStats:
         started = time.perf_counter()
@@ -215,13 +220,13 @@ class PlacerTrainer:
 
     def train(self, on_iteration: Callable[[IterationStats], None] | None = None) -> PlacerResult:
         training = self.training
-        best_jct, slots = self.validate()
+        best_jct, slots, first_runs = self.validate()
         best = (self._copy(self.policy), self._copy(self.critic), best_jct, -1)
         history: list[IterationStats] = []
         for index in range(training.iterations):
             stats = self.iteration(index)
             if (index + 1) % training.validate_every == 0 or index == training.iterations - 1:
-                stats.validation_jct_s, validation_slots = self.validate()
+                stats.validation_jct_s, validation_slots, stats.validation_runs_s = self.validate()
                 stats.slots += validation_slots
                 if stats.validation_jct_s < best[2]:
                     best = (self._copy(self.policy), self._copy(self.critic), stats.validation_jct_s, index)
@@ -230,7 +235,7 @@ class PlacerTrainer:
                 on_iteration(stats)
         if history:
             history[0].slots += slots  # the validation of the untrained policy
-        return PlacerResult(best[0], best[1], best[2], best[3], history)
+        return PlacerResult(best[0], best[1], best[2], best[3], history, first_runs)
 
     @staticmethod
     def _copy(network: nn.Module) -> dict[str, torch.Tensor]:
