@@ -1,6 +1,6 @@
 # dl2: two commands do all set-up on a fresh machine.
-#   make demo   create .venv if missing, install from the pins, run the main job end to end
-#   make test   same bootstrap, then lint (ruff), types (mypy on dl2/) and the test suite
+#   make demo   create .venv if missing, install from the pins, run the lifecycle end to end (pipelines.lifecycle)
+#   make test   same bootstrap, then lint (ruff, import-linter layers), types (mypy on dl2/) and the test suite
 SHELL := /bin/bash
 VENV := .venv
 PYTHON := $(VENV)/bin/python
@@ -10,27 +10,25 @@ PYTEST_ARGS ?=
 
 .PHONY: demo test lint typecheck unit bench clean
 
-$(INSTALLED): requirements/requirements.txt requirements/constraints.txt pyproject.toml
+$(INSTALLED): requirements/requirements.txt requirements/dev.txt requirements/constraints.txt pyproject.toml
 	@test -x $(PYTHON) || python3.11 -m venv $(VENV)
 	@$(PYTHON) -m pip install -q --disable-pip-version-check pip==26.3 uv==0.13.9 2>&1 | grep -v "is ignored" || true
 	@# uv ignores pip.conf: name the local wheel folder that holds torch 2.13.0+cpu; compile .pyc once
 	@# (PYTHONDONTWRITEBYTECODE=1 on these machines would otherwise make every import slow forever)
 	$(VENV)/bin/uv pip install --python $(PYTHON) --find-links "$(WHEELS)" --compile-bytecode -q \
-		-r requirements/requirements.txt -c requirements/constraints.txt
+		-r requirements/requirements.txt -r requirements/dev.txt -c requirements/constraints.txt
 	$(VENV)/bin/uv pip install --python $(PYTHON) --no-deps --compile-bytecode -q -e .
 	@touch $@
 
 demo: $(INSTALLED)
-	@echo "== 1/2 The dl2 lifecycle: validate traces, warm up, fine-tune, evaluate with ablations, register, promote =="
 	$(PYTHON) -m pipelines.lifecycle
-	@echo "== 2/2 The heuristics on a week of Microsoft Philly, 352 8-GPU servers (realistic mode) =="
-	$(VENV)/bin/dl2 compare --workload philly --mode realistic --out results/demo/philly
 
 test: $(INSTALLED) lint typecheck unit
 
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 typecheck: $(INSTALLED)
 	$(VENV)/bin/mypy

@@ -24,7 +24,8 @@ import numpy as np
 from common import environment, print_table, project_path, write_json
 from tqdm import tqdm
 
-from dl2.env.env import Dl2Env, EnvConfig
+from dl2.env.config import EnvConfig
+from dl2.env.env import Dl2Env
 from dl2.rl.inference import NumpyPolicy
 from dl2.rl.learned import LearnedScheduler
 from dl2.rl.training import sim_config

@@ -22,9 +22,10 @@ import numpy as np
 from common import environment, print_table, write_json
 
 from dl2.env.observation import ObservationConfig
+from dl2.rl.config import WarmUpConfig
 from dl2.rl.demonstrations import record
 from dl2.rl.rollout_teacher import FILLS, KNEES
-from dl2.rl.training import WarmUpConfig, make_teacher, sim_config
+from dl2.rl.training import make_teacher, sim_config
 from dl2.rl.workload_source import workload
 from dl2.schedulers.load_balance import LoadBalancePlacer
 

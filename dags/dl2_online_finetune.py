@@ -1,23 +1,26 @@
-"""dl2_online_finetune: every hour, fine-tune the champion on the decision records logged since the last run.
+"""dl2_online_finetune: every hour, learn from the decision records clusters logged since the last run.
 
-collect (the records past the watermark, copied into a window named after the run) -> validate them -> fine-tune
-the champion with RL on that feedback plus simulated rollouts -> evaluate -> register a challenger (asset
-`dl2://models/dl2-policy/challenger`, which schedules `dl2_promote`) -> commit the window into the watermark. One
-run at a time, so windows follow each other; a re-run of the same run reads the same window, and a failed run
-leaves its records to the next one. With no new records the champion is still fine-tuned on simulated rollouts;
-the stages' digests make later hours with no records and the same champion train and register nothing.
+collect (the records the controllers logged since the watermark, validated, into `data/feedback/clusters`; a
+malformed log is quarantined and the rest used) -> the pipeline's stages through DVC (workloads, warm-up,
+simulated feedback, fine-tune on simulated rollouts plus every collected record, evaluate against the heuristics
+and the incumbent; DVC reruns only what new records or changed code made stale) -> register the fine-tuned model
+as `challenger` -> an event of the asset `dl2://models/dl2-policy/challenger` when that is a new version (it
+schedules `dl2_promote`) -> commit and push what the run produced. One run at a time; an hour with no new records
+trains nothing.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import dl2_airflow as dl2
 import pendulum
 from airflow.sdk import Asset, dag, task
-
-from pipelines.dag_defaults import default_args, run_params
+from airflow.sdk.exceptions import AirflowSkipException
 
 CHALLENGER = Asset("dl2://models/dl2-policy/challenger")
+STAGES = ("workloads", "warmup", "feedback", "finetune", "evaluate")
+"""What a fine-tuned challenger depends on, in order (upstream stages are no-ops once they have run)."""
 
 
 @dag(
@@ -26,53 +29,51 @@ CHALLENGER = Asset("dl2://models/dl2-policy/challenger")
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,
-    default_args=default_args(),
-    params=run_params("finetune.iterations=3"),
+    default_args=dl2.default_args(),
     tags=["dl2", "training"],
 )
 def dl2_online_finetune() -> None:
-    @task
-    def collect(params: dict[str, Any] | None = None, run_id: str | None = None) -> dict[str, Any]:
-        from pipelines import dag_tasks
+    @task(pool=dl2.POOL)
+    def collect(run_id: str | None = None) -> dict[str, Any]:
+        result = dl2.pipeline("collect", "--window", str(run_id))
+        for log, where in result["summary"]["quarantined"].items():
+            print(f"quarantined {log}: {where}")
+        return result["summary"]
 
-        return dag_tasks.collect_feedback(params, window_id=str(run_id))
+    def stage(name: str) -> Any:
+        timeout = dl2.TRAINING if name in ("warmup", "finetune", "evaluate") else dl2.SHORT
 
-    @task
-    def validate(window: dict[str, Any], params: dict[str, Any] | None = None) -> dict[str, Any]:
-        from pipelines import dag_tasks
+        @task(task_id=name, pool=dl2.POOL, execution_timeout=timeout)
+        def run(_: dict[str, Any]) -> dict[str, Any]:
+            return dl2.dvc_stage(name)
 
-        return dag_tasks.validate_feedback(params, window["window"])
-
-    @task
-    def finetune(
-        window: dict[str, Any], validated: dict[str, Any], params: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
-        from pipelines import dag_tasks
-
-        return dag_tasks.finetune(params, window["window"])
+        return run
 
     @task
-    def evaluate(tuned: dict[str, Any], params: dict[str, Any] | None = None) -> dict[str, Any]:
-        from pipelines import dag_tasks
-
-        return dag_tasks.evaluate(params)
+    def register(evaluated: dict[str, Any]) -> dict[str, Any]:
+        return dl2.pipeline("register")
 
     @task(outlets=[CHALLENGER])
-    def register(evaluated: dict[str, Any], params: dict[str, Any] | None = None) -> dict[str, Any]:
-        from pipelines import dag_tasks
+    def publish(collected: dict[str, Any], registered: dict[str, Any], *, outlet_events: Any = None) -> dict[str, Any]:
+        summary = registered["summary"]
+        if not summary["created"]:
+            raise AirflowSkipException(f"dl2-policy v{summary['version']} was registered before: no asset event")
+        extra = dl2.changed_extra(
+            {"version": summary["version"], "digest": summary["digest"], "feedback_records": collected["records"]}
+        )
+        outlet_events[CHALLENGER].extra = extra
+        return extra
 
-        return dag_tasks.register(params, model="finetune")
+    @task(pool=dl2.POOL, trigger_rule="none_failed")
+    def commit(registered: dict[str, Any], run_id: str | None = None) -> dict[str, Any]:
+        return dl2.commit(f"dl2_online_finetune {run_id}: collected feedback, fine-tuned, evaluated")
 
-    @task
-    def commit(
-        registered: dict[str, Any], params: dict[str, Any] | None = None, run_id: str | None = None
-    ) -> dict[str, Any]:
-        from pipelines import dag_tasks
-
-        return dag_tasks.commit_feedback(params, window_id=str(run_id))
-
-    window = collect()
-    commit(register(evaluate(finetune(window, validate(window)))))
+    collected = collect()
+    previous: Any = collected
+    for name in STAGES:
+        previous = stage(name)(previous)
+    registered = register(previous)
+    publish(collected, registered) >> commit(registered)
 
 
 dl2_online_finetune()

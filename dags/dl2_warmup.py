@@ -1,18 +1,17 @@
-"""dl2_warmup: training workloads from the validated traces, supervised warm-up, then register a challenger.
-
-Scheduled by the asset `dl2://traces/validated` (`dl2_trace_ingest`); produces `dl2://models/dl2-policy/challenger`,
-which schedules `dl2_promote`. Each stage is skipped when its inputs are unchanged, and registering an already
-registered model reuses its version.
+"""dl2_warmup: the training workloads and the supervised warm-up, through DVC, then the warm-up registered as
+`challenger`. Scheduled by the asset `dl2://traces/validated` (`dl2_trace_ingest`); when it registers a new version
+the asset `dl2://models/dl2-policy/challenger` gets an event naming it, which schedules `dl2_promote`. Stages DVC
+finds up to date do nothing, and an already registered model makes no event.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import dl2_airflow as dl2
 import pendulum
 from airflow.sdk import Asset, dag, task
-
-from pipelines.dag_defaults import default_args, run_params
+from airflow.sdk.exceptions import AirflowSkipException
 
 VALIDATED_TRACES = Asset("dl2://traces/validated")
 CHALLENGER = Asset("dl2://models/dl2-policy/challenger")
@@ -24,30 +23,37 @@ CHALLENGER = Asset("dl2://models/dl2-policy/challenger")
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,
-    default_args=default_args(),
-    params=run_params("warmup.epochs=3"),
+    default_args=dl2.default_args(),
     tags=["dl2", "training"],
 )
 def dl2_warmup() -> None:
+    @task(pool=dl2.POOL)
+    def workloads() -> dict[str, Any]:
+        return dl2.dvc_stage("workloads")
+
+    @task(pool=dl2.POOL, execution_timeout=dl2.TRAINING)
+    def warmup(built: dict[str, Any]) -> dict[str, Any]:
+        return dl2.dvc_stage("warmup")
+
     @task
-    def workloads(params: dict[str, Any] | None = None) -> dict[str, Any]:
-        from pipelines import dag_tasks
-
-        return dag_tasks.workloads(params)
-
-    @task
-    def warmup(built: dict[str, Any], params: dict[str, Any] | None = None) -> dict[str, Any]:
-        from pipelines import dag_tasks
-
-        return dag_tasks.warmup(params)
+    def register(trained: dict[str, Any]) -> dict[str, Any]:
+        return dl2.pipeline("register", "--model", "models/staging/warmup", "--no-metrics")
 
     @task(outlets=[CHALLENGER])
-    def register(trained: dict[str, Any], params: dict[str, Any] | None = None) -> dict[str, Any]:
-        from pipelines import dag_tasks
+    def publish(registered: dict[str, Any], *, outlet_events: Any = None) -> dict[str, Any]:
+        summary = registered["summary"]
+        if not summary["created"]:
+            raise AirflowSkipException(f"dl2-policy v{summary['version']} was registered before: no asset event")
+        extra = dl2.changed_extra({"version": summary["version"], "digest": summary["digest"], "model": "warmup"})
+        outlet_events[CHALLENGER].extra = extra
+        return extra
 
-        return dag_tasks.register(params, model="warmup", with_metrics=False)
+    @task(pool=dl2.POOL, trigger_rule="none_failed")
+    def commit(registered: dict[str, Any], run_id: str | None = None) -> dict[str, Any]:
+        return dl2.commit(f"dl2_warmup {run_id}: warm-up")
 
-    register(warmup(workloads()))
+    registered = register(warmup(workloads()))
+    publish(registered) >> commit(registered)
 
 
 dl2_warmup()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -20,3 +21,9 @@ def reference_dir() -> Path:
 def traces_dir() -> Path:
     """Slices of real cluster traces (Philly, Alibaba GPU 2023)."""
     return data_dir() / "traces"
+
+
+def git_commit(root: Path = REPO_ROOT) -> str:
+    """HEAD of the git repository at `root` ('unknown' outside git): which code produced a result."""
+    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=False)
+    return done.stdout.strip() if done.returncode == 0 else "unknown"

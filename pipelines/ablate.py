@@ -1,6 +1,13 @@
 """Stage `ablate`: which RL components matter (DL2 §6.5). Each variant (`full`, `no-exploration`, `no-replay`,
-`no-value-baseline`) is fine-tuned from the warm-up for `ablate.iterations` iterations per seed of `ablate.seeds`,
-then its greedy policy after the last iteration runs on the first `ablate.test_workloads` held-out test workloads.
+`no-value-baseline`) is fine-tuned from the warm-up for `ablate.iterations` iterations per seed of `ablate.seeds`
+(DL2's own credit: slot returns against the value baseline), then its greedy policy after the last iteration runs
+on the held-out test workloads (the first `ablate.test_workloads` of them; 0: all).
+
+A small budget can leave a switched-off component nothing to do (replay needs earlier iterations to replay,
+the policy does not move while only the critic warms up), and then a variant trains exactly as `full` does. The
+table says so instead of showing a difference of zero as a finding: per seed it records whether the policy moved
+from the warm-up at all and whether its weights are bit-identical to `full`'s, and a variant whose every seed is
+identical to `full` is marked "cannot differ at this budget".
 
 Every (variant, seed) is an MLflow child run (its learning curve and test JCT); the parent run logs every child's
 JCT as `<variant>.seed<k>.test_avg_jct_s` and each variant's mean as `<variant>.test_avg_jct_s`, so the MLflow
@@ -12,62 +19,93 @@ UI compares them side by side. The table goes to `reports/ablation.json` (a DVC 
 from __future__ import annotations
 
 import argparse
-import math
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from dl2.sim.metrics import report_unit
 from pipelines import tracking
+from pipelines.code import code_version
 from pipelines.evaluate import simulate_builder
 from pipelines.params import Params
-from pipelines.rl import env_config, learned_builder, load_networks, rl_config, rl_seeds, unit
-from pipelines.stage import Layout, StageResult, log_outputs, main, stage_digest, up_to_date, write_json
-from pipelines.workloads import require_within
+from pipelines.rl import ablation_config, env_config, learned_builder, rl_seeds
+from pipelines.stage import Layout, StageResult, main, write_json
+from pipelines.workloads import require_within, test_dataset, training_dataset
 
 
-def train_and_test(params: Params, layout: Layout, variant: str, seed: int, pool: Any) -> float | None:
-    """One child run: RL from the warm-up with `variant`'s components, then the test JCT (None: unsafe)."""
+@dataclass(frozen=True, slots=True)
+class Trained:
+    """One (variant, seed): its test JCT (None: unsafe) and its weights' fingerprint."""
+
+    test_avg_jct_s: float | None
+    weights: str
+    """sha256 of the policy's state after training (equal fingerprints: bit-identical policies)."""
+    moved: bool
+    """The policy's weights differ from the warm-up's (some update happened)."""
+
+
+def fingerprint(state: Mapping[str, Any]) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for key in sorted(state):
+        digest.update(key.encode() + b"\0" + state[key].detach().cpu().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def train_and_test(params: Params, layout: Layout, variant: str, seed: int, pool: Any) -> Trained:
+    """One child run: RL from the warm-up with `variant`'s components, then the test JCT."""
     import mlflow
     import torch
 
-    from dl2.rl.training import fine_tune
+    from dl2.rl.training import fine_tune, load_trained
     from pipelines.finetune import log_iteration
 
-    config, policy, value, _ = load_networks(layout.model("warmup"))
-    a = params.ablate
-    rl = rl_config(params, config.network, a.iterations, seed, variant, a.episodes_per_iteration)
+    warm = load_trained(layout.model("warmup"))
+    config = warm.config
+    start = fingerprint(warm.policy.state_dict())
+    rl = ablation_config(params, config.network, seed, variant)
     torch.manual_seed(seed)
     child = {"variant": variant, "seed": seed, "iterations": params.ablate.iterations}
-    with tracking.stage_run("ablate", child, nested=True, run_name=f"{variant}-seed{seed}"):
-        trainer, state = fine_tune(env_config(params, config), rl, pool, policy, value, on_iteration=log_iteration)
-        # the policy after training, not the best-validated checkpoint: with ablation budgets that is often the
-        # warm-up itself for every variant, which would hide what switching a component off does
+    with tracking.stage_run("ablate", child, nested=True, run_name=f"{variant}-seed{seed}", root=layout.root):
+        env = env_config(params, config)
+        trainer, _ = fine_tune(env, rl, pool, warm.policy, warm.value, on_iteration=log_iteration)
+        # the policy after training (no validation): a best-validated checkpoint would often be the warm-up itself
+        # for every variant at ablation budgets, hiding what switching a component off does
         build = learned_builder(config, trainer.policy.state_dict(), f"dl2-{variant}")
         outcome = simulate_builder(build, params, params.ablate.test_workloads or None)
         jct = sum(outcome.avg_jct_s) / len(outcome.avg_jct_s) if outcome.safe and outcome.avg_jct_s else None
         mlflow.log_metric("test_safe", float(outcome.safe))
         if jct is not None:
             mlflow.log_metric("test_avg_jct_s", jct)
-        if math.isfinite(state.best_validation_jct_s):
-            mlflow.log_metric("best_validation_avg_jct_s", state.best_validation_jct_s)
-    return jct
+        weights = fingerprint(trainer.policy.state_dict())
+        mlflow.set_tag("dl2.policy_fingerprint", weights[:16])
+    return Trained(jct, weights, weights != start)
 
 
-def summarize(params: Params, results: dict[str, dict[int, float | None]]) -> dict[str, Any]:
-    """Per variant: each seed's test JCT, their mean with a 95% CI over the safe seeds, and the ratio to `full`."""
+def summarize(params: Params, results: dict[str, dict[int, Trained]]) -> dict[str, Any]:
+    """Per variant: each seed's test JCT, their mean with a 95% CI over the safe seeds, the ratio to `full`, and
+    whether the budget let the variant differ from `full` at all."""
     from dl2.sim.metrics import mean_ci95
 
-    scale, unit_name = unit(params.workloads.mode)
+    scale, unit_name = report_unit(params.workloads.mode)
+    full_weights = {seed: t.weights for seed, t in results.get("full", {}).items()}
     variants: dict[str, dict[str, Any]] = {}
     for variant, by_seed in results.items():
-        finished = [v for v in by_seed.values() if v is not None]
+        finished = [t.test_avg_jct_s for t in by_seed.values() if t.test_avg_jct_s is not None]
         mean, half = mean_ci95(finished) if finished else (None, None)
+        identical = [seed for seed, t in by_seed.items() if full_weights.get(seed) == t.weights]
         variants[variant] = {
-            "seeds": {str(seed): value for seed, value in by_seed.items()},
+            "seeds": {str(seed): t.test_avg_jct_s for seed, t in by_seed.items()},
             "safe_runs": len(finished),
             "runs": len(by_seed),
             "test_avg_jct_s": mean,
             "test_avg_jct_ci95_s": half,
             f"test_avg_jct_{unit_name}": None if mean is None else mean / scale,
+            "moved_from_warmup": sum(t.moved for t in by_seed.values()),
+            "identical_to_full": len(identical),
+            "cannot_differ": variant != "full" and bool(by_seed) and len(identical) == len(by_seed),
         }
     full = variants.get("full", {}).get("test_avg_jct_s")
     for row in variants.values():
@@ -83,54 +121,51 @@ def summarize(params: Params, results: dict[str, dict[int, float | None]]) -> di
     }
 
 
-def run(params: Params, layout: Layout | None = None, force: bool = False) -> StageResult:
+def run(params: Params, layout: Layout | None = None) -> StageResult:
     import mlflow
+    from tqdm import tqdm
 
+    from dl2.rl.model_io import load_config
     from dl2.rl.workers import make_pool
 
     layout = layout or Layout()
-    warm = layout.model("warmup")
-    config, *_ = load_networks(warm)
+    config, _ = load_config(layout.model("warmup"))
     for seed in params.ablate.seeds:
-        rl = rl_config(
-            params, config.network, params.ablate.iterations, seed, episodes=params.ablate.episodes_per_iteration
-        )
-        require_within(layout, params, "rl", rl_seeds(rl))
+        require_within(layout, params, "rl", rl_seeds(ablation_config(params, config.network, seed, "full")))
     settings = {
         "ablate": params.section("ablate"),
         "finetune": params.section("finetune"),
         "workloads": params.section("workloads"),
         "evaluate": params.section("evaluate"),
     }
-    digest = stage_digest("ablate", "ablate", settings, [layout.training_manifest, warm])
     output = layout.reports / "ablation.json"
-    if not force and (done := up_to_date("ablate", digest, layout, [output])):
-        return done
-    with tracking.stage_run("ablate", settings, tags={"dl2.digest": digest}) as active:
+    version = code_version("pipelines.ablate")
+    with tracking.stage_run("ablate", settings, tags={"dl2.code_version": version}, root=layout.root) as active:
+        test = test_dataset(params)
+        tracking.log_inputs([(training_dataset(layout), "training"), (test, "test")])
         pool = make_pool("local", params.finetune.workers)
+        cells = [(variant, seed) for variant in params.ablate.variants for seed in params.ablate.seeds]
+        results: dict[str, dict[int, Trained]] = {variant: {} for variant in params.ablate.variants}
         try:
-            results = {
-                variant: {seed: train_and_test(params, layout, variant, seed, pool) for seed in params.ablate.seeds}
-                for variant in params.ablate.variants
-            }
+            for variant, seed in tqdm(cells, desc="ablate", unit="training", file=sys.stderr):
+                results[variant][seed] = train_and_test(params, layout, variant, seed, pool)
         finally:
             pool.close()
-        document = {"digest": digest, **summarize(params, results)}
+        document = {"code_version": version, **summarize(params, results)}
         for variant, row in document["variants"].items():
             for seed, value in row["seeds"].items():
                 if value is not None:
-                    mlflow.log_metric(f"{variant}.seed{seed}.test_avg_jct_s", value)
+                    mlflow.log_metric(f"{variant}.seed{seed}.test_avg_jct_s", value, dataset=test)
             if row["test_avg_jct_s"] is not None:
-                mlflow.log_metric(f"{variant}.test_avg_jct_s", row["test_avg_jct_s"])
+                mlflow.log_metric(f"{variant}.test_avg_jct_s", row["test_avg_jct_s"], dataset=test)
             mlflow.log_metric(f"{variant}.safe_runs", float(row["safe_runs"]))
         write_json(output, document)
-        log_outputs(layout, [output])
         summary = {variant: row["test_avg_jct_s"] for variant, row in document["variants"].items()}
-        return StageResult("ablate", False, (layout.relative(output),), digest, active.info.run_id, summary)
+        return StageResult("ablate", (layout.relative(output),), version, active.info.run_id, summary)
 
 
 def _run(params: Params, args: argparse.Namespace) -> StageResult:
-    return run(params, force=args.force)
+    return run(params)
 
 
 def cli(argv: Sequence[str] | None = None) -> int:

@@ -20,10 +20,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from dl2.sim.metrics import report_unit
 from pipelines import tracking
+from pipelines.code import code_version
 from pipelines.params import Params
-from pipelines.rl import unit
-from pipelines.stage import Layout, StageResult, log_outputs, main, stage_digest, up_to_date, write_json
+from pipelines.stage import Layout, StageResult, main, write_json
+from pipelines.workloads import test_dataset
 
 PLACER = "load-balance"
 """Placer of the heuristics in realistic mode (the `dl2 evaluate` default); policies bring their own."""
@@ -48,12 +50,19 @@ class Outcome:
         return self.failure is None
 
 
+def heuristics(params: Params) -> tuple[str, ...]:
+    """Every heuristic the policy is shown against: the baselines, the policy's teacher (so that imitation is
+    not mistaken for improvement) and the incumbents the gate compares with, without repeats."""
+    teacher = params.warmup.teacher
+    return tuple(dict.fromkeys([*params.evaluate.baselines, teacher, *params.promote.incumbent]))
+
+
 def contenders(params: Params, layout: Layout, champion: Path | None) -> dict[str, str]:
-    """Name -> heuristic name or model folder: the pipeline's policies, the champion, then the baselines."""
+    """Name -> heuristic name or model folder: the pipeline's policies, the champion, then the heuristics."""
     entries = {name: str(layout.model(name)) for name in POLICIES}
     if champion is not None:
         entries["champion"] = str(champion)
-    entries.update({name: name for name in params.evaluate.baselines})
+    entries.update({name: name for name in heuristics(params)})
     return entries
 
 
@@ -66,35 +75,61 @@ def simulate(scheduler: str, params: Params, limit: int | None = None) -> Outcom
 
 
 def simulate_builder(build: Any, params: Params, limit: int | None = None) -> Outcome:
-    """Run the scheduler that `build` makes (`dl2.sim.run.SchedulerBuilder`) on the test workloads."""
+    """Run the scheduler that `build` makes (`dl2.sim.run.SchedulerBuilder`) on the test workloads, in
+    `evaluate.workers` processes (the runs are independent and each is deterministic for its seed, so the
+    outcome does not depend on the number of processes)."""
+    import multiprocessing
+
+    from pipelines.workloads import test_workloads
+
+    global _CASE_BUILD, _CASE_PARAMS
+    cases = [(seed, w) for seed, workloads in test_workloads(params) for w in workloads][:limit]
+    _CASE_BUILD, _CASE_PARAMS = build, params  # inherited by forked workers: a builder need not pickle
+    workers = min(params.evaluate.workers, len(cases))
+    if workers <= 1:
+        runs = [_run_case(case) for case in cases]
+    else:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            runs = pool.map(_run_case, cases, chunksize=1)
+    averages, p99s, jobs = [], [], []
+    for (seed, workload), (metrics, failure) in zip(cases, runs, strict=True):
+        if failure is not None:
+            return Outcome(tuple(averages), tuple(p99s), tuple(jobs), f"{workload.name} (seed {seed}): {failure}")
+        average, p99, job_jct = metrics
+        averages.append(average)
+        p99s.append(p99)
+        jobs.extend(job_jct)
+    return Outcome(tuple(averages), tuple(p99s), tuple(jobs))
+
+
+_CASE_BUILD: Any = None
+_CASE_PARAMS: Any = None
+
+
+def _run_case(case: tuple[int, Any]) -> tuple[tuple[float, float, tuple[float, ...]] | None, str | None]:
+    """One test run: (average JCT, p99 JCT, every job's JCT), or why it could not finish."""
     from dl2.core import InvalidAllocationError
     from dl2.sim.config import Mode, SimConfig
     from dl2.sim.metrics import summarize
     from dl2.sim.run import run_one
     from dl2.sim.simulator import SimulationError
-    from pipelines.workloads import test_workloads
 
-    mode = Mode(params.workloads.mode)
-    cases = [(seed, w) for seed, workloads in test_workloads(params) for w in workloads][:limit]
-    averages, p99s, jobs = [], [], []
-    for seed, workload in cases:
-        config = replace(SimConfig.for_mode(mode, seed), stall_slots=params.evaluate.stall_slots)
-        try:
-            result = run_one(workload, build, config)
-        except (SimulationError, InvalidAllocationError) as error:
-            return Outcome(tuple(averages), tuple(p99s), tuple(jobs), f"{workload.name} (seed {seed}): {error}")
-        metrics = summarize(result)
-        averages.append(metrics.avg_jct_s)
-        p99s.append(metrics.p99_jct_s)
-        jobs.extend(job.jct_s for job in result.jobs)
-    return Outcome(tuple(averages), tuple(p99s), tuple(jobs))
+    seed, workload = case
+    mode = Mode(_CASE_PARAMS.workloads.mode)
+    config = replace(SimConfig.for_mode(mode, seed), stall_slots=_CASE_PARAMS.evaluate.stall_slots)
+    try:
+        result = run_one(workload, _CASE_BUILD, config)
+    except (SimulationError, InvalidAllocationError) as error:
+        return None, str(error)
+    metrics = summarize(result)
+    return (metrics.avg_jct_s, metrics.p99_jct_s, tuple(job.jct_s for job in result.jobs)), None
 
 
 def table(outcomes: Mapping[str, Outcome], params: Params) -> dict[str, Any]:
     """The metrics document: one row per scheduler, ratios to the best heuristic (JSON-ready, no NaN)."""
     from dl2.sim.metrics import mean_ci95
 
-    scale, unit_name = unit(params.workloads.mode)
+    scale, unit_name = report_unit(params.workloads.mode)
     rows: dict[str, dict[str, Any]] = {}
     for name, outcome in outcomes.items():
         row: dict[str, Any] = {"runs": len(outcome.avg_jct_s), "safe": outcome.safe}
@@ -105,7 +140,7 @@ def table(outcomes: Mapping[str, Outcome], params: Params) -> dict[str, Any]:
         else:
             row.update(avg_jct_s=None, avg_jct_ci95_s=None, p99_jct_s=None, failure=outcome.failure)
         rows[name] = row
-    finished = [b for b in params.evaluate.baselines if rows[b]["avg_jct_s"] is not None]
+    finished = [b for b in heuristics(params) if b in rows and rows[b]["avg_jct_s"] is not None]
     best = min(finished, key=lambda b: rows[b]["avg_jct_s"]) if finished else None
     for row in rows.values():
         ok = best is not None and row["avg_jct_s"] is not None
@@ -116,6 +151,8 @@ def table(outcomes: Mapping[str, Outcome], params: Params) -> dict[str, Any]:
         "mode": params.workloads.mode,
         "unit": unit_name,
         "best_heuristic": best,
+        "heuristics": [name for name in heuristics(params) if name in rows],
+        "teacher": params.warmup.teacher,
         "order": list(outcomes),
         "schedulers": rows,
     }
@@ -126,7 +163,7 @@ def distribution(outcomes: Mapping[str, Outcome], params: Params) -> list[dict[s
     DVC can draw every scheduler against one shared x field."""
     import numpy as np
 
-    scale, _ = unit(params.workloads.mode)
+    scale, _ = report_unit(params.workloads.mode)
     safe = {name: np.asarray(o.job_jct_s) / scale for name, o in outcomes.items() if o.safe and o.job_jct_s}
     return [
         {"percentile": p, **{name: round(float(np.percentile(jct, p)), 4) for name, jct in safe.items()}}
@@ -161,7 +198,7 @@ def plot_cdf(outcomes: Mapping[str, Outcome], params: Params, path: Path) -> Non
     import matplotlib.pyplot as plt
     import numpy as np
 
-    scale, unit_name = unit(params.workloads.mode)
+    scale, unit_name = report_unit(params.workloads.mode)
     figure, axis = plt.subplots(figsize=(6, 4))
     for name, outcome in outcomes.items():
         if outcome.safe and outcome.job_jct_s:
@@ -184,35 +221,34 @@ def outputs(layout: Layout) -> tuple[Path, Path, Path]:
     return layout.reports / "metrics.json", layout.plots / "jct_cdf.csv", layout.plots / "jct_cdf.png"
 
 
-def run(params: Params, layout: Layout | None = None, champion: Path | None = None, force: bool = False) -> StageResult:
-    """Evaluate the staged models, the champion (`champion`, else `evaluate.champion`) and the baselines."""
+def run(params: Params, layout: Layout | None = None, champion: Path | None = None) -> StageResult:
+    """Evaluate the staged models, the champion (`champion`, else `evaluate.champion`) and the heuristics."""
     import mlflow
+
+    from pipelines.registry import model_digest
 
     layout = layout or Layout()
     if champion is None and params.evaluate.champion:
         champion = layout.root / params.evaluate.champion
     entries = contenders(params, layout, champion)
-    models = [Path(entries[name]) for name in entries if name in (*POLICIES, "champion")]
+    models = {name: model_digest(Path(entries[name])) for name in entries if name in (*POLICIES, "champion")}
     settings = {"evaluate": params.section("evaluate"), "workloads": params.section("workloads")}
-    digest = stage_digest("evaluate", "evaluate", settings, [layout.workloads_report, *models])
+    version = code_version("pipelines.evaluate")
     written = outputs(layout)
-    if not force and (done := up_to_date("evaluate", digest, layout, written)):
-        return done
-    with tracking.stage_run("evaluate", settings, tags={"dl2.digest": digest}) as active:
+    with tracking.stage_run("evaluate", settings, tags={"dl2.code_version": version}, root=layout.root) as active:
+        test = test_dataset(params)
+        tracking.log_inputs([(test, "test")])
         outcomes = {name: simulate(scheduler, params) for name, scheduler in entries.items()}
-        document = {"digest": digest, **table(outcomes, params)}
+        document = {"code_version": version, "model_digests": models, **table(outcomes, params)}
         write_json(written[0], document)
         write_csv(written[1], distribution(outcomes, params))
         plot_cdf(outcomes, params, written[2])
         for name, row in document["schedulers"].items():
             values = {f"{name}.{k}": float(v) for k, v in row.items() if _number(v)}
-            mlflow.log_metrics(values)
+            mlflow.log_metrics(values, dataset=test)
         mlflow.log_artifact(str(written[2]), artifact_path="plots")
-        log_outputs(layout, written)
         summary = {name: row["avg_jct_s"] for name, row in document["schedulers"].items()}
-        return StageResult(
-            "evaluate", False, tuple(layout.relative(p) for p in written), digest, active.info.run_id, summary
-        )
+        return StageResult("evaluate", tuple(layout.relative(p) for p in written), version, active.info.run_id, summary)
 
 
 def _number(value: Any) -> bool:
@@ -224,7 +260,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(params: Params, args: argparse.Namespace) -> StageResult:
-    return run(params, champion=args.champion, force=args.force)
+    return run(params, champion=args.champion)
 
 
 def cli(argv: Sequence[str] | None = None) -> int:

@@ -19,35 +19,13 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from dl2.core import ClusterSpec, InputError, NodeSpec, Resources
+from dl2.core import ClusterSpec, InputError
+from dl2.sim.decision_log import CLUSTER_FILE, cluster_from_json, cluster_to_json
+from pipelines.code import code_version
 from pipelines.params import Params
-from pipelines.stage import Layout, StageFailed, StageResult, main, recorded_digest, remove, stage_digest, write_json
+from pipelines.stage import Layout, StageFailed, StageResult, main, remove, write_json
 from pipelines.workloads import require_within
-
-CLUSTER_FILE = "cluster.json"
-"""Next to a log's segments: the cluster its records come from (records name it, but fine-tuning needs its
-nodes)."""
-
-
-def cluster_to_json(cluster: ClusterSpec) -> dict[str, Any]:
-    nodes = [
-        {"gpu": n.capacity.gpu, "cpu": n.capacity.cpu, "mem_gb": n.capacity.mem_gb, "kind": n.kind}
-        for n in cluster.nodes
-    ]
-    return {"name": cluster.name, "nodes": nodes}
-
-
-def cluster_from_json(data: dict[str, Any], where: str) -> ClusterSpec:
-    try:
-        nodes = tuple(
-            NodeSpec(i, Resources(float(n["gpu"]), float(n["cpu"]), float(n["mem_gb"])), str(n["kind"]))
-            for i, n in enumerate(data["nodes"])
-        )
-        return ClusterSpec(nodes, str(data["name"]))
-    except (KeyError, TypeError, ValueError) as error:
-        raise InputError(where, f"malformed cluster description ({error})") from None
 
 
 def log_cluster(log: Path, cluster_name: str) -> ClusterSpec:
@@ -80,7 +58,7 @@ def find_logs(folder: Path) -> list[Path]:
     return sorted(folders | files)
 
 
-def run(params: Params, layout: Layout | None = None, force: bool = False) -> StageResult:
+def run(params: Params, layout: Layout | None = None) -> StageResult:
     from dl2.rl.learned import LearnedScheduler
     from dl2.rl.training import sim_config
     from dl2.rl.workload_source import workload
@@ -93,14 +71,11 @@ def run(params: Params, layout: Layout | None = None, force: bool = False) -> St
     layout = layout or Layout()
     f = params.feedback
     seeds = range(f.seed_offset, f.seed_offset + f.episodes)
-    manifest = require_within(layout, params, "feedback", seeds)
+    require_within(layout, params, "feedback", seeds)
     model = layout.model("warmup")
-    settings = {"feedback": params.section("feedback"), "workloads": params.section("workloads")}
-    digest = stage_digest("feedback", "feedback", settings, [manifest, model])
     output = layout.simulated_feedback
     outputs = (layout.relative(output),)
-    if not force and recorded_digest(output / "MANIFEST.json") == digest:
-        return StageResult("feedback", True, outputs, digest)
+    version = code_version("pipelines.feedback")
     mode = Mode(params.workloads.mode)
     speed, compat = speed_model(mode), mode is Mode.COMPAT
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -122,18 +97,18 @@ def run(params: Params, layout: Layout | None = None, force: bool = False) -> St
             if not report["success"]:
                 raise StageFailed(failure_text(report, layout.relative(directory)))
             logs[name] = {"records": records, "avg_jct_s": avg_jct, "seed": seed}
-        write_json(staging / "MANIFEST.json", {"digest": digest, "log_mode": f.log_mode, "logs": logs})
+        write_json(staging / "MANIFEST.json", {"code_version": version, "log_mode": f.log_mode, "logs": logs})
         staging.chmod(0o755)
         remove(output)
         staging.rename(output)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return StageResult("feedback", False, outputs, digest, summary={"logs": len(logs)})
+    return StageResult("feedback", outputs, version, summary={"logs": len(logs)})
 
 
 def _run(params: Params, args: argparse.Namespace) -> StageResult:
-    return run(params, force=args.force)
+    return run(params)
 
 
 def cli(argv: Sequence[str] | None = None) -> int:

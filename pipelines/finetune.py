@@ -20,20 +20,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dl2.sim.metrics import report_unit
 from pipelines import tracking
+from pipelines.code import code_version
 from pipelines.params import Params
-from pipelines.rl import env_config, finetune_config, jsonable, load_networks, rl_seeds, save, unit
-from pipelines.stage import (
-    Layout,
-    StageFailed,
-    StageResult,
-    log_outputs,
-    main,
-    stage_digest,
-    up_to_date,
-    write_json,
-)
-from pipelines.workloads import require_within
+from pipelines.rl import env_config, finetune_config, rl_seeds, save
+from pipelines.stage import Layout, StageFailed, StageResult, main, write_json
+from pipelines.workloads import require_within, training_dataset
 
 
 def init_folder(params: Params, layout: Layout, init: Path | None) -> Path:
@@ -68,110 +61,139 @@ def feedback_batches(params: Params, layout: Layout, policy_config: Any) -> tupl
                 policy_config.observation,
                 PLACERS[policy_config.placer](),
                 compat=params.workloads.mode == "compat",
-                reward=params.finetune.reward,
-                gamma=params.finetune.gamma,
+                reward=params.finetune.env.reward,
+                gamma=params.finetune.rl.gamma,
             )
             batches.append(batch)
             facts.append({"log": layout.relative(log), "cluster": cluster_name, "decisions": len(batch)})
     return batches, facts
 
 
-def run(params: Params, layout: Layout | None = None, init: Path | None = None, force: bool = False) -> StageResult:
+def run(params: Params, layout: Layout | None = None, init: Path | None = None) -> StageResult:
+    """RL from the starting model, then the logged feedback; the model folder and its MLflow run."""
     import mlflow
     import torch
 
-    from dl2.rl.actor_critic import learn_from_feedback
-    from dl2.rl.plots import plot_rl
-    from dl2.rl.training import fine_tune, policy_config
+    from dl2.rl.training import load_trained, rl_metadata, rl_with_progress
     from dl2.rl.workers import make_pool
     from pipelines.feedback import find_logs
 
     layout = layout or Layout()
     start = init_folder(params, layout, init)
     logs = find_logs(layout.feedback(params))
-    loaded_config, policy, value, inherited = load_networks(start)
-    config = finetune_config(params, loaded_config.network)
-    manifest = require_within(layout, params, "rl", rl_seeds(config))
+    trained = load_trained(start)
+    config = finetune_config(params, trained.config.network)
+    require_within(layout, params, "rl", rl_seeds(config))
     settings = {
         "finetune": params.section("finetune"),
         "workloads": params.section("workloads"),
         "init": layout.relative(start),
     }
-    digest = stage_digest("finetune", "finetune", settings, [manifest, start, *logs])
-    folder = layout.model("finetune")
-    if not force and (done := up_to_date("finetune", digest, layout, [folder])):
-        return done
-    env = env_config(params, loaded_config)
-    scale, unit_name = unit(params.workloads.mode)
-    with tracking.stage_run("finetune", settings, tags={"dl2.digest": digest}) as active:
-        batches, feedback_facts = feedback_batches(params, layout, loaded_config)
-        torch.manual_seed(params.finetune.seed)
+    version = code_version("pipelines.finetune")
+    env = env_config(params, trained.config)
+    with tracking.stage_run("finetune", settings, tags={"dl2.code_version": version}, root=layout.root) as active:
+        batches, feedback_facts = feedback_batches(params, layout, trained.config)
+        tracking.log_inputs([(training_dataset(layout), "training"), *feedback_datasets(layout, logs)])
+        torch.manual_seed(config.seed)
         started = time.perf_counter()
         pool = make_pool("local", params.finetune.workers)
         try:
-            trainer, state = fine_tune(env, config, pool, policy, value, on_iteration=log_iteration)
+            trainer, state = rl_with_progress(env, config, pool, trained, on_iteration=log_iteration)
             mlflow.log_metric("validation_avg_jct_s_initial", trainer.initial_validation_jct_s)
-            chosen, feedback_summary = state.best_policy, None
-            if batches and params.finetune.feedback_steps > 0:
-                trainer.policy.load_state_dict(state.best_policy)
-                trainer.value.load_state_dict(state.best_value)
-                losses = [learn_from_feedback(trainer, b, params.finetune.feedback_steps) for b in batches]
-                after = trainer.validate(pool)
-                kept = after <= state.best_validation_jct_s
-                feedback_summary = {
-                    "logs": feedback_facts,
-                    "validation_avg_jct_s_after": after,
-                    "kept": kept,
-                    "policy_loss": losses[-1][0],
-                    "value_loss": losses[-1][1],
-                }
-                mlflow.log_metrics(
-                    {
-                        "feedback.decisions": float(sum(len(b) for b in batches)),
-                        "feedback.validation_avg_jct_s": after,
-                        "feedback.kept": float(kept),
-                        "feedback.policy_loss": losses[-1][0],
-                        "feedback.value_loss": losses[-1][1],
-                    }
-                )
-                if kept:
-                    chosen, state.best_value = _copy(trainer.policy), _copy(trainer.value)
-                    state.best_validation_jct_s = after
+            chosen, feedback = learn_from_logs(params, trainer, state, batches, feedback_facts, pool)
         finally:
             pool.close()
         seconds = time.perf_counter() - started
-        metadata = {
-            "kind": "rl",
-            "initialised_from": layout.relative(start),
-            "initial_metadata": inherited,
-            "rl": jsonable(config),
-            "env": jsonable(env),
-            "best_iteration": state.best_iteration,
-            "best_validation_avg_jct_s": state.best_validation_jct_s,
-            "feedback": feedback_summary,
-            "seconds": seconds,
-            "history": [jsonable(s) for s in state.history],
-            "pipeline_digest": digest,
-        }
-        mode = params.workloads.mode
-        pc = policy_config(loaded_config.observation, loaded_config.network, mode, loaded_config.placer)
-        save(folder, pc, chosen, state.best_value, "DL2 policy trained with actor-critic RL", metadata)
-        title = f"RL on {params.workloads.train_source} ({mode})"
-        plot_rl(state.history, folder / "learning_curve.png", title, scale, unit_name)
-        write_json(folder / "history.json", metadata["history"])
-        mlflow.log_metrics(
-            {"best_validation_avg_jct_s": state.best_validation_jct_s, "best_iteration": state.best_iteration}
-        )
-        mlflow.log_metric("seconds", seconds)
+        metadata = rl_metadata(
+            config, env, state, seconds, initialised_from=layout.relative(start), initial_metadata=trained.metadata,
+            feedback=feedback, code_version=version,
+        )  # fmt: skip
+        folder = write_model(params, layout, trained.config, chosen, state, metadata)
+        mlflow.log_metrics({"best_validation_avg_jct_s": state.best_validation_jct_s,
+                            "best_iteration": state.best_iteration, "seconds": seconds})  # fmt: skip
         mlflow.log_artifact(str(folder / "learning_curve.png"), artifact_path="plots")
         mlflow.log_artifacts(str(folder), artifact_path="model")
-        log_outputs(layout, [folder])
         summary = {
             "best_validation_avg_jct_s": state.best_validation_jct_s,
             "feedback_logs": len(logs),
             "seconds": round(seconds, 1),
         }
-        return StageResult("finetune", False, (layout.relative(folder),), digest, active.info.run_id, summary)
+        return StageResult("finetune", (layout.relative(folder),), version, active.info.run_id, summary)
+
+
+def learn_from_logs(
+    params: Params, trainer: Any, state: Any, batches: list[Any], facts: list[dict[str, Any]], pool: Any
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Advantage-weighted steps on the logged decisions from the best RL checkpoint, kept only if the policy
+    does not then validate worse (logged behaviour can mislead); (the policy chosen, what happened)."""
+    import mlflow
+
+    from dl2.rl.actor_critic import learn_from_feedback
+
+    if not batches or params.finetune.feedback_steps == 0:
+        return state.best_policy, None
+    trainer.policy.load_state_dict(state.best_policy)
+    trainer.value.load_state_dict(state.best_value)
+    losses = [learn_from_feedback(trainer, batch, params.finetune.feedback_steps) for batch in batches]
+    after = trainer.validate(pool)
+    kept = after <= state.best_validation_jct_s
+    summary = {
+        "logs": facts,
+        "validation_avg_jct_s_before": state.best_validation_jct_s,
+        "validation_avg_jct_s_after": after,
+        "kept": kept,
+        "policy_loss": losses[-1][0],
+        "value_loss": losses[-1][1],
+    }
+    mlflow.log_metrics(
+        {
+            "feedback.decisions": float(sum(len(b) for b in batches)),
+            "feedback.validation_avg_jct_s": after,
+            "feedback.kept": float(kept),
+            "feedback.policy_loss": losses[-1][0],
+            "feedback.value_loss": losses[-1][1],
+        }
+    )
+    if not kept:
+        return state.best_policy, summary
+    state.best_value = _copy(trainer.value)
+    state.best_validation_jct_s = after
+    return _copy(trainer.policy), summary
+
+
+def write_model(
+    params: Params, layout: Layout, start: Any, policy: dict[str, Any], state: Any, metadata: dict[str, Any]
+) -> Path:
+    """The fine-tuned model folder with its learning curve and history."""
+    from dl2.rl.plots import plot_rl
+    from dl2.rl.training import policy_config
+
+    folder = layout.model("finetune")
+    mode = params.workloads.mode
+    config = policy_config(start.observation, start.network, mode, start.placer)
+    save(folder, config, policy, state.best_value, "DL2 policy trained with actor-critic RL", metadata)
+    scale, unit_name = report_unit(mode)
+    plot_rl(state.history, folder / "learning_curve.png", f"RL on {params.workloads.train_source} ({mode})",
+            scale, unit_name)  # fmt: skip
+    write_json(folder / "history.json", metadata["history"])
+    return folder
+
+
+def feedback_datasets(layout: Layout, logs: Sequence[Path]) -> list[tuple[Any, str]]:
+    """Each decision log learned from, as an MLflow dataset (digest: its records' bytes)."""
+    import hashlib
+
+    from dl2.sim.decision_log import segments
+
+    inputs = []
+    for log in logs:
+        digest = hashlib.md5()
+        for path in segments(log):
+            digest.update(path.read_bytes())
+        inputs.append(
+            (tracking.dataset(f"decision log {log.name}", digest.hexdigest(), layout.relative(log)), "feedback")
+        )
+    return inputs
 
 
 def _copy(module: Any) -> dict[str, Any]:
@@ -201,7 +223,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(params: Params, args: argparse.Namespace) -> StageResult:
-    return run(params, init=args.init, force=args.force)
+    return run(params, init=args.init)
 
 
 def cli(argv: Sequence[str] | None = None) -> int:

@@ -3,7 +3,8 @@
 The source is a shipped folder `data/traces/<name>` (by name) or any folder with a `jobs.csv` in the common
 schema (data/README.md). The dl2 loaders check it first (every row, and the cluster file next to it), so bad
 input is refused with one line naming the file, row and field, and nothing is written. The copy is written
-under a temporary name and renamed into place; an unchanged source is not copied again.
+under a temporary name and renamed into place. `data/ingested` is a DVC output: `dvc repro` copies again only
+when a trace (or this code) changed, and `dvc push` stores the exact bytes in the remote.
 
     python -m pipelines.ingest philly                 # a shipped trace
     python -m pipelines.ingest /path/to/mytrace       # any folder with jobs.csv (ingested as 'mytrace')
@@ -12,7 +13,6 @@ under a temporary name and renamed into place; an unchanged source is not copied
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -20,19 +20,9 @@ from pathlib import Path
 
 from dl2.core import InputError, Workload
 from dl2.paths import traces_dir
+from pipelines.code import code_version
 from pipelines.params import Params
-from pipelines.stage import (
-    DATA_CODE,
-    Layout,
-    StageResult,
-    files_of,
-    main,
-    recorded_digest,
-    remove,
-    sha256_file,
-    stage_digest,
-    write_json,
-)
+from pipelines.stage import Layout, StageResult, files_of, main, remove, sha256_file, write_json
 
 MANIFEST = "MANIFEST.json"
 
@@ -66,19 +56,17 @@ def load_folder(folder: Path) -> Workload:
     return load_trace_csv(jobs, cluster, name=folder.resolve().name)
 
 
-def ingest_one(name_or_path: str, layout: Layout, force: bool = False) -> StageResult:
+def ingest_one(name_or_path: str, layout: Layout) -> StageResult:
     name, source = source_folder(name_or_path)
     files = [p for p in files_of(source) if p.name != MANIFEST]
     destination = layout.ingested(name)
-    digest = stage_digest("ingest", "ingest", {"name": name}, [source], DATA_CODE)
     outputs = (layout.relative(destination),)
-    if not force and recorded_digest(destination / MANIFEST) == digest and _intact(destination):
-        return StageResult("ingest", True, outputs, digest, summary={"name": name})
     rows = load_folder(source).num_jobs
+    version = code_version("pipelines.ingest")
     manifest = {
         "name": name,
         "source": layout.relative(source),
-        "digest": digest,
+        "code_version": version,
         "jobs": rows,
         "files": {str(p.relative_to(source)): sha256_file(p) for p in files},
     }
@@ -96,30 +84,19 @@ def ingest_one(name_or_path: str, layout: Layout, force: bool = False) -> StageR
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return StageResult("ingest", False, outputs, digest, summary={"name": name, "jobs": rows})
+    return StageResult("ingest", outputs, version, summary={"name": name, "jobs": rows})
 
 
-def _intact(destination: Path) -> bool:
-    """The copy still holds exactly the files its manifest lists, unchanged."""
-    try:
-        listed = json.loads((destination / MANIFEST).read_text())["files"]
-    except (OSError, ValueError, KeyError):
-        return False
-    present = {str(p.relative_to(destination)) for p in files_of(destination) if p.name != MANIFEST}
-    return present == set(listed) and all(sha256_file(destination / f) == h for f, h in listed.items())
-
-
-def run(params: Params, layout: Layout | None = None, traces: Sequence[str] = (), force: bool = False) -> StageResult:
+def run(params: Params, layout: Layout | None = None, traces: Sequence[str] = ()) -> StageResult:
     """Ingest `traces` (names or folders; default: params.data.traces)."""
     layout = layout or Layout()
-    results = [ingest_one(item, layout, force) for item in (traces or params.data.traces)]
+    results = [ingest_one(item, layout) for item in (traces or params.data.traces)]
     if len(results) == 1:
         return results[0]
     return StageResult(
         "ingest",
-        all(r.up_to_date for r in results),
         tuple(o for r in results for o in r.outputs),
-        ",".join(r.digest for r in results),
+        results[0].code_version,
         summary={"traces": [dict(r.summary) for r in results]},
     )
 
@@ -129,7 +106,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(params: Params, args: argparse.Namespace) -> StageResult:
-    return run(params, traces=args.traces, force=args.force)
+    return run(params, traces=args.traces)
 
 
 def cli(argv: Sequence[str] | None = None) -> int:

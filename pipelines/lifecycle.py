@@ -1,21 +1,24 @@
 """`python -m pipelines.lifecycle [--smoke]`: the whole model lifecycle on the embedded defaults (what `make demo`
 runs), telling the user what it does at each step.
 
-Full run (the default): set up DVC if this is a fresh clone (`dvc init` when `.dvc/` is missing, the local remote
-`work/dvc-remote`), ingest and validate the shipped traces (`dvc repro validate`), then `dvc repro` (workloads,
-warm-up, simulated feedback, fine-tuning, evaluation, ablations, report), `dvc push` (the ingested traces and the
-models go to the local remote), register the fine-tuned model as `challenger` and run the promotion gate. It
-prints the comparison table, the registry state and where to look. A second run finds everything up to date:
-DVC skips every stage, registration finds the same model digest and the gate replays its recorded decision.
+1. DVC: `dvc init` on a fresh clone without `.dvc/`, and the local remote `work/dvc-remote`.
+2. `dvc repro`: ingest and validate the traces (Great Expectations), choose the workloads, warm up, simulate
+   cluster feedback, fine-tune, evaluate, ablate, report, and the heuristics on a week of Philly. DVC alone
+   decides what is stale: a second run skips every stage whose code, parameters and inputs are unchanged.
+3. `dvc push`: traces, models and feedback to the remote.
+4. Register the fine-tuned model as `challenger` (its evaluation and ablation as metrics of its logged model).
+5. The promotion gate against the champion, or the incumbent scheduler when there is none; a promoted model is
+   confirmed by a separate process that loads `models:/dl2-policy@champion`.
+6. The final table (champion, incumbent, every heuristic) and where to look.
 
-`--smoke` runs the same stages in-process with the smoke profile under `work/smoke/` (own MLflow store unless
-`MLFLOW_TRACKING_URI` is set), leaving the repository's DVC state alone: about two minutes, for a quick check.
+`--smoke` runs the same in a sandbox copy of the repository (`work/smoke/repo`, its own DVC state and MLflow
+store) with the smoke profile: about two minutes, and this checkout is not touched.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
+import json
 import os
 import subprocess
 import sys
@@ -26,19 +29,14 @@ from pathlib import Path
 from dl2.core import Dl2Error
 from pipelines import params as params_module
 from pipelines.params import Params
-from pipelines.stage import Layout, StageFailed, StageResult, use_smoke_root
+from pipelines.stage import Layout, StageFailed
 from pipelines.tracking import ROOT
 
 REMOTE = "local"
 REMOTE_DIR = "work/dvc-remote"
 """The local DVC remote, relative to the repository (ignored by git with the rest of work/)."""
-STAGES = ("ingest", "validate", "workloads", "warmup", "feedback", "finetune", "evaluate", "ablate", "report")
-"""In-process order of the smoke run (the same as dvc.yaml's)."""
-
-
-def shown(path: Path) -> str:
-    """A path as the user should type it from the repository root."""
-    return Layout().relative(path)
+SMOKE_ROOT = ROOT / "work" / "smoke" / "repo"
+STEPS = 6
 
 
 def say(text: str) -> None:
@@ -52,6 +50,7 @@ def environment() -> dict[str, str]:
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env.setdefault("GX_ANALYTICS_ENABLED", "false")
     env.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    env.setdefault("DVC_NO_ANALYTICS", "1")
     return env
 
 
@@ -79,108 +78,100 @@ def ensure_dvc(root: Path = ROOT) -> list[str]:
     return done
 
 
-def step(number: int, total: int, title: str) -> float:
-    say(f"\n== {number}/{total} {title} ==")
+def step(number: int, title: str) -> float:
+    say(f"\n== {number}/{STEPS} {title} ==")
     return time.perf_counter()
 
 
 def registry_lines() -> list[str]:
-    """Versions of dl2-policy and their aliases."""
+    """Versions of dl2-policy, their aliases and the figures their logged models carry."""
     from pipelines import registry
 
     versions = registry.list_versions()
     if not versions:
         return ["  (no registered versions)"]
-    return [f"  v{v.version}  aliases: {', '.join(v.aliases) or '-'}  digest {v.digest[:12]}" for v in versions]
+    lines = []
+    for v in versions:
+        figures = registry.model_metrics(v.version)
+        shown = ", ".join(f"{k} {figures[k]:.0f}" for k in ("test.avg_jct_s", "test.p99_jct_s") if k in figures)
+        lines.append(f"  v{v.version}  aliases: {', '.join(v.aliases) or '-'}  {shown or 'no evaluation'}")
+    return lines
 
 
-def register_and_promote(params: Params, layout: Layout, number: int, total: int) -> None:
-    """Register the fine-tuned model as challenger, then the gate (the other pipelines' stage functions)."""
+def gate(params: Params, layout: Layout) -> None:
+    """Register the fine-tuned model as challenger, then the promotion gate, with its table."""
     from pipelines import promote, register
 
-    step(number, total, "Register the fine-tuned model as challenger (MLflow registry)")
-    say(register.run(params, layout).line())
-    step(number + 1, total, "Promotion gate: challenger vs champion and the best heuristic on held-out workloads")
-    result = promote.run(params, layout)
-    line = promote.outcome_line(result) if hasattr(promote, "outcome_line") else result.line()
-    say(line)
+    step(4, "Register the fine-tuned model as challenger (MLflow registry, metrics on its logged model)")
+    result = register.run(params, layout)
+    created = "new version" if result.summary["created"] else "already registered"
+    say(f"  dl2-policy v{result.summary['version']} ({created}, {result.summary['metrics']} metrics)")
+    step(5, "Promotion gate: the challenger against what it would replace, on the held-out workloads")
+    try:
+        outcome = promote.run(params, layout)
+    finally:
+        decision = layout.reports / "promotion.json"
+        if decision.is_file() and "scores" in (document := json.loads(decision.read_text())):
+            say("\n".join(promote.report_lines(document)))
+    say(promote.outcome_line(outcome))
 
 
 def store_uri() -> str:
-    """The MLflow store as `mlflow ui` takes it (read before any stage changes the environment)."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{shown(_store())}/mlflow.db"
+    """The MLflow store as `mlflow ui` takes it (from the repository)."""
+    from pipelines.tracking import store_dir
+
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Layout().relative(store_dir())}/mlflow.db"
 
 
-def finish(layout: Layout, started: float, smoke: bool, store: str) -> None:
-    summary = layout.reports / "summary.md"
-    say("\n== Comparison ==")
-    text = summary.read_text() if summary.is_file() else f"(no {summary})"
-    say("\n".join(line for line in text.splitlines() if not line.startswith("<!--")))
+def finish(layout: Layout, started: float, store: str) -> None:
+    step(6, "Where things stand")
     say("Registry (dl2-policy):")
     for line in registry_lines():
         say(line)
     say("\nWhere to look:")
-    say(f"  mlflow ui --backend-store-uri {store}     # runs, ablation child runs, the registry")
-    if not smoke:
-        say("  dvc metrics show; dvc plots show            # JCT tables; learning curves and JCT CDFs (dvc_plots/)")
-        say("  dvc exp run -S warmup.epochs=3; dvc exp show  # an experiment with other parameters")
-    say(f"  {shown(summary)}, {shown(layout.reports / 'metrics.json')}, Data Docs: {shown(layout.gx_dir)}")
+    say(f"  mlflow ui --backend-store-uri {store}   # runs, ablation child runs, datasets, the registry")
+    say("  dvc metrics show; dvc plots show            # JCT tables; learning curves and JCT CDFs (dvc_plots/)")
+    say("  dvc exp run -S warmup.epochs=3; dvc exp show  # an experiment with other parameters")
+    say(f"  {layout.relative(layout.reports / 'summary.md')}, {layout.relative(layout.reports / 'promotion.json')}")
+    say(f"  Data Docs: {layout.relative(layout.gx_dir)}; the heuristics on Philly: reports/philly/compare.png")
     say(f"\nlifecycle finished in {time.perf_counter() - started:.0f} s")
 
 
-def _store() -> Path:
-    from pipelines.tracking import store_dir
-
-    return store_dir()
-
-
 def full(params: Params) -> None:
-    started, total = time.perf_counter(), 6
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    layout, store = Layout(), store_uri()
-    step(1, total, "DVC: repository and local remote")
-    say("  " + ("; ".join(ensure_dvc()) or "already set up") + f" (remote {REMOTE_DIR})")
-    clock = step(2, total, "Ingest and validate the shipped traces (dvc repro validate: Great Expectations)")
-    dvc("repro", "validate")
-    say(f"  done in {time.perf_counter() - clock:.0f} s; reports in reports/validation/, Data Docs in work/gx/")
-    clock = step(3, total, "Experiment: workloads, warm-up, feedback, fine-tune, evaluate, ablate, report (dvc repro)")
-    dvc("repro")
-    say(f"  dvc repro done in {time.perf_counter() - clock:.0f} s")
-    dvc("push", "-q")
-    say(f"  data and models pushed to the DVC remote {REMOTE_DIR}")
-    say(dvc("metrics", "show", "--precision", "4", capture=True).rstrip())
-    step(4, total, "Versions")
-    say("  dvc.lock records every input and output hash; MLflow runs carry git commit and data version")
-    register_and_promote(params, layout, 5, total)
-    finish(layout, started, smoke=False, store=store)
-
-
-def smoke(params: Params) -> None:
     started = time.perf_counter()
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    layout = Layout(use_smoke_root())
-    store = store_uri()
-    total = len(STAGES) + 2
-    for number, name in enumerate(STAGES, start=1):
-        clock = step(number, total, f"{name} (smoke profile, in {shown(layout.root)}/)")
-        module = importlib.import_module(f"pipelines.{name}")
-        result: StageResult = module.run(params, layout)
-        say(f"  {result.line()} [{time.perf_counter() - clock:.1f} s]")
-    register_and_promote(params, layout, total - 1, total)
-    finish(layout, started, smoke=True, store=store)
+    layout, store = Layout(ROOT), store_uri()  # before MLflow, which exports the URI it is pointed at
+    step(1, "DVC: repository and local remote")
+    say("  " + ("; ".join(ensure_dvc()) or "already set up") + f" (remote {REMOTE_DIR})")
+    clock = step(2, "dvc repro: validate traces, workloads, warm-up, feedback, fine-tune, evaluate, ablate, report")
+    dvc("repro")
+    say(f"  dvc repro done in {time.perf_counter() - clock:.0f} s")
+    step(3, "dvc push: data, models and feedback to the remote")
+    dvc("push", "-q")
+    say(f"  pushed to {REMOTE_DIR}; dvc.lock records every input and output hash")
+    say(dvc("metrics", "show", "--precision", "4", capture=True).rstrip())
+    gate(params, layout)
+    finish(layout, started, store)
+
+
+def smoke() -> int:
+    """The same lifecycle in a sandbox copy with the smoke profile (its own process: its code, its store)."""
+    from pipelines import sandbox
+
+    say(f"smoke run in a sandbox copy of the repository: {Layout(ROOT).relative(SMOKE_ROOT)}")
+    root = sandbox.make(SMOKE_ROOT)
+    command = [sys.executable, "-m", "pipelines.lifecycle"]
+    return subprocess.run(command, cwd=root, env=sandbox.environment(root), check=False).returncode
 
 
 def cli(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipelines.lifecycle", description=__doc__.split("\n\n")[0])
-    params_module.add_arguments(parser)
+    parser.add_argument("--smoke", action="store_true", help="the smoke profile, in a sandbox copy (work/smoke)")
     args = parser.parse_args(argv)
     try:
-        if not args.smoke and (args.overrides or args.params):
-            raise params_module.ParamsError(
-                "the full run reads params.yaml through DVC; change it there or run `dvc exp run -S key=value`"
-            )
-        params = params_module.from_args(args)
-        (smoke if args.smoke else full)(params)
+        if args.smoke:
+            return smoke()
+        full(params_module.load())
     except StageFailed as failure:
         print(str(failure), file=sys.stderr)
         return 1

@@ -1,29 +1,31 @@
 """Stage `promote`: the gate between `challenger` and `champion`, then publish, confirm, or roll back.
 
-The gate runs the challenger, the champion (if any) and the heuristics `evaluate.baselines` on the held-out
-workloads exactly as the `evaluate` stage does (`workloads.test` and `workloads.test_seeds` in `workloads.mode`,
-stall guard `evaluate.stall_slots`) and accepts the challenger iff
+The challenger is compared with what it would replace: the current champion or, when there is none, the
+incumbent scheduler(s) the cluster runs today (`promote.incumbent`, default DRF; a list, so a team can also
+require, say, the best heuristic), on the held-out workloads the `evaluate` stage uses (every workload of each
+test seed's set, its stall guard). It is accepted iff
 
-- it is safe: every run finishes (no allocation the simulator refuses, i.e. no capacity breach or unknown job;
-  no stall) and its p99 JCT is at most `promote.max_slowdown_p99` x the best heuristic's (the one with the lowest
-  average JCT), and
-- its average JCT <= (1 - `promote.margin`) x min(champion's, best heuristic's).
+- it is safe: every run finishes (no allocation the simulator refuses, no stall: a policy that starves a job is
+  stopped by the stall guard) and its p99 JCT is at most `promote.max_slowdown_p99` x each reference's, and
+- its average JCT <= (1 - `promote.margin`) x each reference's.
+
+Every heuristic (`evaluate.baselines`, the policy's teacher and the incumbents) runs too and is reported with the
+challenger's margin against the best of them, so that nobody mistakes imitating a teacher for improving on it.
+The report is a terminal table (`report_lines`), `reports/promotion.json` and tags on the challenger's version.
 
 A rejected challenger leaves the aliases alone. An accepted one is published: a deployment record
 `data/deployments/<n>-dl2-policy-v<version>.json` (numbered, written atomically, never overwritten; the latest
-record says which version should run), then the `champion` alias moves. Then the deployment is confirmed: until
-the Kubernetes controller exists (it will patch its `SchedulerPolicy` and wait for the controller's status), a
+record says which version should run), then the `champion` alias moves. Then the deployment is confirmed: a
 separate process loads `models:/dl2-policy@champion` exactly as a scheduler would (download, then
 `LearnedScheduler.from_dir`) and runs a short simulation, within a timeout (`run(confirmation=...)` replaces the
 check, e.g. with one that fails in tests). If that fails, the previous champion is restored (alias and a rollback
 record) and the stage exits 1.
 
-Every outcome is written to `reports/promotion.json` with the numbers and the reason, under a digest of the
-inputs (challenger and champion digests, gate parameters, code): a re-run with the same inputs replays it and
-changes nothing; an interrupted promotion resumes where it stopped.
+Every outcome is written to `reports/promotion.json` under a key of the inputs (challenger and champion digests,
+gate parameters): a re-run with the same inputs replays it and changes nothing; an interrupted promotion resumes
+where it stopped.
 
     python -m pipelines.promote                 # the gate on the current challenger
-    python -m pipelines.promote --smoke         # on the smoke profile's test workloads
 """
 
 from __future__ import annotations
@@ -43,10 +45,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from dl2.sim.metrics import report_unit
 from pipelines import registry, tracking
 from pipelines.params import Params
 from pipelines.registry import CHALLENGER, CHAMPION, NAME, Version
-from pipelines.stage import Layout, StageFailed, StageResult, main, stage_digest, write_json
+from pipelines.stage import Layout, StageFailed, StageResult, main, write_json
 
 CONFIRM_TIMEOUT_S = 300.0
 """How long the confirmation check may take (it loads MLflow and the model, then simulates a few jobs)."""
@@ -54,6 +57,8 @@ CONFIRM_JOBS = 10
 """Jobs of the first test workload that the confirmation check simulates."""
 RECORD = re.compile(r"^(?P<n>\d+)-dl2-policy-(?:v(?P<version>\d+)|none)\.json$")
 FINAL = ("rejected", "promoted", "rolled_back")
+NO_GATE = ("no-challenger", "already-champion")
+"""Outcomes without a gate run (nothing to report)."""
 
 
 Confirm = Callable[[int, Params, float], tuple[bool, str]]
@@ -89,29 +94,38 @@ class Score:
 class Verdict:
     accepted: bool
     reason: str
-    best_heuristic: str
+    references: tuple[str, ...]
+    """What the challenger was compared with: ('champion',) or the incumbents' names."""
     threshold_avg_jct_s: float
-    """The average JCT the challenger had to reach."""
+    """The average JCT the challenger had to reach (the strictest reference's, less the margin)."""
     threshold_p99_jct_s: float
     """The p99 JCT it had to stay under."""
 
 
+def references(champion: Score | None, incumbents: Mapping[str, Score]) -> dict[str, Score]:
+    """What the challenger would replace: the champion, or when there is none (or it cannot finish any more)
+    the incumbents."""
+    if champion is not None and champion.finished:
+        return {"champion": champion}
+    return dict(incumbents)
+
+
 def decide(
-    challenger: Score, champion: Score | None, heuristics: Mapping[str, Score], margin: float, max_slowdown_p99: float
+    challenger: Score, champion: Score | None, incumbents: Mapping[str, Score], margin: float, max_slowdown_p99: float
 ) -> Verdict:
-    """The gate, on numbers only."""
-    # a heuristic that could not finish is no reference (unless none could)
-    heuristics = {name: s for name, s in heuristics.items() if s.finished} or dict(heuristics)
-    best = min(heuristics, key=lambda name: heuristics[name].avg_jct_s)
-    references = {f"best heuristic {best}": heuristics[best].avg_jct_s}
-    if champion is not None and champion.finished:  # a champion that cannot finish any more is no reference
-        references["champion"] = champion.avg_jct_s
-    reference = min(references, key=lambda name: references[name])
-    threshold = (1.0 - margin) * references[reference]
-    p99_limit = max_slowdown_p99 * heuristics[best].p99_jct_s
+    """The gate, on numbers only: safe, and better than every reference by the margin."""
+    compared = references(champion, incumbents)
+    unfinished = [name for name, s in compared.items() if not s.finished]
+    names = tuple(compared)
+    if unfinished:  # the cluster's own scheduler cannot run the test set: nothing to compare with
+        return Verdict(False, f"reference {', '.join(unfinished)} did not finish the test workloads", names, 0, 0)
+    strictest = min(compared, key=lambda name: compared[name].avg_jct_s)
+    tightest = min(compared, key=lambda name: compared[name].p99_jct_s)
+    threshold = (1.0 - margin) * compared[strictest].avg_jct_s
+    p99_limit = max_slowdown_p99 * compared[tightest].p99_jct_s
 
     def verdict(accepted: bool, reason: str) -> Verdict:
-        return Verdict(accepted, reason, best, threshold, p99_limit)
+        return Verdict(accepted, reason, names, threshold, p99_limit)
 
     if not challenger.finished:
         return verdict(False, f"safety: not every job finished ({challenger.error})")
@@ -119,19 +133,25 @@ def decide(
         return verdict(
             False,
             f"safety: p99 JCT {challenger.p99_jct_s:.1f} s > {p99_limit:.1f} s "
-            f"({max_slowdown_p99:g} x {best}'s {heuristics[best].p99_jct_s:.1f} s)",
+            f"({max_slowdown_p99:g} x {tightest}'s {compared[tightest].p99_jct_s:.1f} s)",
         )
     if challenger.avg_jct_s > threshold:
         return verdict(
             False,
             f"average JCT {challenger.avg_jct_s:.1f} s > {threshold:.1f} s "
-            f"((1 - {margin:g}) x {reference}'s {references[reference]:.1f} s)",
+            f"((1 - {margin:g}) x {strictest}'s {compared[strictest].avg_jct_s:.1f} s)",
         )
     return verdict(
         True,
-        f"average JCT {challenger.avg_jct_s:.1f} s <= {threshold:.1f} s ((1 - {margin:g}) x {reference}'s "
-        f"{references[reference]:.1f} s), p99 {challenger.p99_jct_s:.1f} s <= {p99_limit:.1f} s",
+        f"average JCT {challenger.avg_jct_s:.1f} s <= {threshold:.1f} s ((1 - {margin:g}) x {strictest}'s "
+        f"{compared[strictest].avg_jct_s:.1f} s), p99 {challenger.p99_jct_s:.1f} s <= {p99_limit:.1f} s",
     )
+
+
+def best_heuristic(scores: Mapping[str, Score], heuristics: Sequence[str]) -> str | None:
+    """The heuristic with the lowest average JCT among those that finished (None: none did)."""
+    finished = [name for name in heuristics if scores[name].finished]
+    return min(finished, key=lambda name: scores[name].avg_jct_s) if finished else None
 
 
 # -- evaluation ------------------------------------------------------------------------------------------------
@@ -153,13 +173,67 @@ def score(scheduler: str, params: Params) -> Score:
 
 
 def evaluate(params: Params, challenger: Path, champion: Path | None) -> dict[str, Score]:
-    """Scores of the challenger, the champion (if any) and every baseline heuristic."""
+    """Scores of the challenger, the champion (if any) and every heuristic (`pipelines.evaluate.heuristics`)."""
+    from pipelines.evaluate import heuristics
+
     scores = {"challenger": score(str(challenger), params)}
     if champion is not None:
         scores["champion"] = score(str(champion), params)
-    for name in params.evaluate.baselines:
+    for name in heuristics(params):
         scores[name] = score(name, params)
     return scores
+
+
+def roles(params: Params, name: str) -> str:
+    """What a row of the report is: challenger, champion, incumbent, teacher or heuristic."""
+    if name in ("challenger", "champion"):
+        return name
+    labels = [
+        label
+        for label, members in (("incumbent", params.promote.incumbent), ("teacher", (params.warmup.teacher,)))
+        if name in members
+    ]
+    return ", ".join(labels) or "heuristic"
+
+
+def report_lines(decision: Mapping[str, Any]) -> list[str]:
+    """The gate's table for the terminal: every contender's JCTs (in the report unit) and ratios to the
+    reference and to the best heuristic, then the verdict."""
+    from rich.console import Console
+    from rich.table import Table
+
+    scale, unit_name = report_unit(decision["gate"]["mode"])
+    reference = decision["reference_avg_jct_s"]
+    best = decision["scores"].get(decision["best_heuristic"] or "", {}).get("avg_jct_s")
+    table = Table(box=None, pad_edge=False, title=f"promotion gate on {decision['gate']['test']} ({unit_name})")
+    for column in ("scheduler", "role", "avg JCT", "p99 JCT", "vs reference", "vs best heuristic", "safe"):
+        table.add_column(column, justify="left" if column in ("scheduler", "role") else "right")
+    for name, row in decision["scores"].items():
+        avg, p99 = row["avg_jct_s"], row["p99_jct_s"]
+
+        def ratio(base: float | None, value: float | None = avg) -> str:
+            return "-" if value is None or not base else f"{value / base:.3f}"
+
+        table.add_row(
+            name,
+            decision["roles"][name],
+            "-" if avg is None else f"{avg / scale:.2f}",
+            "-" if p99 is None else f"{p99 / scale:.2f}",
+            ratio(reference),
+            ratio(best),
+            "yes" if row["finished"] else "NO",
+        )
+    console = Console(width=120, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(table)
+    lines = console.export_text().rstrip().splitlines()
+    margin = decision.get("margin_vs_best_heuristic")
+    if margin is not None:
+        lines.append(
+            f"challenger vs best heuristic ({decision['best_heuristic']}): {100 * margin:+.1f}% average JCT"
+            " (negative: faster)"
+        )
+    lines.append(f"verdict: {decision['status']}: {decision['reason']}")
+    return lines
 
 
 # -- deployment records ----------------------------------------------------------------------------------------
@@ -305,7 +379,6 @@ def check_deployed(version: int, source: str, seed: int, mode: str, jobs: int = 
 def run(
     params: Params,
     layout: Layout | None = None,
-    force: bool = False,
     confirm_timeout_s: float = CONFIRM_TIMEOUT_S,
     confirmation: Confirm | None = None,
 ) -> StageResult:
@@ -316,57 +389,89 @@ def run(
     decision_path = layout.reports / "promotion.json"
     challenger, champion = registry.alias(CHALLENGER), registry.alias(CHAMPION)
     if challenger is None:
-        return StageResult("promote", True, (), "", summary={"status": "no-challenger"})
+        return StageResult("promote", (), summary={"status": "no-challenger"})
     gate = _gate(params)
-    digest = stage_digest(
-        "promote",
-        "promote",
-        {"challenger": challenger.digest, "champion": champion.digest if champion else None, **gate},
-        [],
-        ("dl2", "pipelines/registry.py"),
-    )
+    key = _key(challenger, champion, gate)
     previous = _read(decision_path)
-    if not force and previous is not None and previous.get("challenger", {}).get("digest") == challenger.digest:
+    if previous is not None and previous.get("key") == key:
         status = previous.get("status")
-        if status == "accepted" and previous.get("gate") == gate:  # interrupted after the gate: resume
+        if status == "accepted":  # interrupted after the gate: resume
             return _deploy(params, layout, previous, challenger, check, confirm_timeout_s)
-        if status in ("promoted", "rolled_back") and previous.get("gate") == gate:
-            return _replay(layout, previous)
-        if status == "rejected" and previous.get("digest") == digest:
+        if status in FINAL:
             return _replay(layout, previous)
     if champion is not None and champion.version == challenger.version:
-        return StageResult(
-            "promote", True, (), digest, summary={"status": "already-champion", "version": champion.version}
-        )
+        return StageResult("promote", (), summary={"status": "already-champion", "version": champion.version})
 
     with tempfile.TemporaryDirectory(prefix="dl2-gate-") as scratch:
         challenger_dir = registry.download(challenger.version, Path(scratch) / "challenger")
         champion_dir = registry.download(champion.version, Path(scratch) / "champion") if champion else None
         scores = evaluate(params, challenger_dir, champion_dir)
-    heuristics = {name: scores[name] for name in params.evaluate.baselines}
+    incumbents = {name: scores[name] for name in params.promote.incumbent}
     verdict = decide(
-        scores["challenger"], scores.get("champion"), heuristics, params.promote.margin, params.promote.max_slowdown_p99
+        scores["challenger"], scores.get("champion"), incumbents, params.promote.margin, params.promote.max_slowdown_p99
     )
+    from pipelines.evaluate import heuristics
+
+    best = best_heuristic(scores, heuristics(params))
+    reference = min((scores[name].avg_jct_s for name in verdict.references), default=math.inf)
     decision = {
         "status": "accepted" if verdict.accepted else "rejected",
-        "digest": digest,
+        "key": key,
         "gate": gate,
         "challenger": {"version": challenger.version, "digest": challenger.digest},
         "champion": {"version": champion.version, "digest": champion.digest} if champion else None,
+        "references": list(verdict.references),
+        "reference_avg_jct_s": _finite(reference),
         "scores": {name: s.to_json() for name, s in scores.items()},
-        "best_heuristic": verdict.best_heuristic,
+        "roles": {name: roles(params, name) for name in scores},
+        "best_heuristic": best,
+        "margin_vs_best_heuristic": _margin(scores["challenger"], scores[best] if best else None),
         "threshold_avg_jct_s": _finite(verdict.threshold_avg_jct_s),
         "threshold_p99_jct_s": _finite(verdict.threshold_p99_jct_s),
         "reason": verdict.reason,
         "decided_at": _now(),
     }
-    decision["mlflow_run_id"] = _log_gate(decision, scores)
+    decision["mlflow_run_id"] = _log_gate(decision, scores, params, layout)
     write_json(decision_path, decision)
-    registry.annotate(challenger.version, {"dl2.promotion": decision["status"], "dl2.promotion_reason": verdict.reason})
+    registry.annotate(challenger.version, _version_tags(decision))
     if not verdict.accepted:
-        outputs = (layout.relative(decision_path),)
-        return StageResult("promote", False, outputs, digest, decision["mlflow_run_id"], _summary(decision))
+        return StageResult("promote", (layout.relative(decision_path),), run_id=decision["mlflow_run_id"],
+                           summary=_summary(decision))  # fmt: skip
     return _deploy(params, layout, decision, challenger, check, confirm_timeout_s)
+
+
+def _key(challenger: Version, champion: Version | None, gate: Mapping[str, Any]) -> str:
+    """What a decision depends on: the two models, the gate's parameters and the gate's code."""
+    import hashlib
+
+    from pipelines.code import code_version
+
+    document = {
+        "challenger": challenger.digest,
+        "champion": champion.digest if champion else None,
+        "gate": gate,
+        "code": code_version("pipelines.promote"),
+    }
+    return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _margin(challenger: Score, best: Score | None) -> float | None:
+    """The challenger's average JCT relative to the best heuristic's, minus one (negative: faster)."""
+    if best is None or not challenger.finished:
+        return None
+    return challenger.avg_jct_s / best.avg_jct_s - 1.0
+
+
+def _version_tags(decision: Mapping[str, Any]) -> dict[str, str]:
+    """Identifiers and the verdict on the registered version (numbers are metrics of its logged model)."""
+    margin = decision["margin_vs_best_heuristic"]
+    return {
+        "dl2.promotion": decision["status"],
+        "dl2.promotion_reason": decision["reason"],
+        "dl2.promotion_references": ", ".join(decision["references"]),
+        "dl2.best_heuristic": str(decision["best_heuristic"]),
+        "dl2.vs_best_heuristic": "-" if margin is None else f"{100 * margin:+.1f}%",
+    }
 
 
 def _deploy(
@@ -397,9 +502,7 @@ def _deploy(
         decision["status"] = "promoted"
         write_json(decision_path, decision)
         registry.annotate(challenger.version, {"dl2.promotion": "promoted"})
-        return StageResult(
-            "promote", False, outputs, decision["digest"], decision.get("mlflow_run_id"), _summary(decision)
-        )
+        return StageResult("promote", outputs, run_id=decision.get("mlflow_run_id"), summary=_summary(decision))
     back = rollback(layout, challenger, previous, detail)
     decision.update(status="rolled_back", rollback=layout.relative(back))
     write_json(decision_path, decision)
@@ -411,7 +514,8 @@ def _replay(layout: Layout, decision: dict[str, Any]) -> StageResult:
     if decision["status"] == "rolled_back":
         raise RolledBack(_rolled_back_text(decision) + " (recorded earlier; nothing changed)")
     outputs = (layout.relative(layout.reports / "promotion.json"),)
-    return StageResult("promote", True, outputs, decision["digest"], decision.get("mlflow_run_id"), _summary(decision))
+    summary = {**_summary(decision), "replayed": True}
+    return StageResult("promote", outputs, run_id=decision.get("mlflow_run_id"), summary=summary)
 
 
 def _rolled_back_text(decision: Mapping[str, Any]) -> str:
@@ -437,7 +541,7 @@ def outcome_line(result: StageResult) -> str:
     """What the gate decided and why, in one line (the command line and the Airflow task log print it)."""
     summary = result.summary
     status, version = summary.get("status"), summary.get("version")
-    replayed = " (recorded earlier; nothing changed)" if result.up_to_date and status != "no-challenger" else ""
+    replayed = " (recorded earlier; nothing changed)" if summary.get("replayed") else ""
     if status == "no-challenger":
         return f"promote: no {NAME}@{CHALLENGER} to gate"
     if status == "already-champion":
@@ -450,31 +554,51 @@ def outcome_line(result: StageResult) -> str:
 
 
 def _gate(params: Params) -> dict[str, Any]:
+    from pipelines.evaluate import heuristics
+
     return {
         "margin": params.promote.margin,
         "max_slowdown_p99": params.promote.max_slowdown_p99,
-        "baselines": list(params.evaluate.baselines),
+        "incumbent": list(params.promote.incumbent),
+        "heuristics": list(heuristics(params)),
+        "stall_slots": params.evaluate.stall_slots,
         "test": params.workloads.test,
         "test_seeds": list(params.workloads.test_seeds),
         "mode": params.workloads.mode,
     }
 
 
-def _log_gate(decision: Mapping[str, Any], scores: Mapping[str, Score]) -> str:
-    """Log the gate's inputs and scores as an MLflow run of stage `promote`; its id."""
+def _log_gate(decision: Mapping[str, Any], scores: Mapping[str, Score], params: Params, layout: Layout) -> str:
+    """Log the gate's inputs and scores as an MLflow run of stage `promote` (the test set as its input, the
+    challenger's figures also on its logged model); its id."""
     import mlflow
 
-    with tracking.stage_run("promote", params=decision["gate"], tags={"dl2.digest": decision["digest"]}) as run:
+    from pipelines.workloads import test_dataset
+
+    tags = {"dl2.gate_key": decision["key"], "dl2.decision": decision["status"]}
+    with tracking.stage_run("promote", params=decision["gate"], tags=tags, root=layout.root) as run:
         mlflow.set_tags(
             {
-                "dl2.decision": decision["status"],
                 "dl2.challenger_version": str(decision["challenger"]["version"]),
                 "dl2.champion_version": str((decision["champion"] or {}).get("version", "")),
+                "dl2.best_heuristic": str(decision["best_heuristic"]),
             }
         )
+        test = test_dataset(params)
+        tracking.log_inputs([(test, "test")])
         for name, value in scores.items():
             if value.finished:
-                mlflow.log_metrics({f"{name}.avg_jct_s": value.avg_jct_s, f"{name}.p99_jct_s": value.p99_jct_s})
+                figures = {f"{name}.avg_jct_s": value.avg_jct_s, f"{name}.p99_jct_s": value.p99_jct_s}
+                mlflow.log_metrics(figures, dataset=test)
+        if decision["margin_vs_best_heuristic"] is not None:
+            mlflow.log_metric("challenger.vs_best_heuristic", decision["margin_vs_best_heuristic"], dataset=test)
+        model_id = registry.logged_model_id(decision["challenger"]["version"])
+        if model_id and scores["challenger"].finished:
+            gate_figures = {
+                "gate.avg_jct_s": scores["challenger"].avg_jct_s,
+                "gate.p99_jct_s": scores["challenger"].p99_jct_s,
+            }
+            mlflow.log_metrics(gate_figures, model_id=model_id, dataset=test)
     return str(run.info.run_id)
 
 
@@ -504,7 +628,10 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(params: Params, args: argparse.Namespace) -> StageResult:
-    result = run(params, force=args.force, confirm_timeout_s=args.confirm_timeout_s)
+    result = run(params, confirm_timeout_s=args.confirm_timeout_s)
+    decision = _read(Layout().reports / "promotion.json")
+    if decision is not None and "scores" in decision and result.summary.get("status") not in NO_GATE:
+        print("\n".join(report_lines(decision)))
     print(outcome_line(result))
     return result
 

@@ -28,6 +28,8 @@ import mlflow.models
 import mlflow.pyfunc
 import pandas as pd
 
+from dl2.core import JOB_STATE_FIELDS, DecisionRecord
+
 if TYPE_CHECKING:
     from mlflow.models import ModelSignature
     from mlflow.models.model import ModelInfo
@@ -37,24 +39,11 @@ if TYPE_CHECKING:
 ARTIFACT = "policy"
 """Key (and folder name) of the dl2 model folder among the MLflow model's artefacts."""
 
-JOB_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("job_id", "string"),
-    ("model", "string"),
-    ("architecture", "string"),
-    ("arrival_s", "double"),
-    ("declared_epochs", "double"),
-    ("progress_epochs", "double"),
-    ("samples_per_epoch", "double"),
-    ("worker_gpu", "double"),
-    ("worker_cpu", "double"),
-    ("worker_mem_gb", "double"),
-    ("ps_cpu", "double"),
-    ("ps_mem_gb", "double"),
-    ("max_workers", "long"),
-    ("max_ps", "long"),
-    ("held_workers", "long"),
-    ("held_ps", "long"),
+MLFLOW_TYPES = {"text": "string", "integer": "long", "real": "double"}
+JOB_COLUMNS: tuple[tuple[str, str], ...] = tuple(
+    (name, MLFLOW_TYPES[DecisionRecord.field_kinds()[name]]) for name in JOB_STATE_FIELDS
 )
+"""One row per job: the state fields of a decision record (`dl2.core.JOB_STATE_FIELDS`), in their kinds."""
 SLOT_COLUMNS: tuple[tuple[str, str], ...] = (("time_s", "double"), ("slot_s", "double"))
 CLUSTER_COLUMNS: tuple[tuple[str, str], ...] = (
     ("num_nodes", "long"),
@@ -214,11 +203,25 @@ def signature() -> ModelSignature:
 
 
 def pip_requirements() -> list[str]:
-    """The installed versions of what loading needs, pinned (MLflow's own inference re-imports torch: 7-9 s)."""
-    names = ["mlflow", "torch", "pandas", "cloudpickle"]
+    """What loading needs, pinned to the installed versions, so that restoring the model's environment
+    (`mlflow models serve`, `mlflow.pyfunc.get_model_dependencies`) rebuilds the one it was evaluated in.
+
+    torch keeps its local label (`+cpu`): that build lives only in the project's wheel folder (`$PIP_FIND_LINKS`,
+    default `/opt/wheels`), which the requirements name with `--find-links`; without the label pip would take
+    the CUDA build from PyPI, several GB. (Listing them also spares MLflow's own inference, which re-imports
+    torch: 7-9 s.)"""
+    import os
+
+    names = ["mlflow", "torch", "pandas", "cloudpickle", "numba"]
     names += [re.split(r"[<>=!~ ;\[]", spec, maxsplit=1)[0] for spec in importlib.metadata.requires("dl2") or []]
-    # a local label (torch's "+cpu") names a wheel folder, not a release on the index
-    return [f"{name}=={importlib.metadata.version(name).split('+')[0]}" for name in dict.fromkeys(names)]
+    pins = []
+    for name in dict.fromkeys(names):
+        try:
+            pins.append(f"{name}=={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:  # an optional one (numba) that is not installed
+            continue
+    wheels = (os.environ.get("PIP_FIND_LINKS") or "/opt/wheels").split()
+    return [*(f"--find-links {location}" for location in wheels), *pins]
 
 
 def log_policy(model_dir: Path, input_example: pd.DataFrame, name: str = "dl2-policy") -> ModelInfo:

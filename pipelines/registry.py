@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,6 +43,8 @@ class Version:
     tags: Mapping[str, str]
     run_id: str | None
     description: str
+    model_id: str | None = None
+    """The MLflow 3 LoggedModel behind the version (its metrics are what the registry's Compare view shows)."""
 
     @property
     def uri(self) -> str:
@@ -99,12 +101,15 @@ def register(
     input_example: pd.DataFrame | None = None,
     tags: Mapping[str, str] | None = None,
     description: str | None = None,
+    metrics: Mapping[str, float] | None = None,
+    inputs: Sequence[tuple[Any, str]] = (),
 ) -> tuple[Version, bool]:
     """The version holding `model_dir`, registering it first if no version has its digest; (version, created).
 
-    A new version is logged from an MLflow run of stage `register` (git commit and data version as run tags).
-    `tags` and `description` are set on the version either way (a re-run with the same values changes nothing).
-    """
+    A new version is logged from an MLflow run of stage `register` (git commit and data version as run tags,
+    `inputs` as its datasets), and `metrics` (its evaluation) are logged on its LoggedModel and that run, linked
+    to the dataset of the first input, so the registry compares versions by them. `tags` and `description` are
+    set on the version either way (a re-run with the same values changes nothing)."""
     import mlflow
 
     from pipelines import pyfunc
@@ -116,7 +121,11 @@ def register(
         example = input_example if input_example is not None else default_example(model_dir)
         with tracking.stage_run("register", tags={DIGEST_TAG: digest}) as run:
             mlflow.log_params({"model_dir": str(model_dir), "digest": digest})
+            tracking.log_inputs(inputs)
             info = pyfunc.log_policy(Path(model_dir), example, name=NAME)
+            if metrics:
+                dataset = inputs[0][0] if inputs else None
+                mlflow.log_metrics(dict(metrics), model_id=info.model_id, dataset=dataset)
             registered = mlflow.register_model(
                 info.model_uri,
                 NAME,
@@ -127,6 +136,24 @@ def register(
         version = existing.version
     annotate(version, tags or {}, description)
     return get(version), created
+
+
+def logged_model_id(version: int) -> str | None:
+    """The LoggedModel id of a registered version (None for a version registered without one)."""
+    return get(version).model_id
+
+
+def model_metrics(version: int) -> dict[str, float]:
+    """The metrics of a version's logged model (its evaluation; the latest value of each key)."""
+    model_id = logged_model_id(version)
+    if model_id is None:
+        return {}
+    metrics = client().get_logged_model(model_id).metrics or []
+    latest: dict[str, tuple[int, float]] = {}
+    for metric in metrics:
+        if metric.key not in latest or metric.timestamp >= latest[metric.key][0]:
+            latest[metric.key] = (metric.timestamp, metric.value)
+    return {key: value for key, (_, value) in latest.items()}
 
 
 def annotate(version: int, tags: Mapping[str, str], description: str | None = None) -> None:
@@ -203,4 +230,12 @@ def _version(mv: ModelVersion | Any, aliases: list[str] | None = None) -> Versio
         tags=tags,
         run_id=mv.run_id,
         description=mv.description or "",
+        model_id=getattr(mv, "model_id", None) or _model_id_of(str(mv.source or "")),
     )
+
+
+def _model_id_of(source: str) -> str | None:
+    """The LoggedModel id in a version's source URI (`models:/m-<id>`; the SQLite store leaves `model_id`
+    empty)."""
+    name = source.removeprefix("models:/")
+    return name if source.startswith("models:/m-") and "/" not in name else None

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from dl2.core import InputError
+from pipelines.code import code_version
 from pipelines.params import Params
-from pipelines.stage import Layout, StageResult, main, stage_digest, write_json
+from pipelines.stage import Layout, StageResult, main, write_json
 
 
 def inputs(layout: Layout) -> tuple[Path, Path, Path]:
@@ -67,8 +68,8 @@ def ablation_lines(ablation: Mapping[str, Any]) -> list[str]:
     unit_name = ablation["unit"]
     scale = 1200.0 if unit_name == "slots" else 3600.0
     lines = [
-        f"| variant | safe runs | test avg JCT ({unit_name}) | 95% CI | vs full |",
-        "|---|---|---|---|---|",
+        f"| variant | safe runs | test avg JCT ({unit_name}) | 95% CI | vs full | note |",
+        "|---|---|---|---|---|---|",
     ]
     variants = ablation["variants"]
     for name in ablation.get("order") or sorted(variants):
@@ -76,18 +77,26 @@ def ablation_lines(ablation: Mapping[str, Any]) -> list[str]:
         ratio = "-" if row.get("vs_full") is None else f"{row['vs_full']:.3f}"
         lines.append(
             f"| {name} | {row['safe_runs']}/{row['runs']} | {_number(row['test_avg_jct_s'], scale)}"
-            f" | ±{_number(row['test_avg_jct_ci95_s'], scale)} | {ratio} |"
+            f" | ±{_number(row['test_avg_jct_ci95_s'], scale)} | {ratio} | {ablation_note(row)} |"
         )
     return lines
 
 
-def markdown(
-    metrics: Mapping[str, Any], ablation: Mapping[str, Any], workloads: Mapping[str, Any], digest: str = ""
-) -> str:
+def ablation_note(row: Mapping[str, Any]) -> str:
+    """Why a row may not show what its component is worth: the budget left it nothing to change."""
+    if row.get("cannot_differ"):
+        return "cannot differ at this budget: bit-identical to full on every seed"
+    if row.get("moved_from_warmup") == 0:
+        return "no policy update at this budget (the warm-up)"
+    if row.get("identical_to_full"):
+        return f"identical to full on {row['identical_to_full']} of {row['runs']} seeds"
+    return ""
+
+
+def markdown(metrics: Mapping[str, Any], ablation: Mapping[str, Any], workloads: Mapping[str, Any]) -> str:
     test = workloads["test"]
     return "\n".join(
         [
-            f"<!-- digest: {digest} -->",
             "# dl2 lifecycle report",
             "",
             f"Held-out test: `{metrics['workload']}` seeds {metrics['test_seeds']} ({len(test['workloads'])} "
@@ -123,35 +132,23 @@ def write_text(path: Path, text: str) -> None:
     os.replace(temporary, path)
 
 
-def recorded(path: Path) -> str | None:
-    """The digest in the markdown's first line (None when missing)."""
-    try:
-        first = path.read_text().partition("\n")[0]
-    except OSError:
-        return None
-    return first.removeprefix("<!-- digest: ").removesuffix(" -->") if first.startswith("<!-- digest: ") else None
-
-
 def outputs(layout: Layout) -> tuple[Path, Path]:
     return layout.reports / "summary.json", layout.reports / "summary.md"
 
 
-def run(params: Params, layout: Layout | None = None, force: bool = False) -> StageResult:
+def run(params: Params, layout: Layout | None = None) -> StageResult:
     layout = layout or Layout()
-    sources = inputs(layout)
-    digest = stage_digest("report", "report", {}, sources, ())
     json_path, md_path = outputs(layout)
     written = (layout.relative(json_path), layout.relative(md_path))
-    if not force and recorded(md_path) == digest and json_path.is_file():
-        return StageResult("report", True, written, digest)
-    metrics, ablation, workloads = (read(path, layout) for path in sources)
-    write_json(json_path, summary(metrics, ablation))  # no digest here: every field is a column of `dvc metrics show`
-    write_text(md_path, markdown(metrics, ablation, workloads, digest))
-    return StageResult("report", False, written, digest, summary={"markdown": layout.relative(md_path)})
+    metrics, ablation, workloads = (read(path, layout) for path in inputs(layout))
+    write_json(json_path, summary(metrics, ablation))  # every field is a column of `dvc metrics show`
+    write_text(md_path, markdown(metrics, ablation, workloads))
+    version = code_version("pipelines.report")
+    return StageResult("report", written, version, summary={"markdown": layout.relative(md_path)})
 
 
 def _run(params: Params, args: argparse.Namespace) -> StageResult:
-    return run(params, force=args.force)
+    return run(params)
 
 
 def cli(argv: Sequence[str] | None = None) -> int:

@@ -1,8 +1,8 @@
-"""Glue shared by the training stages (warm-up, feedback, fine-tune, ablate): configs from params, model folders
-in and out, a learned policy as a scheduler builder.
+"""Glue shared by the training stages (warm-up, feedback, fine-tune, ablate): the library's configurations as the
+pipeline sets them, model folders in and out, a learned policy as a scheduler builder.
 
-The model-folder metadata and card are those of `dl2 train-sl` / `dl2 train-rl` (`dl2.cli.train`), so a model
-from the pipeline and one from the CLI read the same.
+Model folders are written and read by the same library functions as `dl2 train-sl` / `dl2 train-rl`
+(`dl2.rl.training`), so a model from the pipeline and one from the command line read the same.
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from dl2.cli.train import _card as model_card
-from dl2.cli.train import _jsonable as jsonable  # noqa: F401
 from pipelines.params import Params
 from pipelines.stage import remove
 
@@ -26,87 +24,43 @@ VARIANTS: Mapping[str, dict[str, bool]] = {
 """RL components switched off per ablation variant (DL2 §6.5)."""
 
 
-def network_config(params: Params) -> Any:
-    from dl2.rl.networks import NetworkConfig
-
-    return NetworkConfig(hidden=params.warmup.hidden, kind=params.warmup.network)
-
-
-def load_networks(folder: Path) -> tuple[Any, Any, Any | None, dict[str, Any]]:
-    """(PolicyConfig, policy network, value network or None, metadata) of a model folder (as `dl2 train-rl
-    --init`)."""
-    from dl2.rl.model_io import load_config, load_state
-    from dl2.rl.networks import PolicyNetwork, ValueNetwork
-
-    config, metadata = load_config(folder)
-    policy = PolicyNetwork(config.observation.shape, config.network)
-    policy.load_state_dict(load_state(folder))
-    value = None
-    if (folder / "value.pt").is_file():
-        value = ValueNetwork(config.observation.shape, config.network)
-        value.load_state_dict(load_state(folder, "value.pt"))
-    return config, policy, value, metadata
-
-
 def env_config(params: Params, policy_config: Any) -> Any:
-    from dl2.env.env import EnvConfig
-    from dl2.rl.training import sim_config
+    """The fine-tune stage's environment: its reward and episode length, the policy's window, packing and placer,
+    the simulator preset of the pipeline's mode."""
+    from dl2.sim.config import SimConfig
 
-    return EnvConfig(
-        observation=policy_config.observation,
-        sim=sim_config(params.workloads.mode),
-        placer=policy_config.placer,
-        reward=params.finetune.reward,
-        max_slots=params.finetune.max_slots,
-    )
-
-
-def rl_config(
-    params: Params, network: Any, iterations: int, seed: int, variant: str = "full", episodes: int | None = None
-) -> Any:
-    """RLConfig of the fine-tune stage (an ablation variant switches components off; `episodes` per iteration
-    default to fine-tuning's)."""
-    from dl2.rl.actor_critic import ReplayConfig, RLConfig
-    from dl2.rl.exploration import ExplorationConfig
-
-    f, w = params.finetune, params.workloads
-    switches = VARIANTS[variant]
-    config = RLConfig(
-        iterations=iterations,
-        episodes_per_iteration=episodes or f.episodes_per_iteration,
-        train_source=w.train_source,
-        validation_source=w.train_source,
-        validation_seeds=w.validation_seeds,
-        validate_every=f.validate_every,
-        validation_max_slots=f.validation_max_slots,
-        learning_rate=f.learning_rate,
-        entropy_weight=f.entropy_weight,
-        gamma=f.gamma,
-        clip=f.clip or None,
-        epochs_per_iteration=f.epochs,
-        network=network,
-        seed=seed,
-    )
     return replace(
-        config,
-        value_baseline=switches.get("value_baseline", True),
-        exploration=ExplorationConfig(enabled=switches.get("exploration", True)),
-        replay=ReplayConfig(enabled=switches.get("replay", True)),
+        params.finetune.env,
+        observation=policy_config.observation,
+        placer=policy_config.placer,
+        sim=SimConfig.for_mode(params.workloads.mode),
     )
 
 
 def finetune_config(params: Params, network: Any) -> Any:
-    """RLConfig of the fine-tune stage: `rl_config` with the credit chosen in params (ablations keep DL2's)."""
-    f = params.finetune
+    """RLConfig of the fine-tune stage (the network of the model it continues)."""
+    return replace(params.finetune.rl, network=network)
+
+
+def ablation_config(params: Params, network: Any, seed: int, variant: str) -> Any:
+    """RLConfig of one ablation cell: DL2's own credit with `variant`'s component switched off, at the ablation's
+    budget (`ablate.iterations`, `episodes_per_iteration`, `value_warmup`, `epochs`, `samples_per_iteration`),
+    without validation (the cell's final policy is what is tested)."""
+    a, rl = params.ablate, finetune_config(params, network)
+    switches = VARIANTS[variant]
     return replace(
-        rl_config(params, network, f.iterations, f.seed),
-        credit=f.credit,
-        perturbation_probability=f.perturbation_probability,
-        alternatives=f.alternatives,
-        continuation=f.continuation,
-        temperature=f.temperature,
-        kl_weight=f.kl_weight,
-        minibatch_size=f.minibatch_size,
+        rl,
+        credit="returns",
+        iterations=a.iterations,
+        episodes_per_iteration=a.episodes_per_iteration,
+        value_warmup_iterations=a.value_warmup,
+        epochs_per_iteration=a.epochs,
+        max_samples_per_iteration=a.samples_per_iteration,
+        validate=False,
+        seed=seed,
+        value_baseline=switches.get("value_baseline", True),
+        exploration=replace(rl.exploration, enabled=switches.get("exploration", True)),
+        replay=replace(rl.replay, enabled=switches.get("replay", True)),
     )
 
 
@@ -122,7 +76,7 @@ def save(
     from dl2.rl.training import save_trained
 
     remove(folder)
-    save_trained(folder, policy_config, policy, value, model_card(title, metadata), metadata, overwrite=False)
+    save_trained(folder, policy_config, policy, value, title, metadata, overwrite=False)
 
 
 def learned_builder(policy_config: Any, state: dict[str, Any], name: str) -> Any:
@@ -132,8 +86,3 @@ def learned_builder(policy_config: Any, state: dict[str, Any], name: str) -> Any
 
     policy = NumpyPolicy.from_state_dict(state, policy_config.observation.shape, policy_config.network)
     return lambda speed, compat: LearnedScheduler(policy_config, policy, greedy=True, name=name, compat=compat)
-
-
-def unit(mode: str) -> tuple[float, str]:
-    """Reporting unit of JCTs: slots of 1200 s in compat mode, hours in realistic mode (as the CLI)."""
-    return (1200.0, "slots") if mode == "compat" else (3600.0, "h")

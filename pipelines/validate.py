@@ -26,18 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from dl2.core import DecisionRecord, InputError
+from pipelines import tracking
+from pipelines.code import code_version
 from pipelines.params import Params, ValidateParams
-from pipelines.stage import (
-    DATA_CODE,
-    Layout,
-    StageFailed,
-    StageResult,
-    main,
-    recorded_digest,
-    sha256_file,
-    stage_digest,
-    write_json,
-)
+from pipelines.stage import Layout, StageFailed, StageResult, main, sha256_file, write_json
 
 TRACE_SUITE = "dl2_trace"
 LOG_SUITE = "dl2_decision_log"
@@ -98,7 +90,7 @@ def log_expectations(config: ValidateParams) -> list[Any]:
     ]
 
 
-_TEXT_FIELDS = frozenset({"cluster", "job_id", "model", "architecture", "model_version", "incumbent", "mode"})
+_TEXT_FIELDS = frozenset(name for name, kind in DecisionRecord.field_kinds().items() if kind == "text")
 
 
 # -- frames ----------------------------------------------------------------------------------------------------
@@ -296,13 +288,8 @@ def failure_text(report: dict[str, Any], report_path: str) -> str:
 # -- the stage -------------------------------------------------------------------------------------------------
 
 
-def validate_trace(name: str, path: Path, params: Params, layout: Layout, force: bool = False) -> StageResult:
-    """Validate one job file; writes `reports/validation/<name>.json`; raises StageFailed when it fails."""
-    output = layout.validation_report(name)
-    digest = stage_digest("validate", "validate", params.section("validate"), [path], DATA_CODE)
-    relative = layout.relative(output)
-    if not force and recorded_digest(output) == digest and _succeeded(output):
-        return StageResult("validate", True, (relative,), digest, summary={"name": name})
+def validate_trace(name: str, path: Path, params: Params, layout: Layout) -> dict[str, Any]:
+    """Validate one job file; writes and returns `reports/validation/<name>.json` (a failed batch included)."""
     raw, typed = trace_frames(path)
     outcome = run_suite(
         TRACE_SUITE, trace_expectations(params.validate), name, raw, typed, ROW, params.validate, layout
@@ -312,14 +299,13 @@ def validate_trace(name: str, path: Path, params: Params, layout: Layout, force:
         "kind": "trace",
         "path": layout.relative(path),
         "sha256": sha256_file(path),
+        "md5": tracking.md5_file(path),
         "rows": len(raw),
-        "digest": digest,
+        "code_version": code_version("pipelines.validate"),
         **outcome,
     }
-    write_json(output, report)
-    if not report["success"]:
-        raise StageFailed(failure_text(report, relative))
-    return StageResult("validate", False, (relative,), digest, summary={"name": name, "rows": len(raw)})
+    write_json(layout.validation_report(name), report)
+    return report
 
 
 def validate_log(location: Path, params: Params, layout: Layout, output: Path | None = None) -> dict[str, Any]:
@@ -357,31 +343,39 @@ def _succeeded(path: Path) -> bool:
 
 
 def run(
-    params: Params,
-    layout: Layout | None = None,
-    traces: Sequence[str] = (),
-    logs: Sequence[Path] = (),
-    force: bool = False,
+    params: Params, layout: Layout | None = None, traces: Sequence[str] = (), logs: Sequence[Path] = ()
 ) -> StageResult:
-    """Validate ingested traces (default: params.data.traces) and any decision logs given."""
+    """Validate ingested traces (default: params.data.traces) and any decision logs given; every report is
+    written first, then a failed batch raises StageFailed naming all of them. The traces' validation is an
+    MLflow run whose inputs are the traces (with their sha256) and whose metrics count failed expectations."""
+    import mlflow
+
     layout = layout or Layout()
-    results = []
     names = list(traces) if traces or logs else list(params.data.traces)
+    reports, outputs = [], []
     for name in names:
         path = layout.ingested(name) / "jobs.csv"
         if not path.is_file():
             raise InputError(layout.relative(path), f"not ingested; run: python -m pipelines.ingest {name}")
-        results.append(validate_trace(name, path, params, layout, force))
-    outputs = [o for r in results for o in r.outputs]
+        reports.append(validate_trace(name, path, params, layout))
+        outputs.append(layout.relative(layout.validation_report(name)))
     for location in logs:
         output = layout.root / "work" / "validation" / f"log-{Path(location).name}.json"
-        report = validate_log(Path(location), params, layout, output)
+        reports.append(validate_log(Path(location), params, layout, output))
         outputs.append(layout.relative(output))
-        if not report["success"]:
-            raise StageFailed(failure_text(report, layout.relative(output)))
-    up_to_date = bool(results) and all(r.up_to_date for r in results) and not logs
-    digest = ",".join(r.digest for r in results)
-    return StageResult("validate", up_to_date, tuple(outputs), digest)
+    run_id = None
+    if names:
+        with tracking.stage_run("validate", {"validate": params.section("validate")}, root=layout.root) as active:
+            tracking.log_inputs(
+                [(tracking.dataset(r["name"], r["md5"], r["path"]), "validation") for r in reports if "md5" in r]
+            )
+            mlflow.log_metrics({f"{r['name']}.failed_expectations": float(r["failed"]) for r in reports})
+            run_id = active.info.run_id
+    failed = [failure_text(r, out) for r, out in zip(reports, outputs, strict=True) if not r["success"]]
+    if failed:
+        raise StageFailed("\n".join(failed))
+    summary = {r["name"]: r["rows"] for r in reports}
+    return StageResult("validate", tuple(outputs), code_version("pipelines.validate"), run_id, summary)
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -390,7 +384,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(params: Params, args: argparse.Namespace) -> StageResult:
-    return run(params, traces=args.traces, logs=args.log, force=args.force)
+    return run(params, traces=args.traces, logs=args.log)
 
 
 def cli(argv: Sequence[str] | None = None) -> int:

@@ -12,54 +12,30 @@ import argparse
 import time
 from collections.abc import Sequence
 
-from dl2.env.observation import ObservationConfig
-from dl2.rl.supervised import SupervisedConfig
-from dl2.rl.training import WarmUpConfig
 from pipelines import tracking
+from pipelines.code import code_version
 from pipelines.params import Params
-from pipelines.rl import jsonable, network_config, save
-from pipelines.stage import Layout, StageResult, log_outputs, main, stage_digest, up_to_date, write_json
-from pipelines.workloads import require_within
+from pipelines.rl import save
+from pipelines.stage import Layout, StageResult, main, write_json
+from pipelines.workloads import require_within, training_dataset
 
 
-def warm_up_config(params: Params) -> WarmUpConfig:
-    w = params.warmup
-    return WarmUpConfig(
-        teacher=w.teacher,
-        source=params.workloads.train_source,
-        mode=params.workloads.mode,
-        episodes=w.episodes,
-        dagger_rounds=w.dagger_rounds,
-        dagger_episodes=w.dagger_episodes,
-        record_every=w.record_every,
-        observation=ObservationConfig(window=w.window, packed=w.packed),
-        supervised=SupervisedConfig(
-            epochs=w.epochs,
-            learning_rate=w.learning_rate,
-            label_smoothing=w.label_smoothing,
-            network=network_config(params),
-            seed=w.seed,
-        ),
-    )
-
-
-def run(params: Params, layout: Layout | None = None, force: bool = False) -> StageResult:
+def run(params: Params, layout: Layout | None = None) -> StageResult:
     import mlflow
 
     from dl2.rl.plots import plot_warm_up
-    from dl2.rl.training import policy_config, warm_up
+    from dl2.rl.training import policy_config, warm_up_metadata, warm_up_with_progress
 
     layout = layout or Layout()
-    config = warm_up_config(params)
+    config = params.warmup  # the library's WarmUpConfig, its source and mode from the `workloads` section
     demonstrations = config.episodes + config.dagger_rounds * config.dagger_episodes
-    manifest = require_within(layout, params, "warmup", range(config.seed_offset, config.seed_offset + demonstrations))
+    require_within(layout, params, "warmup", range(config.seed_offset, config.seed_offset + demonstrations))
     require_within(layout, params, "warmup_held_out", [config.held_out_seed])
     settings = {"warmup": params.section("warmup"), "workloads": params.section("workloads")}
-    digest = stage_digest("warmup", "warmup", settings, [manifest])
     folder = layout.model("warmup")
-    if not force and (done := up_to_date("warmup", digest, layout, [folder])):
-        return done
-    with tracking.stage_run("warmup", settings, tags={"dl2.digest": digest}) as active:
+    version = code_version("pipelines.warmup")
+    with tracking.stage_run("warmup", settings, tags={"dl2.code_version": version}, root=layout.root) as active:
+        tracking.log_inputs([(training_dataset(layout), "training")])
         started = time.perf_counter()
         epoch = 0
 
@@ -68,43 +44,26 @@ def run(params: Params, layout: Layout | None = None, force: bool = False) -> St
             mlflow.log_metrics({"train_loss": loss, "held_out_accuracy": accuracy}, step=epoch)
             epoch += 1
 
-        policy, history, facts = warm_up(config, on_epoch)
+        policy, history, facts = warm_up_with_progress(config, on_epoch=on_epoch)
         seconds = time.perf_counter() - started
-        metadata = {
-            "kind": "warm-up",
-            "warm_up": jsonable(config),
-            "facts": facts,
-            "seconds": seconds,
-            "history": jsonable(history),
-            "pipeline_digest": digest,
-        }
-        network = config.supervised.network
-        mode = params.workloads.mode
-        save(
-            folder,
-            policy_config(config.observation, network, mode, config.placer),
-            policy.state_dict(),
-            None,
-            f"DL2 policy warmed up on {params.warmup.teacher}",
-            metadata,
-        )
+        metadata = warm_up_metadata(config, history, facts, seconds, code_version=version)
+        policy_cfg = policy_config(config.observation, config.supervised.network, config.mode, config.placer)
+        save(folder, policy_cfg, policy.state_dict(), None, f"DL2 policy warmed up on {config.teacher}", metadata)
         rows = zip(history.train_loss, history.held_out_accuracy, strict=False)
         curve_rows = [{"epoch": i, "train_loss": loss, "held_out_accuracy": acc} for i, (loss, acc) in enumerate(rows)]
         write_json(folder / "history.json", curve_rows)
         curve = folder / "learning_curve.png"
-        title = f"warm-up: imitating {params.warmup.teacher} ({params.workloads.train_source})"
-        plot_warm_up(history, curve, title)
+        plot_warm_up(history, curve, f"warm-up: imitating {config.teacher} ({config.source})")
         mlflow.log_metrics({k: float(v) for k, v in facts.items() if isinstance(v, int | float)})
         mlflow.log_metric("seconds", seconds)
         mlflow.log_artifact(str(curve), artifact_path="plots")
         mlflow.log_artifacts(str(folder), artifact_path="model")
-        log_outputs(layout, [folder])
         summary = {"held_out_accuracy": facts["held_out_accuracy"], "seconds": round(seconds, 1)}
-        return StageResult("warmup", False, (layout.relative(folder),), digest, active.info.run_id, summary)
+        return StageResult("warmup", (layout.relative(folder),), version, active.info.run_id, summary)
 
 
 def _run(params: Params, args: argparse.Namespace) -> StageResult:
-    return run(params, force=args.force)
+    return run(params)
 
 
 def cli(argv: Sequence[str] | None = None) -> int:

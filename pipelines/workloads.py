@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from dl2.core import Workload
+from pipelines.code import code_version
 from pipelines.params import Params
-from pipelines.stage import Layout, StageFailed, StageResult, main, recorded_digest, stage_digest, write_json
+from pipelines.stage import Layout, StageFailed, StageResult, main, write_json
 
 BLOCK = 10_000
 """Seeds per training block."""
@@ -35,12 +36,9 @@ SAMPLE = 2
 
 
 def training_blocks(params: Params) -> dict[str, tuple[int, int]]:
-    """[start, end) seed block of each use of the training source (offsets as in dl2.rl.training)."""
-    from dl2.rl.actor_critic import RLConfig
-    from dl2.rl.training import WarmUpConfig
-
-    warm = WarmUpConfig()
-    rl = RLConfig().train_seed_offset
+    """[start, end) seed block of each use of the training source (the warm-up's and RL's seed offsets)."""
+    warm = params.warmup
+    rl = params.finetune.rl.train_seed_offset
     return {
         "warmup": (warm.seed_offset, warm.held_out_seed),
         "warmup_held_out": (warm.held_out_seed, warm.held_out_seed + 1),
@@ -163,20 +161,14 @@ def disjointness(
     return checks
 
 
-def run(params: Params, layout: Layout | None = None, force: bool = False) -> StageResult:
+def run(params: Params, layout: Layout | None = None) -> StageResult:
     from pipelines.validate import require_valid
 
     layout = layout or Layout()
-    reports = require_valid(layout, params.data.traces)
-    inputs = [*reports, *(layout.ingested(name) / "jobs.csv" for name in params.data.traces)]
-    settings = {"workloads": params.section("workloads"), "data": params.section("data"), "blocks": BLOCK}
-    settings["feedback_seed_offset"] = params.feedback.seed_offset
-    digest = stage_digest("workloads", "workloads", settings, inputs)
-    output = layout.workloads_report
-    outputs = (layout.relative(output), layout.relative(layout.training_manifest))
-    if not force and recorded_digest(output) == digest and layout.training_manifest.is_file():
-        return StageResult("workloads", True, outputs, digest)
-    report = {"digest": digest, **build(params, layout)}
+    require_valid(layout, params.data.traces)
+    outputs = (layout.relative(layout.workloads_report), layout.relative(layout.training_manifest))
+    version = code_version("pipelines.workloads")
+    report = {"code_version": version, **build(params, layout)}
     if not report["disjoint"]["ok"]:
         failed = [c["claim"] for c in report["disjoint"]["checks"] if not c["ok"]]
         raise StageFailed("workloads: training, validation and test sets overlap:\n  " + "\n  ".join(failed))
@@ -187,8 +179,8 @@ def run(params: Params, layout: Layout | None = None, force: bool = False) -> St
         "validation_seeds": list(params.workloads.validation_seeds),
     }
     write_json(layout.training_manifest, training)
-    write_json(output, report)
-    return StageResult("workloads", False, outputs, digest, summary={"test": len(report["test"]["workloads"])})
+    write_json(layout.workloads_report, report)
+    return StageResult("workloads", outputs, version, summary={"test": len(report["test"]["workloads"])})
 
 
 def require_within(layout: Layout, params: Params, block: str, seeds: Sequence[int]) -> Path:
@@ -215,8 +207,27 @@ def require_within(layout: Layout, params: Params, block: str, seeds: Sequence[i
     return path
 
 
+def training_dataset(layout: Layout) -> Any:
+    """The workloads training (and checkpoint selection) may draw on, as an MLflow dataset."""
+    from pipelines.tracking import dataset, md5_file
+
+    manifest = json.loads(layout.training_manifest.read_text())
+    name = f"{manifest['train_source']} ({manifest['mode']}, seed blocks)"
+    return dataset(name, md5_file(layout.training_manifest), layout.relative(layout.training_manifest))
+
+
+def test_dataset(params: Params) -> Any:
+    """The held-out test workloads, as an MLflow dataset whose digest hashes their content (fingerprints)."""
+    from pipelines.tracking import dataset
+
+    prints = [fingerprint(w) for _, workloads in test_workloads(params) for w in workloads]
+    digest = hashlib.md5(json.dumps(prints).encode()).hexdigest()
+    w = params.workloads
+    return dataset(f"{w.test} seeds {list(w.test_seeds)} ({w.mode})", digest, w.test)
+
+
 def _run(params: Params, args: argparse.Namespace) -> StageResult:
-    return run(params, force=args.force)
+    return run(params)
 
 
 def cli(argv: Sequence[str] | None = None) -> int:

@@ -54,3 +54,19 @@ def allreduce_job(job_id: str, max_workers: int = 4) -> Job:
 def one_node_workload(*jobs: Job, slot_s: float = 100.0, num_nodes: int = 1) -> Workload:
     cluster = ClusterSpec.homogeneous(num_nodes, Resources(gpu=8.0, cpu=8.0), kind="test")
     return Workload("hand", cluster, tuple(jobs), slot_s)
+
+
+def pytest_configure(config):
+    """One JSONL of every request the local Kubernetes servers answer in this session (`tests/kube_helpers`): the
+    least-privilege test (`test_kube_rbac.py`, run last) checks the controller's against the shipped RBAC."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(tempfile.mkdtemp(prefix="dl2-kube-requests-"))
+    os.environ["DL2_KUBE_REQUEST_LOG"] = str(folder / "requests.jsonl")  # kube_helpers.REQUEST_LOG_ENV (light import)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `after_kube` run after every other test (they read what the others recorded)."""
+    items.sort(key=lambda item: item.get_closest_marker("after_kube") is not None)

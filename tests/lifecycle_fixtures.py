@@ -2,8 +2,9 @@
 
 Models: a tiny warm-up trained with `dl2 train-sl` (seconds) and two hand-set networks derived from it (zero
 weights, biases only): `bundle` always gives the next job a worker and a PS, which is exactly FIFO on the
-authors' setting, and `stopper` stops as soon as the work-conserving rule lets it (one task per slot), which
-finishes every job but slowly: a challenger that the gate must reject.
+authors' setting, `stopper` stops as soon as the work-conserving rule lets it (one task per slot), which
+finishes every job but slowly: a challenger that the gate must reject, and `starver` gives workers only, never a
+parameter server, so no job ever progresses: the stall guard stops it.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ def new_store(template: Path, folder: Path) -> Path:
 
 
 def build_models(folder: Path, trained: Path | None = None) -> dict[str, Path]:
-    """`tiny` (trained, unless `trained` is given: a per-job compat model), `bundle` (FIFO) and `stopper` (slow
-    but safe) model folders under `folder`."""
+    """`tiny` (trained, unless `trained` is given: a per-job compat model), `bundle` (FIFO), `stopper` (slow
+    but safe) and `starver` (starves every job) model folders under `folder`."""
     import torch
 
     from dl2.rl.model_io import load_config, load_state, save_model
@@ -65,4 +66,27 @@ def build_models(folder: Path, trained: Path | None = None) -> dict[str, Path]:
         "tiny": trained,
         "bundle": hand_set("bundle", [0.0, 0.0, 1.0], -1.0),
         "stopper": hand_set("stopper", [0.0, 0.0, 1.0], 5.0),
+        "starver": hand_set("starver", [1.0, 0.0, 0.0], -1.0),
     }
+
+
+def decision_log(folder: Path, seed: int = 9000) -> int:
+    """A real decision log (DRF deciding, FIFO proposing, shadow mode) of a tiny workload, with its cluster.json,
+    as a controller writes it; the number of records."""
+    import json
+
+    from dl2.rl.workload_source import workload
+    from dl2.schedulers.registry import make_scheduler
+    from dl2.sim.config import Mode, SimConfig
+    from dl2.sim.decision_log import log_run
+    from dl2.sim.run import speed_model
+    from pipelines.feedback import cluster_to_json
+
+    jobs = workload("authors-tiny", seed)
+    speed = speed_model(Mode.COMPAT)
+    records, _ = log_run(
+        jobs, make_scheduler("drf", speed, True), make_scheduler("fifo", speed, True), "shadow",
+        SimConfig.for_mode(Mode.COMPAT, seed), speed, None, folder, model_version="test",
+    )  # fmt: skip
+    (folder / "cluster.json").write_text(json.dumps(cluster_to_json(jobs.cluster)))
+    return records

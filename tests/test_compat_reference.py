@@ -29,7 +29,8 @@ from dl2.sim.run import speed_model
 from dl2.sim.simulator import simulate
 from dl2.workload.reference import load_reference_workloads
 
-THEIR_NAMES = {"drf": "DRF", "fifo": "FIFO", "srtf": "SRTF", "optimus": "Optimus"}
+THEIR_NAMES = {"drf": "DRF", "fifo": "FIFO", "srtf-fraction": "SRTF", "optimus": "Optimus"}
+"""Our names of the authors' schedulers (their SRTF ranks by remaining fraction of epochs)."""
 AVERAGE_BAR = 0.03
 WORKLOAD_BAR = 0.05
 TIE_ORDER_ENVELOPE = {("fifo", "default"): 0.08}

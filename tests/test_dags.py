@@ -1,148 +1,58 @@
-"""The Airflow DAGs: they import cleanly, and `airflow dags test` runs each one end to end on tiny inputs.
+"""The Airflow DAGs: they import cleanly and declare what operators rely on, and a real Airflow 3 scheduler runs
+them end to end.
 
-One Airflow home (SQLite metadata, migrated once per session) serves every DAG test; the DAG runs share one
-pipeline root and one MLflow store in tmp, in lifecycle order: ingest a 120-job slice of Philly, warm up and
-register a challenger, fine-tune on simulated cluster feedback and register the next challenger, then a gate that
-rejects a worse challenger. Each `airflow dags test` is a subprocess with the smoke profile (`-c` conf).
+The end-to-end test starts `airflow standalone` (scheduler, DAG processor, triggerer, API server; SQLite
+metadata) on loopback with the DAGs of a sandbox copy of the repository (the smoke profile, its own DVC state
+and MLflow store; the Airflow Variable `dl2_root` names it), triggers `dl2_trace_ingest` twice and then
+`dl2_online_finetune` through the REST API, waits for them, and stops every process it started by its
+process-group id.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import socket
 import sqlite3
 import subprocess
-from collections.abc import Iterator, Mapping
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lifecycle_fixtures import ROOT, build_models, empty_mlflow_db, smoke_params
-
-from pipelines.stage import Layout
+from lifecycle_fixtures import ROOT
 
 DAG_IDS = ("dl2_online_finetune", "dl2_promote", "dl2_trace_ingest", "dl2_warmup")
-TRACE_JOBS = 120
-"""Jobs of the Philly slice the ingest DAG validates (tiny input: the DAG, not the data, is under test)."""
-DAG_TEST_TIMEOUT_S = 180
-"""A DAG run that fails waits for its task's retry: this ends it."""
+START_TIMEOUT_S = 180
+RUN_TIMEOUT_S = 900
 
 
-@dataclass(frozen=True)
-class Lifecycle:
-    """Where the DAG runs of this module read and write."""
-
-    root: Path
-    env: Mapping[str, str]
-    """Environment of `airflow dags test`: Airflow home and database, dags folder, MLflow store, data folder."""
-
-    @property
-    def layout(self) -> Layout:
-        return Layout(self.root)
-
-    def conf(self, *overrides: str) -> dict[str, Any]:
-        return {"smoke": True, "root": str(self.root), "set": ["data.traces=[philly]", *overrides]}
-
-
-# -- fixtures ----------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """Environment of an Airflow home in tmp whose SQLite metadata database is migrated once per session."""
-    home = tmp_path_factory.mktemp("airflow")
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("AIRFLOW", "MLFLOW_"))}
+def airflow_environment(home: Path, dags: Path) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("AIRFLOW", "MLFLOW_", "DL2_"))}
     env.update(
         AIRFLOW_HOME=str(home),
-        AIRFLOW__CORE__DAGS_FOLDER=str(ROOT / "dags"),
+        AIRFLOW__CORE__DAGS_FOLDER=str(dags),
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
         AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home / 'airflow.db'}",
-        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false",
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
     )
-    done = subprocess.run(
-        [str(ROOT / ".venv" / "bin" / "airflow"), "db", "migrate"], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return env
 
 
-@pytest.fixture(scope="module")
-def lifecycle(tmp_path_factory: pytest.TempPathFactory, airflow_env: dict[str, str]) -> Iterator[Lifecycle]:
-    """A pipeline root and MLflow store for this module's DAG runs (the in-process set-up uses the same store)."""
-    root = tmp_path_factory.mktemp("lifecycle")
-    store = root / "mlruns"
-    empty_mlflow_db(store)
-    data = _tiny_data_dir(root / "shipped")
-    env = {**airflow_env, "DL2_MLRUNS": str(store), "DL2_DATA_DIR": str(data)}
-    with pytest.MonkeyPatch.context() as patch:  # in-process registry calls see the same store
-        patch.setenv("DL2_MLRUNS", str(store))
-        patch.delenv("MLFLOW_TRACKING_URI", raising=False)
-        patch.delenv("MLFLOW_REGISTRY_URI", raising=False)
-        yield Lifecycle(root, env)
-
-
-def _tiny_data_dir(folder: Path) -> Path:
-    """A data folder (`DL2_DATA_DIR`) with the authors' reference data and the first jobs of Philly."""
-    (folder / "traces" / "philly").mkdir(parents=True)
-    (folder / "reference").symlink_to(ROOT / "data" / "reference")
-    shipped = ROOT / "data" / "traces" / "philly"
-    lines = (shipped / "jobs.csv").read_text().splitlines(keepends=True)
-    (folder / "traces" / "philly" / "jobs.csv").write_text("".join(lines[: TRACE_JOBS + 1]))
-    (folder / "traces" / "philly" / "vc_nodes.csv").write_bytes((shipped / "vc_nodes.csv").read_bytes())
-    return folder
-
-
-def dags_test(lifecycle: Lifecycle, dag_id: str, conf: Mapping[str, Any]) -> str:
-    """`airflow dags test DAG_ID -c CONF`; the output, after checking that the run succeeded.
-
-    The output goes to a file as it comes (`airflow-dags-test-<dag>.log` in the root): a failing task waits for
-    its retry, so a failure shows up as the timeout, and the file then says what failed."""
-    command = [str(ROOT / ".venv" / "bin" / "airflow"), "dags", "test", dag_id, "-c", json.dumps(conf)]
-    log = lifecycle.root / f"airflow-dags-test-{dag_id}.log"
-    with log.open("w") as stream:
-        process = subprocess.Popen(command, env=dict(lifecycle.env), cwd=lifecycle.root, stdout=stream, stderr=stream)
-        try:
-            returncode = process.wait(timeout=DAG_TEST_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            returncode = process.wait()
-    output = log.read_text()
-    finished = [line for line in output.splitlines() if "DagRun Finished" in line]
-    lines = [line for line in output.splitlines() if "No tasks to run" not in line]  # a retry being awaited
-    errors = "\n".join(line for line in lines if "Error" in line or "error" in line)
-    tail = "\n".join(lines[-40:])
-    assert returncode == 0 and finished and "state=success" in finished[-1], f"{errors[-3000:]}\n...\n{tail}"
-    return output
-
-
-def asset_events(lifecycle: Lifecycle) -> list[tuple[str, str]]:
-    """(asset URI, producing DAG) of every asset event in the Airflow metadata database."""
-    database = Path(lifecycle.env["AIRFLOW_HOME"]) / "airflow.db"
-    with closing(sqlite3.connect(database)) as connection:
-        query = "SELECT a.uri, e.source_dag_id FROM asset_event e JOIN asset a ON a.id = e.asset_id"
-        return [(str(uri), str(dag_id)) for uri, dag_id in connection.execute(query)]
-
-
-@pytest.fixture(scope="module")
-def ingested(lifecycle: Lifecycle) -> str:
-    return dags_test(lifecycle, "dl2_trace_ingest", lifecycle.conf())
-
-
-@pytest.fixture(scope="module")
-def warmed_up(lifecycle: Lifecycle, ingested: str) -> str:
-    return dags_test(lifecycle, "dl2_warmup", lifecycle.conf())
-
-
-# -- the DAG files -----------------------------------------------------------------------------------------------
-
-
-def test_dagbag_imports_every_dag_without_errors(airflow_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in airflow_env.items():
-        if key.startswith("AIRFLOW"):
-            monkeypatch.setenv(key, value)
+def test_dagbag_imports_every_dag_and_declares_what_operators_rely_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in airflow_environment(tmp_path, ROOT / "dags").items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.syspath_prepend(str(ROOT / "dags"))  # as Airflow does for its dags folder (shared helpers)
     from airflow.dag_processing.dagbag import DagBag
 
     bag = DagBag(dag_folder=str(ROOT / "dags"))
@@ -150,112 +60,220 @@ def test_dagbag_imports_every_dag_without_errors(airflow_env: dict[str, str], mo
     assert sorted(bag.dag_ids) == list(DAG_IDS)
     for dag in bag.dags.values():
         assert dag.catchup is False and dag.start_date is not None and dag.max_active_runs == 1, dag.dag_id
-        assert all(task.retries >= 1 for task in dag.tasks), dag.dag_id
+        assert len(dag.params) == 0, dag.dag_id  # root and profile come from the root, not from a hand-passed conf
+        for task in dag.tasks:
+            assert task.retries >= 1 and task.execution_timeout is not None, (dag.dag_id, task.task_id)
+            if task.task_id in ("ingest", "validate", "workloads", "warmup", "feedback", "finetune", "evaluate"):
+                assert task.pool == "dl2_dvc", (dag.dag_id, task.task_id)  # DVC locks the repository
+            if task.task_id in ("collect", "commit", "promote"):
+                assert task.pool == "dl2_dvc", (dag.dag_id, task.task_id)
     schedules = {dag_id: bag.dags[dag_id].schedule for dag_id in DAG_IDS}
     assert schedules["dl2_trace_ingest"] == "@daily" and schedules["dl2_online_finetune"] == "@hourly"
     assert [asset.uri for asset in schedules["dl2_warmup"]] == ["dl2://traces/validated"]
     assert [asset.uri for asset in schedules["dl2_promote"]] == ["dl2://models/dl2-policy/challenger"]
-    assert [a.uri for a in bag.dags["dl2_trace_ingest"].get_task("validate").outlets] == ["dl2://traces/validated"]
+    assert [a.uri for a in bag.dags["dl2_trace_ingest"].get_task("publish").outlets] == ["dl2://traces/validated"]
+    assert [t.task_id for t in bag.dags["dl2_online_finetune"].topological_sort()][:2] == ["collect", "workloads"]
 
 
-# -- `airflow dags test` of each DAG, in lifecycle order ---------------------------------------------------------
+def test_the_pipeline_package_imports_no_airflow() -> None:
+    code = "import sys, pipelines.lifecycle, pipelines.promote, pipelines.collect; print('airflow' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
 
 
-def test_trace_ingest_dag_versions_and_validates_the_traces(lifecycle: Lifecycle, ingested: str) -> None:
-    manifest = json.loads((lifecycle.root / "data" / "ingested" / "philly" / "MANIFEST.json").read_text())
-    assert manifest["jobs"] == TRACE_JOBS and set(manifest["files"]) == {"jobs.csv", "vc_nodes.csv"}
-    report = json.loads((lifecycle.root / "reports" / "validation" / "philly.json").read_text())
-    assert report["success"] is True
-    assert ("dl2://traces/validated", "dl2_trace_ingest") in asset_events(lifecycle)  # schedules dl2_warmup
+# -- a real scheduler ---------------------------------------------------------------------------------------------
 
 
-def test_warmup_dag_registers_a_challenger(lifecycle: Lifecycle, warmed_up: str) -> None:
-    from pipelines import registry
-
-    assert (lifecycle.root / "models" / "staging" / "warmup" / "policy.pt").is_file()
-    (version,) = registry.list_versions()
-    assert version.aliases == ("challenger",) and version.tags["dl2.kind"] == "warm-up"
-    assert version.digest == registry.model_digest(lifecycle.root / "models" / "staging" / "warmup")
-    assert registry.alias("champion") is None
+def free_port() -> int:
+    with closing(socket.socket()) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
-def test_online_finetune_dag_learns_from_new_feedback_then_advances_the_watermark(
-    lifecycle: Lifecycle, warmed_up: str
-) -> None:
-    from pipelines import feedback, registry, watermark
+@dataclass
+class Standalone:
+    url: str
+    token: str
+    home: Path
+    root: Path
 
-    params = smoke_params("data.traces=[philly]")
-    feedback.run(params, lifecycle.layout)  # a simulated cluster logs its decisions under data/feedback
-    assert watermark.state(lifecycle.layout)["logs"] == {}
-    before = registry.alias("challenger")
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(f"{self.url}{path}", data=data, method=method)
+        request.add_header("Authorization", f"Bearer {self.token}")
+        request.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read() or b"null")
 
-    dags_test(lifecycle, "dl2_online_finetune", lifecycle.conf())
-    after = registry.alias("challenger")
-    assert after is not None and before is not None and after.version > before.version
-    assert after.digest == registry.model_digest(lifecycle.root / "models" / "staging" / "finetune")
-    consumed = watermark.state(lifecycle.layout)
-    (log,) = consumed["logs"]
-    assert log.startswith("simulated/") and consumed["logs"][log]["segments"]
-    (window,) = consumed["windows"]
-    manifest = json.loads(
-        (watermark.feedback_root(lifecycle.layout) / "windows" / window / "MANIFEST.json").read_text()
+    def trigger(self, dag_id: str) -> str:
+        return str(self.call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None})["dag_run_id"])
+
+    def wait(self, dag_id: str, run_id: str) -> str:
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while time.monotonic() < deadline:
+            state = str(self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"])
+            if state in ("success", "failed"):
+                return state
+            time.sleep(3)
+        raise AssertionError(f"{dag_id} {run_id} did not finish within {RUN_TIMEOUT_S} s; logs: {self.home}")
+
+    def settle(self, dag_id: str) -> dict[str, str]:
+        """Wait until no run of the DAG is queued or running (the scheduler adds its own scheduled run when a DAG
+        is unpaused); run id -> state."""
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while True:
+            runs = {r["dag_run_id"]: r["state"] for r in self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns")["dag_runs"]}
+            if all(state in ("success", "failed") for state in runs.values()):
+                return runs
+            assert time.monotonic() < deadline, f"{dag_id} runs did not finish: {runs}; logs: {self.home}"
+            time.sleep(3)
+
+    def tasks(self, dag_id: str, run_id: str) -> dict[str, tuple[str, int]]:
+        found = self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
+        return {t["task_id"]: (t["state"], t["try_number"]) for t in found}
+
+    def asset_events(self, uri: str) -> list[dict[str, Any]]:
+        with closing(sqlite3.connect(self.home / "airflow.db")) as connection:
+            query = "SELECT e.extra, e.source_dag_id FROM asset_event e JOIN asset a ON a.id = e.asset_id WHERE a.uri=?"
+            return [
+                {"extra": json.loads(extra or "{}"), "dag": dag} for extra, dag in connection.execute(query, (uri,))
+            ]
+
+
+def _alive(group: int) -> bool:
+    listing = subprocess.run(["ps", "-eo", "pgid=,stat="], capture_output=True, text=True).stdout
+    return any(line.split()[0] == str(group) and not line.split()[1].startswith("Z") for line in listing.splitlines())
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGINT to the group twice (the scheduler waits for its workers after the first), then SIGTERM to the
+    parent, SIGKILL to whatever is left (stack notes, gotcha 14)."""
+    group = process.pid  # started with setsid: pid == pgid
+    for sig, pause in ((signal.SIGINT, 3), (signal.SIGINT, 5)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, sig)
+        time.sleep(pause)
+    with contextlib.suppress(ProcessLookupError):
+        process.terminate()
+    deadline = time.monotonic() + 20
+    while _alive(group) and time.monotonic() < deadline:
+        time.sleep(1)
+    if _alive(group):
+        os.killpg(group, signal.SIGKILL)
+        time.sleep(1)
+    process.wait(timeout=10)
+    assert not _alive(group), f"processes left in group {group}"
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    from pipelines import sandbox
+
+    base = tmp_path_factory.mktemp("airflow-standalone")
+    root = sandbox.make(base / "repo", overrides={"data": {"traces": ["philly"]}})
+    (root / "work" / "dvc-remote").mkdir(parents=True)
+    home = base / "airflow"
+    home.mkdir()
+    port = free_port()
+    env = airflow_environment(home, root / "dags")
+    env.update(sandbox.environment(root))
+    env.update(
+        AIRFLOW__API__HOST="127.0.0.1",
+        AIRFLOW__API__PORT=str(port),
+        AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{port}/execution/",
+        AIRFLOW__CORE__PARALLELISM="2",
+        AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT=str(free_port()),
+        AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT=str(free_port()),
+        AIRFLOW_VAR_DL2_ROOT=str(root),
     )
-    assert manifest["records"] > 0
-    assert ("dl2://models/dl2-policy/challenger", "dl2_online_finetune") in asset_events(lifecycle)
+    log = (home / "standalone.log").open("wb")
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "airflow"), "standalone"],
+        env=env,
+        cwd=home,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/api/v2/monitor/health", timeout=5) as response:
+                    if response.status == 200:
+                        break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            assert process.poll() is None and time.monotonic() < deadline, (home / "standalone.log").read_text()[-3000:]
+            time.sleep(2)
+        passwords = home / "simple_auth_manager_passwords.json.generated"
+        while not passwords.is_file():
+            time.sleep(1)
+        body = json.dumps({"username": "admin", "password": json.loads(passwords.read_text())["admin"]}).encode()
+        request = urllib.request.Request(f"{url}/auth/token", data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            token = json.loads(response.read())["access_token"]
+        server = Standalone(url, token, home, root)
+        server.call("POST", "/api/v2/pools", {"name": "dl2_dvc", "slots": 1, "description": "DVC locks the repo"})
+        while time.monotonic() < deadline:
+            try:
+                for dag_id in ("dl2_trace_ingest", "dl2_online_finetune"):
+                    server.call("GET", f"/api/v2/dags/{dag_id}")
+                break
+            except urllib.error.HTTPError:  # not parsed yet
+                time.sleep(2)
+        yield server
+    finally:
+        stop(process)
+        log.close()
 
 
-def test_promote_dag_rejects_a_worse_challenger_and_keeps_the_champion(
-    lifecycle: Lifecycle, warmed_up: str, tmp_path: Path
-) -> None:
-    from pipelines import register, registry
+@pytest.mark.slow
+def test_a_real_scheduler_runs_ingest_then_online_fine_tuning(standalone: Standalone) -> None:
+    from lifecycle_fixtures import decision_log
 
-    models = build_models(tmp_path / "models", trained=lifecycle.root / "models" / "staging" / "warmup")
-    champion = registry.register(models["bundle"])[0].version
-    registry.set_alias("champion", champion)  # set-up only: in production only the gate moves `champion`
-    challenger = register.run(smoke_params(), lifecycle.layout, model=models["stopper"]).summary["version"]
-    assert registry.alias("challenger").version == challenger
+    from pipelines import collect
+    from pipelines.stage import Layout
 
-    output = dags_test(lifecycle, "dl2_promote", lifecycle.conf())
-    assert f"promote: rejected dl2-policy v{challenger}: safety: " in output
-    assert f"champion stays v{champion}" in output
-    decision = json.loads((lifecycle.root / "reports" / "promotion.json").read_text())
-    assert decision["status"] == "rejected" and decision["champion"]["version"] == champion
-    assert registry.alias("champion").version == champion
-    assert registry.alias("challenger").version == challenger
-    assert not (lifecycle.root / "data" / "deployments").exists()
+    incoming = standalone.root / "work" / "decisions"
+    records = decision_log(incoming / "cluster-a")  # what a controller logged
+    (incoming / "broken.jsonl").write_text("{not a record\n")  # and a poisoned log
 
+    first = standalone.trigger("dl2_trace_ingest")
+    second = standalone.trigger("dl2_trace_ingest")
+    standalone.call("PATCH", "/api/v2/dags/dl2_trace_ingest", {"is_paused": False})
+    runs = standalone.settle("dl2_trace_ingest")  # ours, and the one the scheduler adds on unpausing
+    assert {first, second} <= set(runs) and set(runs.values()) == {"success"}, runs
+    publishes = {run: standalone.tasks("dl2_trace_ingest", run)["publish"][0] for run in runs}
+    # the data changed once (the first run to go): one event; every later run found nothing new and skipped it
+    assert sorted(publishes.values()) == ["skipped"] * (len(runs) - 1) + ["success"], publishes
+    ingested = next(run for run, state in publishes.items() if state == "success")
+    (event,) = standalone.asset_events("dl2://traces/validated")
+    assert event["dag"] == "dl2_trace_ingest" and event["extra"]["profile"] == "smoke"
+    assert "data/ingested" in event["extra"]["ingest"]
 
-# -- the feedback watermark of dl2_online_finetune (no Airflow) ------------------------------------------------
+    tuned = standalone.trigger("dl2_online_finetune")
+    standalone.call("PATCH", "/api/v2/dags/dl2_online_finetune", {"is_paused": False})
+    runs = standalone.settle("dl2_online_finetune")
+    assert tuned in runs and set(runs.values()) == {"success"}, runs
+    states = {run: standalone.tasks("dl2_online_finetune", run) for run in runs}
+    published = [run for run, tasks in states.items() if tasks["publish"][0] == "success"]
+    assert len(published) == 1, states  # one new challenger; a run after it found every stage up to date
+    assert all(state in ("success", "skipped") for tasks in states.values() for state, _ in tasks.values()), states
+    assert all(tries == 1 for tasks in states.values() for _, tries in tasks.values()), states
+    (challenger,) = standalone.asset_events("dl2://models/dl2-policy/challenger")
+    assert challenger["extra"]["feedback_records"] == records and challenger["extra"]["version"] == 1
 
-
-def test_watermark_windows_are_stable_and_only_a_commit_consumes_them(tmp_path: Path) -> None:
-    from pipelines import watermark
-
-    layout = Layout(tmp_path)
-    source = tmp_path / "data" / "feedback"
-    segments = source / "cluster-a"
-    segments.mkdir(parents=True)
-    (segments / "segment-000001.jsonl").write_text('{"n": 1}\n{"n": 2}\n')
-    (segments / "cluster.json").write_text("{}")
-    (source / "cluster-b.jsonl").write_text('{"n": 1}\n{"n": 2, "still": "being written"')  # no newline yet
-
-    first = watermark.collect(source, layout, "run-1")
-    assert first["records"] == 3 and first["logs"] == 2
-    (segments / "segment-000002.jsonl").write_text('{"n": 3}\n')
-    assert watermark.collect(source, layout, "run-1") == first  # a retried run reads the same window
-    window = tmp_path / first["window"]
-    assert (window / "cluster-a" / "cluster.json").is_file()
-    assert (window / "cluster-b.jsonl").read_text() == '{"n": 1}\n'  # whole lines only
-
-    second = watermark.collect(source, layout, "run-2")  # run-1 never committed (it failed): its records stay
-    assert second["records"] == 4
-    watermark.commit(layout, "run-2")
-    assert watermark.commit(layout, "run-2")["committed"]  # committing twice changes nothing
-    state = watermark.state(layout)
-    assert state["logs"]["cluster-a"]["segments"] == ["segment-000001.jsonl", "segment-000002.jsonl"]
-    assert state["logs"]["cluster-b.jsonl"]["lines"] == 1
-
-    with (source / "cluster-b.jsonl").open("a") as stream:
-        stream.write("}\n")
-    third = watermark.collect(source, layout, "run-3")
-    assert third["records"] == 1 and (tmp_path / third["window"] / "cluster-b.jsonl").read_text().startswith('{"n": 2')
+    root = standalone.root
+    segments = sorted((collect.clusters_dir(Layout(root)) / "cluster-a").glob("segment-*.jsonl"))
+    assert len(segments) == 1 and len(segments[0].read_text().splitlines()) == records
+    assert (root / "data" / "quarantine").is_dir()
+    lock = (root / "dvc.lock").read_text()
+    assert all(f"  {stage}:" in lock for stage in ("ingest", "validate", "warmup", "finetune", "evaluate"))
+    log = subprocess.run(["git", "log", "--format=%s"], cwd=root, capture_output=True, text=True, check=True).stdout
+    assert f"dl2_trace_ingest {ingested}" in log and f"dl2_online_finetune {published[0]}" in log
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout
+    assert "dvc.lock" not in status  # what the runs produced is committed
+    assert any((root / "work" / "dvc-remote").rglob("*")), "nothing pushed to the DVC remote"

@@ -21,8 +21,9 @@ from dl2.core import (
     Resources,
     Workload,
 )
+from dl2.env.config import EnvConfig
 from dl2.env.decision import SlotDecision, action_count, encode_action, stop_action
-from dl2.env.env import Dl2Env, EnvConfig
+from dl2.env.env import Dl2Env
 from dl2.env.observation import (
     JOB_FEATURES,
     NUM_TYPES,

@@ -1,6 +1,6 @@
 """Every pipeline stage in the smoke profile, in a temporary root with its own MLflow store: outputs written,
-re-runs change nothing and add no MLflow run, lost outputs come back from MLflow, the command line works, and
-`dvc repro` runs the DVC pipeline in a copy of the repository.
+each recording the code version that made it, runs recording their datasets, a killed run ended, and the
+command line. Whether a stage needs to run is DVC's business (`tests/test_dvc.py`).
 
 The whole chain runs once per module (about a minute); the tests then look at what it left.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,7 +21,6 @@ import pytest
 from pipelines import params as params_module
 from pipelines.params import ParamsError
 from pipelines.stage import Layout, StageResult
-from pipelines.tracking import ROOT
 
 STAGES = ("ingest", "validate", "workloads", "warmup", "feedback", "finetune", "evaluate", "ablate", "report")
 
@@ -57,20 +56,21 @@ def chain(
 
 def test_every_stage_writes_its_outputs(chain: tuple[params_module.Params, Layout, dict[str, StageResult]]) -> None:
     params, layout, results = chain
-    assert not any(r.up_to_date for r in results.values())
     for result in results.values():
         for output in result.outputs:
             assert (layout.root / output).exists(), output
-    assert {"warmup", "finetune", "evaluate", "ablate"} == {n for n, r in results.items() if r.run_id}
+    assert {"validate", "warmup", "finetune", "evaluate", "ablate"} == {n for n, r in results.items() if r.run_id}
     metrics = json.loads((layout.reports / "metrics.json").read_text())
-    assert set(metrics["schedulers"]) == {"finetune", "warmup", *params.evaluate.baselines}
+    heuristics = {*params.evaluate.baselines, params.warmup.teacher, *params.promote.incumbent}
+    assert set(metrics["schedulers"]) == {"finetune", "warmup", *heuristics}
+    assert set(metrics["heuristics"]) == heuristics and metrics["teacher"] == params.warmup.teacher
     assert metrics["best_heuristic"] in params.evaluate.baselines
     assert all(metrics["schedulers"][b]["runs"] == len(params.workloads.test_seeds) for b in params.evaluate.baselines)
     ablation = json.loads((layout.reports / "ablation.json").read_text())
     assert list(ablation["variants"]) == list(params.ablate.variants)
     assert "| drf |" in (layout.reports / "summary.md").read_text()
     curve = json.loads((layout.model("finetune") / "history.json").read_text())
-    assert [row["iteration"] for row in curve] == list(range(params.finetune.iterations))
+    assert [row["iteration"] for row in curve] == list(range(params.finetune.rl.iterations))
     assert (layout.plots / "jct_cdf.csv").read_text().startswith("percentile,")
 
 
@@ -91,32 +91,68 @@ def test_ablation_children_are_logged_under_the_parent(
     assert all(f"{v}.safe_runs" in parent.data.metrics for v in params.ablate.variants)
 
 
-def test_second_run_is_up_to_date_and_adds_no_mlflow_run(
+def test_every_output_records_the_code_that_made_it(
     chain: tuple[params_module.Params, Layout, dict[str, StageResult]],
 ) -> None:
-    params, layout, _ = chain
-    before = mlflow_runs()
-    stamps = {p: p.stat().st_mtime_ns for p in layout.reports.rglob("*") if p.is_file()}
-    again = {name: run_stage(name, params, layout) for name in STAGES}
-    assert {n: r.up_to_date for n, r in again.items()} == dict.fromkeys(STAGES, True)
-    assert mlflow_runs() == before
-    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # nothing rewritten
+    from pipelines.code import code_version
+
+    _, layout, results = chain
+    for name, result in results.items():
+        assert result.code_version == code_version(f"pipelines.{name}"), name
+    recorded = {
+        "ingest": json.loads((layout.ingested("philly") / "MANIFEST.json").read_text())["code_version"],
+        "validate": json.loads(layout.validation_report("philly").read_text())["code_version"],
+        "workloads": json.loads(layout.workloads_report.read_text())["code_version"],
+        "warmup": json.loads((layout.model("warmup") / "config.json").read_text())["metadata"]["code_version"],
+        "feedback": json.loads((layout.simulated_feedback / "MANIFEST.json").read_text())["code_version"],
+        "finetune": json.loads((layout.model("finetune") / "config.json").read_text())["metadata"]["code_version"],
+        "evaluate": json.loads((layout.reports / "metrics.json").read_text())["code_version"],
+        "ablate": json.loads((layout.reports / "ablation.json").read_text())["code_version"],
+    }
+    assert recorded == {name: results[name].code_version for name in recorded}
 
 
-def test_lost_model_is_restored_from_mlflow_not_retrained(
+def test_runs_record_their_datasets_and_the_data_version(
     chain: tuple[params_module.Params, Layout, dict[str, StageResult]],
 ) -> None:
-    from pipelines.warmup import run
+    import mlflow
 
-    params, layout, results = chain
-    policy = (layout.model("warmup") / "policy.pt").read_bytes()
-    before = mlflow_runs()
-    shutil.rmtree(layout.model("warmup"))  # as `dvc repro` does before re-running a stage, or a fresh checkout
-    result = run(params, layout)
-    assert result.up_to_date and result.summary.get("restored_from_mlflow")
-    assert result.run_id == results["warmup"].run_id
-    assert (layout.model("warmup") / "policy.pt").read_bytes() == policy
-    assert mlflow_runs() == before
+    from pipelines.tracking import data_version
+
+    _, layout, results = chain
+    for name, contexts in {"warmup": {"training"}, "finetune": {"training", "feedback"}, "evaluate": {"test"},
+                           "ablate": {"training", "test"}, "validate": {"validation"}}.items():  # fmt: skip
+        run = mlflow.get_run(results[name].run_id)
+        found = {tag.value for d in run.inputs.dataset_inputs for tag in d.tags if tag.key == "mlflow.data.context"}
+        assert found == contexts, name
+        assert run.data.tags["dvc_data_version"] == data_version(layout.root) != "none"
+
+
+def test_a_killed_stage_leaves_no_run_running(
+    chain: tuple[params_module.Params, Layout, dict[str, StageResult]],
+) -> None:
+    """A run whose process died (SIGKILL: it could not end its run) is ended as KILLED by the next run of the
+    stage; a run of another stage, or one whose process lives, is left alone."""
+    import mlflow
+
+    from pipelines import tracking
+
+    _, layout, _ = chain
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    tags = {"dl2.root": str(layout.root.resolve()), "dl2.host": socket.gethostname()}
+    client = mlflow.MlflowClient()
+    experiment = mlflow.get_experiment_by_name(tracking.EXPERIMENT).experiment_id
+    killed = client.create_run(experiment, tags={**tags, "dl2.stage": "report", "dl2.pid": dead.stdout.strip()})
+    living = client.create_run(experiment, tags={**tags, "dl2.stage": "report", "dl2.pid": str(os.getpid())})
+    other = client.create_run(experiment, tags={**tags, "dl2.stage": "warmup", "dl2.pid": dead.stdout.strip()})
+    assert tracking.end_abandoned_runs("report", layout.root) == [killed.info.run_id]
+    assert client.get_run(killed.info.run_id).info.status == "KILLED"
+    assert client.get_run(living.info.run_id).info.status == "RUNNING"
+    assert client.get_run(other.info.run_id).info.status == "RUNNING"
+    with tracking.stage_run("warmup", root=layout.root):  # the next run of that stage ends it
+        pass
+    assert client.get_run(other.info.run_id).info.status == "KILLED"
+    client.set_terminated(living.info.run_id)
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -126,13 +162,13 @@ def test_command_line_help(stage: str, capsys: pytest.CaptureFixture[str]) -> No
         module.cli(["--help"])
     assert done.value.code == 0
     text = capsys.readouterr().out
-    assert "--smoke" in text and "--force" in text
+    assert "--smoke" in text and "--json" in text and "--force" not in text
 
 
 def test_bad_parameters_are_one_line_errors(tmp_path: Path) -> None:
     with pytest.raises(ParamsError, match="unknown key"):
         params_module.load(overrides=["warmup.epoch=3"])
-    assert params_module.load(smoke=True, overrides=["warmup.epochs=3"]).warmup.epochs == 3  # overrides beat smoke
+    assert params_module.load(smoke=True, overrides=["warmup.epochs=3"]).warmup.supervised.epochs == 3  # beats smoke
     bad = tmp_path / "params.yaml"
     bad.write_text("workloads: {mode: quantum}\n")
     from pipelines.workloads import cli
@@ -140,71 +176,96 @@ def test_bad_parameters_are_one_line_errors(tmp_path: Path) -> None:
     assert cli(["--params", str(bad)]) == 2
 
 
-def test_warm_up_parameters_reach_its_configuration() -> None:
-    from pipelines.warmup import warm_up_config
-
-    overrides = ["warmup.label_smoothing=0.1", "warmup.packed=true", "warmup.record_every=3"]
-    config = warm_up_config(params_module.load(smoke=True, overrides=overrides))
-    assert config.supervised.label_smoothing == 0.1
-    assert config.observation.packed is True
-    assert config.record_every == 3
-    with pytest.raises(ParamsError, match="label_smoothing"):
+def test_warm_up_parameters_are_the_librarys_configuration() -> None:
+    params = params_module.load(smoke=True, overrides=["warmup.label_smoothing=0.1", "warmup.record_every=3"])
+    config = params.warmup
+    assert (config.supervised.label_smoothing, config.record_every) == (0.1, 3)
+    assert (config.source, config.mode) == (params.workloads.train_source, params.workloads.mode)
+    with pytest.raises(ParamsError, match=r"warmup: label_smoothing: 1\.0 is not allowed \(input should be less"):
         params_module.load(overrides=["warmup.label_smoothing=1.0"])
-    with pytest.raises(ParamsError, match="compat-mode"):
-        params_module.load(overrides=["warmup.packed=true", "workloads.mode=realistic"])
+    with pytest.raises(ParamsError, match=r"warmup: packed: True is not allowed \(packed requests are a compat"):
+        params_module.load(overrides=["warmup.packed=true", "workloads.mode=realistic", "finetune.credit=returns"])
+    with pytest.raises(ParamsError, match=r"warmup: teacher: 'bogus' is not allowed \(compat-mode schedulers"):
+        params_module.load(overrides=["warmup.teacher=bogus"])
 
 
-def test_fine_tune_credit_reaches_its_configuration_and_ablations_keep_dl2s() -> None:
-    from dl2.rl.networks import NetworkConfig
-    from pipelines.rl import finetune_config, rl_config
+def test_fine_tune_parameters_are_the_librarys_configuration() -> None:
+    from dl2.rl.config import NetworkConfig
+    from pipelines.rl import ablation_config, finetune_config
 
     overrides = ["finetune.credit=deviation", "finetune.continuation=drf", "finetune.temperature=0.5"]
     params = params_module.load(smoke=True, overrides=overrides)
     config = finetune_config(params, NetworkConfig())
     assert (config.credit, config.continuation, config.temperature) == ("deviation", "drf", 0.5)
-    assert rl_config(params, NetworkConfig(), 1, 0, "no-replay").credit == "returns"
-    with pytest.raises(ParamsError, match=r"needs workloads\.mode compat"):
-        params_module.load(overrides=["finetune.credit=deviation", "workloads.mode=realistic"])
-    with pytest.raises(ParamsError, match=r"finetune\.continuation"):
+    assert config.validation_seeds == params.workloads.validation_seeds  # from the workloads section
+    assert ablation_config(params, NetworkConfig(), 0, "no-replay").credit == "returns"  # ablations keep DL2's
+    assert ablation_config(params, NetworkConfig(), 0, "no-replay").replay.enabled is False
+    with pytest.raises(ParamsError, match=r"finetune: credit: 'deviation' is not allowed \(exact credit needs"):
+        params_module.load(overrides=["finetune.credit=deviation", "workloads.mode=realistic", "warmup.packed=false"])
+    with pytest.raises(ParamsError, match=r"finetune: continuation: 'lottery' is not allowed"):
         params_module.load(overrides=["finetune.continuation=lottery"])
-    with pytest.raises(ParamsError, match=r"finetune\.credit"):
+    with pytest.raises(ParamsError, match=r"finetune: credit: 'luck' is not allowed \(input should be 'returns'"):
         params_module.load(overrides=["finetune.credit=luck"])
+    with pytest.raises(ParamsError, match=r"finetune: gamma: 7 is not allowed \(input should be less than or equal"):
+        params_module.load(overrides=["finetune.gamma=7"])
+    with pytest.raises(ParamsError, match=r"finetune: learning_rat: unknown key; known: alternatives"):
+        params_module.load(overrides=["finetune.learning_rate=0.1", "finetune.learning_rat=0.1"])
 
 
-def test_dvc_repro_in_a_copy(tmp_path: Path) -> None:
-    """The DVC pipeline parses, runs its data stages at smoke size, versions the ingested traces in the local
-    remote, and is up to date on a second `dvc repro`."""
-    copy = tmp_path / "repo"
-    for part in ("dl2", "pipelines", "dvc.yaml", "data/traces/philly", "data/traces/alibaba_gpu2023", ".dvcignore"):
-        source = ROOT / part
-        target = copy / part
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if source.is_dir():
-            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
-        elif source.exists():
-            shutil.copy(source, target)
-    (copy / "data" / "reference").symlink_to(ROOT / "data" / "reference")  # read-only inputs of the library
-    text = (ROOT / "params.yaml").read_text().replace("profile: full", "profile: smoke", 1)
-    (copy / "params.yaml").write_text(text)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    env.update(DL2_MLRUNS=str(tmp_path / "mlruns"), GX_ANALYTICS_ENABLED="false")
-    env.pop("MLFLOW_TRACKING_URI", None)
+def test_defaults_are_the_same_through_every_door(tmp_path: Path) -> None:
+    """The library's default, the command line's (no flag given) and the pipeline's (no key given) are one value,
+    because both doors build the library's configuration: there are no copies to drift apart."""
+    import argparse
 
-    def dvc(*arguments: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "dvc", *arguments], cwd=copy, env=env, capture_output=True, text=True, check=False
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
-        return done.stdout
+    from dl2.cli.train import add_parsers, rl_configs
+    from dl2.rl.config import RLConfig, WarmUpConfig
+    from pipelines.params import FINETUNE_KEYS, WARMUP_SECTION_KEYS
 
-    dvc("init", "--no-scm", "-q")
-    dvc("remote", "add", "-d", "local", "work/dvc-remote")
-    listed = [line.split()[0] for line in dvc("stage", "list").splitlines() if line.strip()]
-    assert listed == list(STAGES)
-    dvc("repro", "workloads")
-    assert json.loads((copy / "reports" / "validation" / "philly.json").read_text())["success"] is True
-    assert "didn't change" in dvc("repro", "workloads") or "up to date" in dvc("status", "workloads")
-    dvc("push", "-q")
-    assert any((copy / "work" / "dvc-remote").rglob("*")), "nothing pushed to the local remote"
-    lock = (copy / "dvc.lock").read_text()
-    assert "data/ingested" in lock and "md5" in lock
+    parser = argparse.ArgumentParser()
+    add_parsers(parser.add_subparsers())
+    empty = tmp_path / "params.yaml"
+    empty.write_text("{}\n")
+    pipeline = params_module.load(empty)
+    library_rl, library_warmup = RLConfig(), WarmUpConfig()
+    _, cli_rl = rl_configs(parser.parse_args(["train-rl", "--out", str(tmp_path / "m")]), None)
+    from dl2.cli.train import warm_up_config
+
+    cli_warmup = warm_up_config(parser.parse_args(["train-sl", "--out", str(tmp_path / "m")]))
+    for key in FINETUNE_KEYS:
+        if key.path[0] == "rl":
+            name = key.path[1:]
+            assert _get(pipeline.finetune.rl, name) == _get(cli_rl, name) == _get(library_rl, name), key.name
+    for key in WARMUP_SECTION_KEYS:
+        assert _get(pipeline.warmup, key.path) == _get(cli_warmup, key.path) == _get(library_warmup, key.path), key.name
+
+
+def _get(config: object, path: tuple[str, ...]) -> object:
+    for part in path:
+        config = getattr(config, part)
+    return config
+
+
+def test_an_ablation_row_that_cannot_differ_says_so() -> None:
+    """Hand case: `no-replay` trains bit-identically to `full` on every seed (the budget left replay nothing to
+    replay), `no-value-baseline` on one seed of two, and `no-exploration` never moved from the warm-up."""
+    from pipelines.ablate import Trained, summarize
+    from pipelines.report import ablation_lines
+
+    params = params_module.load(smoke=True, overrides=["ablate.seeds=[0, 1]"])
+    results = {
+        "full": {0: Trained(100.0, "a", True), 1: Trained(110.0, "b", True)},
+        "no-replay": {0: Trained(100.0, "a", True), 1: Trained(110.0, "b", True)},
+        "no-value-baseline": {0: Trained(100.0, "a", True), 1: Trained(130.0, "c", True)},
+        "no-exploration": {0: Trained(90.0, "w", False), 1: Trained(None, "w", False)},
+    }
+    table = summarize(params, results)
+    rows = table["variants"]
+    assert rows["no-replay"]["cannot_differ"] and not rows["full"]["cannot_differ"]
+    assert rows["no-value-baseline"]["identical_to_full"] == 1 and not rows["no-value-baseline"]["cannot_differ"]
+    assert rows["no-exploration"]["moved_from_warmup"] == 0 and rows["no-exploration"]["safe_runs"] == 1
+    assert rows["no-value-baseline"]["test_avg_jct_s"] == 115.0 and rows["no-value-baseline"][
+        "vs_full"
+    ] == pytest.approx(115 / 105)
+    text = "\n".join(ablation_lines(table))
+    assert "| no-replay |" in text and "cannot differ at this budget" in text
+    assert "no policy update at this budget" in text and "identical to full on 1 of 2 seeds" in text

@@ -7,13 +7,16 @@ but slow, so a worse challenger).
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
-from lifecycle_fixtures import build_models, empty_mlflow_db, new_store, smoke_params
+from lifecycle_fixtures import ROOT, build_models, empty_mlflow_db, new_store, smoke_params
 
 from pipelines.stage import Layout
 
@@ -92,22 +95,51 @@ def test_register_twice_gives_one_version_and_the_challenger(
     layout = Layout(tmp_path)
     metrics = tmp_path / "reports" / "metrics.json"
     metrics.parent.mkdir()
-    metrics.write_text(json.dumps({"schedulers": {"finetune": {"avg_jct_s": 1234.5, "runs": 2}}}))
+    digest = registry.model_digest(models["tiny"])
+    rows = {"finetune": {"avg_jct_s": 1234.5, "p99_jct_s": 4000.0, "vs_best_heuristic": 0.9, "runs": 2}}
+    metrics.write_text(json.dumps({"schedulers": rows, "model_digests": {"finetune": digest}, "workload": "w"}))
+    (tmp_path / "reports" / "ablation.json").write_text(json.dumps({"variants": {"full": {"test_avg_jct_s": 1300.0}}}))
     first = register.run(smoke_params(), layout, model=models["tiny"])
     again = register.run(smoke_params(), layout, model=models["tiny"])
-    assert first.summary["created"] and not first.up_to_date
-    assert again.up_to_date and again.summary == {**first.summary, "created": False}
+    assert first.summary["created"] and first.summary["metrics"] == 4
+    assert again.summary == {**first.summary, "created": False}
     versions = registry.list_versions()
     assert [v.version for v in versions] == [1] and versions[0].aliases == ("challenger",)
-    assert versions[0].digest == registry.model_digest(models["tiny"])
-    assert versions[0].tags["dl2.metrics.schedulers.finetune.avg_jct_s"] == "1234.5"
-    assert "1234.5" in versions[0].description
+    assert versions[0].digest == digest
+    assert registry.model_metrics(1) == {
+        "test.avg_jct_s": 1234.5,
+        "test.p99_jct_s": 4000.0,
+        "test.vs_best_heuristic": 0.9,
+        "ablation.full.test_avg_jct_s": 1300.0,
+    }
+    assert not [key for key in versions[0].tags if key.startswith("dl2.metrics")]  # tags: identifiers only
+    assert {"dl2.mode", "dl2.kind", "dl2.code_version", "dl2.git_commit"} <= set(versions[0].tags)
+    assert "1234 s" in versions[0].description
     assert registry.alias("champion") is None
 
     copy = shutil.copytree(models["tiny"], tmp_path / "copy")  # same content elsewhere: the same version
     assert registry.register(copy)[0].version == 1
     assert registry.register(models["bundle"])[0].version == 2
+    assert registry.model_metrics(2) == {}  # an evaluation of another model is never attached
     assert registry.alias("challenger").version == 1  # registering alone moves no alias
+
+
+def test_the_logged_model_restores_cpu_torch_from_the_wheel_folder(
+    store: Path, tmp_path: Path, models: dict[str, Path]
+) -> None:
+    """Restoring the environment (`mlflow models serve`, `get_model_dependencies`) must rebuild the one the
+    model was evaluated in: torch's CPU build from the project's wheel folder, nothing that pulls CUDA."""
+    import mlflow.pyfunc
+
+    from pipelines import registry
+
+    registry.register(models["tiny"])
+    requirements = Path(mlflow.pyfunc.get_model_dependencies(f"models:/{registry.NAME}/1")).read_text().splitlines()
+    assert "torch==2.13.0+cpu" in requirements
+    assert any(line.startswith("--find-links ") for line in requirements)
+    assert not [line for line in requirements if "nvidia" in line or "triton" in line or "cu1" in line]
+    pins = [line for line in requirements if not line.startswith("-")]
+    assert all("==" in line for line in pins), pins
 
 
 def test_pyfunc_by_alias_predicts_the_schedulers_allocation(
@@ -144,16 +176,23 @@ def test_pyfunc_by_alias_predicts_the_schedulers_allocation(
 def test_decide_on_numbers() -> None:
     from pipelines.promote import Score, decide
 
-    heuristics = {"drf": Score(100.0, 300.0, True, 2), "fifo": Score(120.0, 200.0, True, 2)}
-    assert decide(Score(99.0, 400.0, True, 2), None, heuristics, 0.0, 1.5).accepted  # 400 <= 1.5 x drf's 300
-    verdict = decide(Score(99.0, 451.0, True, 2), None, heuristics, 0.0, 1.5)
-    assert not verdict.accepted and verdict.reason.startswith("safety: p99") and verdict.best_heuristic == "drf"
-    assert not decide(Score(96.0, 300.0, True, 2), None, heuristics, 0.05, 1.5).accepted  # needs <= 95
-    verdict = decide(Score(90.0, 300.0, True, 2), Score(80.0, 250.0, True, 2), heuristics, 0.0, 1.5)
+    drf, fifo = Score(100.0, 300.0, True, 2), Score(120.0, 200.0, True, 2)
+    # no champion: the incumbents are the reference, each of them
+    assert decide(Score(99.0, 300.0, True, 2), None, {"drf": drf}, 0.0, 1.5).accepted  # 300 <= 1.5 x 300
+    verdict = decide(Score(99.0, 451.0, True, 2), None, {"drf": drf}, 0.0, 1.5)
+    assert not verdict.accepted and verdict.reason.startswith("safety: p99") and verdict.references == ("drf",)
+    verdict = decide(Score(99.0, 301.0, True, 2), None, {"drf": drf, "fifo": fifo}, 0.0, 1.5)
+    assert not verdict.accepted and "fifo's 200.0" in verdict.reason  # the tightest p99 bounds it
+    assert not decide(Score(96.0, 300.0, True, 2), None, {"drf": drf}, 0.05, 1.5).accepted  # needs <= 95
+    assert decide(Score(95.0, 300.0, True, 2), None, {"drf": drf}, 0.05, 1.5).accepted
+    # with a champion, the champion is what the challenger replaces (not the incumbents)
+    champion = Score(80.0, 250.0, True, 2)
+    verdict = decide(Score(90.0, 300.0, True, 2), champion, {"drf": drf}, 0.0, 1.5)
     assert not verdict.accepted and "champion" in verdict.reason and verdict.threshold_avg_jct_s == 80.0
-    broken_champion = Score(float("inf"), float("inf"), False, 0, "stalled")
-    assert decide(Score(90.0, 300.0, True, 2), broken_champion, heuristics, 0.0, 1.5).accepted
-    verdict = decide(Score(float("inf"), float("inf"), False, 0, "stalled"), None, heuristics, 0.0, 1.5)
+    assert decide(Score(79.0, 300.0, True, 2), champion, {"drf": Score(50.0, 100.0, True, 2)}, 0.0, 1.5).accepted
+    broken_champion = Score(float("inf"), float("inf"), False, 0, "stalled")  # no reference any more
+    assert decide(Score(90.0, 300.0, True, 2), broken_champion, {"drf": drf}, 0.0, 1.5).references == ("drf",)
+    verdict = decide(Score(float("inf"), float("inf"), False, 0, "stalled"), None, {"drf": drf}, 0.0, 1.5)
     assert not verdict.accepted and "not every job finished (stalled)" in verdict.reason
 
 
@@ -168,7 +207,7 @@ def _start(registry: Any, models: dict[str, Path], champion: str | None, challen
     return champion_version, challenger_version
 
 
-def test_gate_rejects_a_worse_challenger_and_changes_nothing(
+def test_gate_rejects_a_challenger_worse_than_the_champion_and_changes_nothing(
     store: Path, tmp_path: Path, models: dict[str, Path]
 ) -> None:
     import mlflow
@@ -181,7 +220,8 @@ def test_gate_rejects_a_worse_challenger_and_changes_nothing(
     decision = json.loads((tmp_path / "reports" / "promotion.json").read_text())
     assert result.summary["status"] == decision["status"] == "rejected"
     assert decision["challenger"]["version"] == challenger and decision["champion"]["version"] == champion
-    assert decision["reason"].startswith("safety: p99 JCT") and decision["best_heuristic"] == "optimus"
+    assert decision["references"] == ["champion"]
+    assert decision["reason"].startswith("safety: p99 JCT") and "champion's" in decision["reason"]
     assert decision["scores"]["challenger"]["avg_jct_s"] > decision["scores"]["champion"]["avg_jct_s"]
     assert registry.alias("champion").version == champion and registry.alias("challenger").version == challenger
     assert registry.get(challenger).tags["dl2.promotion"] == "rejected"
@@ -192,7 +232,7 @@ def test_gate_rejects_a_worse_challenger_and_changes_nothing(
 
     runs = len(mlflow.search_runs(experiment_names=["dl2"], output_format="list"))
     before = (tmp_path / "reports" / "promotion.json").read_text()
-    assert promote.run(smoke_params(), layout).up_to_date  # the same inputs: replayed, not re-evaluated
+    assert promote.run(smoke_params(), layout).summary["replayed"]  # the same inputs: replayed, not re-evaluated
     assert (tmp_path / "reports" / "promotion.json").read_text() == before
     assert len(mlflow.search_runs(experiment_names=["dl2"], output_format="list")) == runs
 
@@ -202,16 +242,64 @@ def test_gate_rejects_a_worse_challenger_and_changes_nothing(
     assert registry.alias("challenger").version == newer
 
 
-def test_gate_accepts_a_better_challenger_and_confirms_it(store: Path, tmp_path: Path, models: dict[str, Path]) -> None:
+def test_gate_rejects_a_policy_that_starves_a_job(store: Path, tmp_path: Path, models: dict[str, Path]) -> None:
+    from pipelines import promote, registry
+
+    _start(registry, models, None, "starver")
+    result = promote.run(smoke_params(), Layout(tmp_path))
+    decision = json.loads((tmp_path / "reports" / "promotion.json").read_text())
+    assert result.summary["status"] == "rejected" and decision["references"] == ["drf"]
+    assert decision["reason"].startswith("safety: not every job finished") and "starves" in decision["reason"]
+    assert decision["scores"]["challenger"]["finished"] is False
+    assert registry.alias("champion") is None
+
+
+def test_gate_reports_every_heuristic_the_teacher_included(
+    store: Path, tmp_path: Path, models: dict[str, Path]
+) -> None:
+    """Against the incumbent (no champion yet): accepted on a tie at margin 0, and the report shows every
+    heuristic with its role, the best of them and the challenger's margin against it."""
+    from pipelines import promote, registry
+
+    layout = Layout(tmp_path)
+    _, challenger = _start(registry, models, None, "bundle")
+    # `bundle` is FIFO: it ties the incumbent FIFO exactly
+    params = smoke_params("promote.incumbent=[fifo]", "promote.margin=0.0")
+    promote.run(params, layout, confirmation=lambda *_: (True, "confirmed in the test"))
+    decision = json.loads((tmp_path / "reports" / "promotion.json").read_text())
+    assert decision["status"] == "promoted" and decision["references"] == ["fifo"]
+    assert decision["scores"]["challenger"]["avg_jct_s"] == decision["scores"]["fifo"]["avg_jct_s"]
+    assert decision["roles"] == {
+        "challenger": "challenger",
+        "drf": "heuristic",
+        "optimus": "heuristic",
+        "srpt-knee": "teacher",
+        "fifo": "incumbent",
+    }
+    best = decision["best_heuristic"]
+    assert best == min(("drf", "optimus", "srpt-knee", "fifo"), key=lambda n: decision["scores"][n]["avg_jct_s"])
+    expected = decision["scores"]["challenger"]["avg_jct_s"] / decision["scores"][best]["avg_jct_s"] - 1
+    assert decision["margin_vs_best_heuristic"] == pytest.approx(expected) and expected > 0  # imitation, no gain
+    lines = promote.report_lines(decision)
+    assert all(any(line.lstrip().startswith(name) for line in lines) for name in decision["scores"])
+    assert f"challenger vs best heuristic ({best}): +" in "\n".join(lines)
+    tags = registry.get(challenger).tags
+    assert tags["dl2.best_heuristic"] == best and tags["dl2.vs_best_heuristic"].startswith("+")
+    assert registry.model_metrics(challenger)["gate.avg_jct_s"] == decision["scores"]["challenger"]["avg_jct_s"]
+
+
+def test_gate_accepts_a_challenger_better_than_the_champion_and_confirms_it(
+    store: Path, tmp_path: Path, models: dict[str, Path]
+) -> None:
     from pipelines import promote, registry
 
     layout = Layout(tmp_path)
     champion, challenger = _start(registry, models, "stopper", "bundle")
-    # `bundle` is FIFO: it beats the stopper champion and ties the one heuristic (margin 0 accepts a tie)
-    params = smoke_params("evaluate.baselines=[fifo]")
-    result = promote.run(params, layout)  # the real confirmation: a separate process loads @champion
+    # `bundle` beats the stopper champion; the heuristics (better than both) are reported, not the reference
+    result = promote.run(smoke_params(), layout)  # the real confirmation: a separate process loads @champion
     decision = json.loads((tmp_path / "reports" / "promotion.json").read_text())
     assert decision["status"] == "promoted" and decision["confirmation"]["confirmed"], decision
+    assert decision["references"] == ["champion"] and decision["margin_vs_best_heuristic"] > 0
     assert "10/10 jobs" in decision["confirmation"]["detail"]
     assert registry.alias("champion").version == challenger
     (record,) = sorted((tmp_path / "data" / "deployments").iterdir())
@@ -223,9 +311,23 @@ def test_gate_accepts_a_better_challenger_and_confirms_it(store: Path, tmp_path:
     assert document["digest"] == registry.model_digest(models["bundle"])
     assert document["metrics"]["challenger"]["avg_jct_s"] == decision["scores"]["challenger"]["avg_jct_s"]
 
-    again = promote.run(params, layout)
-    assert again.up_to_date and again.summary["status"] == "promoted"
+    again = promote.run(smoke_params(), layout)
+    assert again.summary["status"] == "already-champion"
     assert len(list((tmp_path / "data" / "deployments").iterdir())) == 1
+
+    # what a user does afterwards, in a fresh process: the champion answers a cluster state
+    script = (
+        "import mlflow.pyfunc; from pipelines import tracking; from pipelines.pyfunc import example_frame; "
+        "from dl2.rl.workload_source import workload; tracking.configure(); "
+        "model = mlflow.pyfunc.load_model('models:/dl2-policy@champion'); "
+        "answer = model.predict(example_frame(workload('authors-tiny', 9000), num_jobs=4)); "
+        "print(int(answer['workers'].sum()), int(answer['ps'].sum()), len(answer))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    workers, ps, rows = map(int, done.stdout.split()[-3:])
+    assert rows == 4 and workers >= 1 and ps >= 1  # FIFO gives the first jobs a worker and a PS each
 
 
 def test_unconfirmed_deployment_is_rolled_back(store: Path, tmp_path: Path, models: dict[str, Path]) -> None:
@@ -239,7 +341,7 @@ def test_unconfirmed_deployment_is_rolled_back(store: Path, tmp_path: Path, mode
         calls.append(version)
         return False, "no reply"
 
-    params = smoke_params("evaluate.baselines=[fifo]")
+    params = smoke_params()
     with pytest.raises(promote.RolledBack, match=f"v{challenger} was not confirmed \\(no reply\\); rolled back"):
         promote.run(params, layout, confirmation=unconfirmed)
     assert calls == [challenger]
@@ -262,7 +364,9 @@ def test_first_promotion_rolled_back_leaves_no_champion(store: Path, tmp_path: P
     _, challenger = _start(registry, models, None, "bundle")
     with pytest.raises(promote.RolledBack, match="rolled back to no champion"):
         promote.run(
-            smoke_params("evaluate.baselines=[fifo]"), Layout(tmp_path), confirmation=lambda *_: (False, "timed out")
+            smoke_params("promote.incumbent=[fifo]", "promote.margin=0.0"),
+            Layout(tmp_path),
+            confirmation=lambda *_: (False, "timed out"),
         )
     assert registry.alias("champion") is None
     names = sorted(p.name for p in (tmp_path / "data" / "deployments").iterdir())
@@ -296,5 +400,5 @@ def test_cli_exit_status_of_a_rollback(
     _start(registry, models, None, "bundle")
     monkeypatch.setattr(promote, "confirm", lambda *_: (False, "timed out"))
     monkeypatch.setattr(promote, "Layout", lambda: Layout(tmp_path))
-    assert promote.cli(["--smoke", "--set", "evaluate.baselines=[fifo]"]) == 1
+    assert promote.cli(["--smoke", "--set", "promote.incumbent=[fifo]", "--set", "promote.margin=0.0"]) == 1
     assert "rolled back to no champion" in capsys.readouterr().err

@@ -17,22 +17,23 @@ from hypothesis import strategies as st
 
 from dl2.cli.main import main
 from dl2.core import Allocation, ClusterSpec, ClusterView, InputError, NodeSpec, Resources, Workload
+from dl2.env.config import EnvConfig
 from dl2.env.decision import SlotDecision, stop_action
-from dl2.env.env import EnvConfig
 from dl2.env.observation import ObservationConfig, Observer
 from dl2.rl import training
-from dl2.rl.actor_critic import ActorCritic, ReplayConfig, RLConfig, sibling_advantages
+from dl2.rl.actor_critic import ActorCritic, sibling_advantages
+from dl2.rl.config import MASKED_LOGIT, ExplorationConfig, NetworkConfig, ReplayConfig, RLConfig, SupervisedConfig
 from dl2.rl.demonstrations import Demonstrations, record, record_on_policy, teacher_action
 from dl2.rl.deviation import DeviationBatch, DeviationTask, run_deviations
-from dl2.rl.exploration import ExplorationConfig, exploratory_action
+from dl2.rl.exploration import exploratory_action
 from dl2.rl.inference import NumpyPolicy
 from dl2.rl.learned import LearnedScheduler
 from dl2.rl.model_io import PolicyConfig, load_config, load_state, save_model
-from dl2.rl.networks import MASKED_LOGIT, NetworkConfig, PolicyNetwork, ValueNetwork
+from dl2.rl.networks import PolicyNetwork, ValueNetwork
 from dl2.rl.perturbation import PerturbationTask, run_perturbations
 from dl2.rl.rollout import Episode, EpisodeTask, run_episode, slot_returns
 from dl2.rl.rollout_teacher import FILLS, KNEES, UntilRefused, make_rollout_teacher
-from dl2.rl.supervised import SupervisedConfig, imitation_loss, train_supervised
+from dl2.rl.supervised import imitation_loss, train_supervised
 from dl2.rl.workers import LocalPool
 from dl2.rl.workload_source import workload
 from dl2.schedulers.load_balance import LoadBalancePlacer
@@ -795,7 +796,7 @@ def test_actor_critic_runs_end_to_end(rl_source: str, tmp_path: Path) -> None:
         {"exploration": ExplorationConfig(enabled=False)},
         {"replay": ReplayConfig(enabled=False)},
         {"myopic": True},
-        {"clip": None},
+        {"clip": 0.0},
         {"clip": 0.2, "epochs_per_iteration": 2},
         {"gae_lambda": 1.0},
         {"max_samples_per_iteration": 50},
@@ -1201,13 +1202,13 @@ def test_an_existing_out_folder_is_not_overwritten(
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (("train-sl", "--packed", "--mode", "realistic"), "--packed is a compat-mode option"),
-        (("train-rl", "--credit", "perturbation", "--mode", "realistic"), "--credit perturbation needs --mode compat"),
-        (("train-rl", "--perturbation-probability", "0"), "--perturbation-probability must be in (0, 1]"),
-        (("train-sl", "--label-smoothing", "1"), "--label-smoothing must be in [0, 1)"),
-        (("train-rl", "--credit", "deviation", "--mode", "realistic"), "--credit deviation needs --mode compat"),
-        (("train-rl", "--continuation", "oracle"), "--continuation must be 'policy' or one of: drf"),
-        (("train-rl", "--alternatives", "0"), "--alternatives and --minibatch-size must be at least 1"),
+        (("train-sl", "--packed", "--mode", "realistic"), "--packed: True is not allowed (packed requests"),
+        (("train-rl", "--credit", "perturbation", "--mode", "realistic"), "--credit: 'perturbation' is not allowed"),
+        (("train-rl", "--perturbation-probability", "0"), "--perturbation-probability: '0' is not allowed (input sho"),
+        (("train-sl", "--label-smoothing", "1"), "--label-smoothing: '1' is not allowed (input should be less than 1)"),
+        (("train-rl", "--credit", "deviation", "--mode", "realistic"), "--credit: 'deviation' is not allowed (exact"),
+        (("train-rl", "--continuation", "oracle"), "--continuation: 'oracle' is not allowed (compat-mode"),
+        (("train-rl", "--alternatives", "0"), "--alternatives: '0' is not allowed (input should be greater than or"),
     ],
 )
 def test_invalid_training_options_are_refused(

@@ -142,3 +142,20 @@ def test_srpt_knee_ladder_lets_every_job_climb_a_level_before_the_shortest_climb
 
     assert counts((0.9,)) == {"a": (9, 1), "b": (7, 1)}
     assert counts((0.8, 1.0)) == {"a": (8, 1), "b": (8, 1)}
+
+
+@pytest.mark.parametrize("compat", [True, False])
+def test_srtf_ranks_by_estimated_remaining_time_and_srtf_fraction_by_remaining_share(compat: bool) -> None:
+    # One node fits two bundles. A (first, 300 epochs) and B (100 epochs) both have a remaining fraction of 1, so
+    # the authors' rule keeps arrival order: A takes both bundles (2 epochs/s), done at 150 s; B from the boundary
+    # at 200 s, done at 250 s. By estimated time at its caps (2 epochs/s) B needs 50 s and A 150 s: B goes first,
+    # done at 50 s; A from 100 s, done at 250 s.
+    from dl2.schedulers.srtf import SRTF, SRTFFraction
+
+    workload = one_node_workload(make_job("A", 300, max_tasks=2), make_job("B", 100, max_tasks=2))
+    config = SimConfig.compat() if compat else QUIET
+    speed = LinearSpeed()
+    by_fraction = simulate(workload, SRTFFraction(compat=compat), config, speed)
+    by_time = simulate(workload, SRTF(speed, compat=compat), config, speed)
+    assert jcts(by_fraction) == pytest.approx({"A": 150.0, "B": 250.0})
+    assert jcts(by_time) == pytest.approx({"A": 250.0, "B": 50.0})

@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
-import math
-import os
 import sys
-import tempfile
 from collections.abc import Callable
-from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from dl2.core import Dl2Error, InputError, Workload
 from dl2.schedulers.placement import Placer
 from dl2.schedulers.registry import COMPAT_SCHEDULERS, PLACERS, SCHEDULERS, make_scheduler
-from dl2.sim.config import Mode, RescaleCost, RescaleKind, SimConfig
+from dl2.sim.config import SIM_KEYS, Mode, SimConfig
+from dl2.sim.config import sim_config as build_sim_config
 from dl2.sim.run import SchedulerBuilder
 
 
@@ -35,25 +30,16 @@ def add_workload_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_sim_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--mode", choices=[m.value for m in Mode], default=Mode.REALISTIC.value, help="simulator fidelity"
-    )
+    """The simulator's settings (`dl2.sim.config.SIM_KEYS`: defaults and checks from `SimConfig`, shown for the
+    realistic preset; compatibility mode fixes the realism knobs) and the realistic-mode placer (a heuristic's
+    name or a Harmony placer folder)."""
+    SIM_KEYS.add_arguments(parser, defaults=SIM_KEYS.values(SimConfig.realistic()), fill=("mode",))
     parser.add_argument(
         "--placer",
         default=None,
         help=f"realistic-mode placement: {', '.join(sorted(PLACERS))} or a Harmony placer folder (models/harmony-...); "
         "default: load-balance for heuristics, a trained policy's own placer for a model folder",
     )
-    parser.add_argument("--slot-s", type=float, default=None, help="scheduling interval (default: the workload's)")
-    parser.add_argument(
-        "--rescale",
-        choices=[k.value for k in RescaleKind],
-        default=None,
-        help="rescaling cost (realistic default: hot)",
-    )
-    parser.add_argument("--speed-noise", type=float, default=None, help="per-slot speed noise e: x(1+e U(-1,1))")
-    parser.add_argument("--epoch-error", type=float, default=None, help="declared-epoch error e (DL2 §6.4)")
-    parser.add_argument("--no-interference", action="store_true", help="turn co-location interference off")
 
 
 def check_seed(seed: int) -> int:
@@ -70,38 +56,9 @@ def console() -> Any:
 
 
 def sim_config(args: argparse.Namespace, seed: int) -> SimConfig:
+    """The run's simulator configuration: the mode's preset with the flags given over it."""
     check_seed(seed)
-    mode = Mode(args.mode)
-    config = SimConfig.for_mode(mode, seed)
-    overrides: dict[str, Any] = {}
-    if args.slot_s is not None:
-        if not (math.isfinite(args.slot_s) and args.slot_s > 0):
-            raise UsageError(f"--slot-s must be a positive number of seconds, got {args.slot_s}")
-        overrides["slot_s"] = args.slot_s
-    if mode is Mode.COMPAT:
-        extra = [
-            flag
-            for flag, value in (
-                ("--rescale", args.rescale),
-                ("--speed-noise", args.speed_noise),
-                ("--epoch-error", args.epoch_error),
-            )
-            if value is not None
-        ]
-        if extra or args.no_interference:
-            raise UsageError(f"{', '.join(extra) or '--no-interference'} only apply to --mode realistic")
-    else:
-        if args.rescale is not None:
-            overrides["rescale"] = RescaleCost(kind=RescaleKind(args.rescale))
-        for name in ("speed_noise", "epoch_error"):
-            value = getattr(args, name)
-            if value is not None:
-                if not 0 <= value < 1:
-                    raise UsageError(f"--{name.replace('_', '-')} must be in [0, 1), got {value}")
-                overrides[name] = value
-        if args.no_interference:
-            overrides["interference"] = False
-    return replace(config, **overrides)
+    return build_sim_config(SIM_KEYS.from_args(args), seed, spelling=lambda key: key.flag)
 
 
 def scheduler_builder(
@@ -151,40 +108,6 @@ def load(name_or_path: str, seed: int) -> tuple[Workload, ...]:
     from dl2.workload.registry import load_workloads
 
     return load_workloads(name_or_path, seed=seed)
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON next to `path` and rename it into place, so a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes it private; the result is an ordinary file
-    try:
-        with os.fdopen(handle, "w") as stream:
-            json.dump(strict_json(data), stream, indent=2, sort_keys=True, allow_nan=False)
-            stream.write("\n")
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
-def strict_json(data: Any) -> Any:
-    """`data` with every NaN or infinite float replaced by None: JSON has no such numbers, and other tools'
-    parsers (DVC, jq, browsers) reject the `NaN`/`Infinity` that Python writes by default."""
-    if isinstance(data, float):
-        return data if math.isfinite(data) else None
-    if isinstance(data, dict):
-        return {key: strict_json(value) for key, value in data.items()}
-    if isinstance(data, list | tuple):
-        return [strict_json(value) for value in data]
-    return data
-
-
-def print_json(data: Any) -> None:
-    json.dump(strict_json(data), sys.stdout, sort_keys=True, allow_nan=False)
-    sys.stdout.write("\n")
 
 
 __all__ = ["InputError", "UsageError"]

@@ -18,15 +18,15 @@ from dl2.cli.common import (
     load,
     scheduler_builder,
     sim_config,
-    write_json_atomic,
 )
 from dl2.cli.plots import plot_comparison
+from dl2.io import write_json_atomic
 from dl2.sim.config import Mode
 from dl2.sim.metrics import mean_ci95
 from dl2.sim.run import GridRun, run_grid
 
 DEFAULT_SCHEDULERS = {
-    Mode.COMPAT: "drf,fifo,srtf,optimus",
+    Mode.COMPAT: "drf,fifo,srtf-fraction,optimus",
     Mode.REALISTIC: "drf,fifo,srtf,optimus,optimus-fitted,tiresias",
 }
 

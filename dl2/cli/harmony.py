@@ -12,7 +12,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from dl2.cli.common import UsageError, check_seed, print_json
+from dl2.cli.common import UsageError, check_seed
+from dl2.io import print_json
 from dl2.paths import REPO_ROOT
 
 SPEED_SOURCE = "synthetic-philly@1500"

@@ -2,7 +2,7 @@
 
 from dl2.core.allocation import EMPTY_JOB_ALLOCATION, Allocation, JobAllocation
 from dl2.core.cluster import ClusterSpec, NodeSpec
-from dl2.core.decision import DecisionRecord
+from dl2.core.decision import JOB_STATE_FIELDS, DecisionRecord
 from dl2.core.errors import Dl2Error, InputError, InvalidAllocationError
 from dl2.core.job import Architecture, Job, JobSpec
 from dl2.core.policy import Scheduler
@@ -12,6 +12,7 @@ from dl2.core.workload import Workload
 
 __all__ = [
     "EMPTY_JOB_ALLOCATION",
+    "JOB_STATE_FIELDS",
     "Allocation",
     "Architecture",
     "ClusterSpec",

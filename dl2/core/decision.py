@@ -11,10 +11,34 @@ The log itself (append-only, atomic segments) is `dl2.sim.decision_log`.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from functools import cache
+from typing import Any, Literal
 
 from dl2.core.job import Architecture, JobSpec
 from dl2.core.resources import Resources
+
+FieldKind = Literal["text", "integer", "real", "nodes"]
+"""'nodes': a list of node indices, optional (a log written without placement leaves it out)."""
+JOB_STATE_FIELDS = (
+    "job_id",
+    "model",
+    "architecture",
+    "arrival_s",
+    "declared_epochs",
+    "samples_per_epoch",
+    "worker_gpu",
+    "worker_cpu",
+    "worker_mem_gb",
+    "ps_cpu",
+    "ps_mem_gb",
+    "max_workers",
+    "max_ps",
+    "progress_epochs",
+    "held_workers",
+    "held_ps",
+)
+"""The fields of a record that describe one job's state at the slot: what a policy is asked about (the columns of
+`dl2-policy`'s MLflow input, one row per job)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +100,14 @@ class DecisionRecord:
     def field_names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls))
 
+    @classmethod
+    def field_kinds(cls) -> dict[str, FieldKind]:
+        """Each field's kind, from its annotation: what every reader and writer of records checks."""
+        return _kinds()
+
     def job_spec(self) -> JobSpec:
-        """The job as the scheduler saw it."""
+        """The job as the scheduler saw it (an all-reduce job requests no parameter servers)."""
+        architecture = Architecture(self.architecture)
         return JobSpec(
             job_id=self.job_id,
             model=self.model,
@@ -88,5 +118,17 @@ class DecisionRecord:
             ps_demand=Resources(0.0, self.ps_cpu, self.ps_mem_gb),
             max_workers=self.max_workers,
             max_ps=self.max_ps,
-            architecture=Architecture(self.architecture),
+            architecture=architecture,
+            requested_ps=0 if architecture is Architecture.ALLREDUCE else 1,
         )
+
+
+@cache
+def _kinds() -> dict[str, FieldKind]:
+    by_annotation: dict[str, FieldKind] = {
+        "str": "text",
+        "int": "integer",
+        "float": "real",
+        "tuple[int, ...]": "nodes",
+    }
+    return {f.name: by_annotation[str(f.type)] for f in fields(DecisionRecord)}

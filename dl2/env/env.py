@@ -14,46 +14,23 @@ stop. Rewards (`EnvConfig.reward`):
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import gymnasium
 import numpy as np
 
 from dl2.core import Workload
+from dl2.env.config import EnvConfig
 from dl2.env.decision import SlotDecision, action_count
-from dl2.env.observation import ObservationConfig, Observer
+from dl2.env.observation import Observer
 from dl2.schedulers.registry import PLACERS
-from dl2.sim.config import Mode, SimConfig
+from dl2.sim.config import Mode
 from dl2.sim.run import interference_model, speed_model
 from dl2.sim.simulator import Simulation, SlotOutcome
 
 WorkloadSource = Sequence[Workload] | Callable[[np.random.Generator], Workload]
 """Fixed workloads (one is drawn per episode) or a generator called with the environment's random generator."""
-
-
-@dataclass(frozen=True, slots=True)
-class EnvConfig:
-    """How the environment runs."""
-
-    observation: ObservationConfig = field(default_factory=ObservationConfig)
-    """Window size J and feature set."""
-    sim: SimConfig = field(default_factory=SimConfig.compat)
-    """Simulator mode and realism knobs (the seed is replaced per episode)."""
-    placer: str = "load-balance"
-    """Realistic-mode placer of the finished targets."""
-    reward: str = "progress"
-    """'progress' (DL2 §4.3) or 'jct' (minus job-time in the system)."""
-    reward_scale: float = 10.0
-    """Divides the 'jct' reward so that a slot's reward is of order one."""
-    max_slots: int = 3_000
-    """Episodes are truncated after this many slots."""
-    work_conserving: bool = True
-    """Forbid stopping before the slot has granted anything while something fits (see `SlotDecision`)."""
-
-    @property
-    def window(self) -> int:
-        return self.observation.window
 
 
 class Dl2Env(gymnasium.Env[np.ndarray, np.int64]):

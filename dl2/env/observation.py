@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
+from annotated_types import Ge, Le
 
+from dl2.config import config
 from dl2.env.decision import SlotDecision
 from dl2.workload.catalogue import CATALOGUE, MODEL_NAMES
 
@@ -47,12 +50,12 @@ class InputShape:
         return self.window * self.job_features + self.global_features
 
 
-@dataclass(frozen=True, slots=True)
+@config
 class ObservationConfig:
     """Shape of the policy's input."""
 
-    window: int = 20
-    """J: jobs shown at once (DL2 uses 20 in its experiments, 40 in its default parameters)."""
+    window: Annotated[int, Ge(1), Le(1_000)] = 40
+    """J: jobs the policy sees at once (DL2 uses 20 in its experiments, 40 in its default parameters)."""
     raw_dl2: bool = False
     """Feed the authors' six raw rows per job instead of normalised features (for comparison only)."""
     packed: bool = False

@@ -21,7 +21,7 @@ from dl2.core import Allocation, ClusterSpec, DecisionRecord, JobAllocation, Sch
 from dl2.placement.features import Encoded, Placed, SlotPlacement
 from dl2.schedulers.placement import Placer
 from dl2.sim.config import SimConfig
-from dl2.sim.decision_log import slot_record
+from dl2.sim.decision_log import decision_record
 from dl2.sim.simulator import Simulation
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.speed import SpeedModel
@@ -77,9 +77,20 @@ def record_run(
         allocation = scheduler.schedule(view)
         outcome = simulation.apply(allocation)
         for job in view.jobs:
+            placed = allocation.get(job.spec.job_id)
             records.append(
-                slot_record(
-                    view, job, scheduler.name, scheduler.name, allocation, allocation, allocation, "simulated", outcome
+                decision_record(
+                    view,
+                    job,
+                    placed,
+                    placed,
+                    (placed.num_workers, placed.num_ps),
+                    scheduler.name,
+                    scheduler.name,
+                    "simulated",
+                    outcome.progress_epochs.get(job.spec.job_id, 0.0),
+                    worker_nodes=placed.worker_nodes,
+                    ps_nodes=placed.ps_nodes,
                 )
             )
         if on_slot is not None:

@@ -17,102 +17,20 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
-from dl2.env.env import EnvConfig
+from dl2.env.config import EnvConfig
+from dl2.rl.config import MASKED_LOGIT, RLConfig
 from dl2.rl.deviation import DeviationBatch, DeviationTask
-from dl2.rl.exploration import ExplorationConfig
 from dl2.rl.inference import NumpyPolicy
 from dl2.rl.model_io import PolicyConfig
-from dl2.rl.networks import MASKED_LOGIT, NetworkConfig, PolicyNetwork, ValueNetwork
+from dl2.rl.networks import PolicyNetwork, ValueNetwork
 from dl2.rl.perturbation import PerturbationBatch, PerturbationTask
 from dl2.rl.rollout import Episode, EpisodeTask, slot_returns
 from dl2.rl.workers import RolloutPool
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayConfig:
-    enabled: bool = True
-    """Switch (ablation: off)."""
-    capacity: int = 200_000
-    """Decisions kept (the oldest are dropped first)."""
-    ratio: float = 0.5
-    """Replayed decisions per fresh decision in each update."""
-
-
-@dataclass(frozen=True, slots=True)
-class RLConfig:
-    """Online RL hyper-parameters."""
-
-    iterations: int = 100
-    """Learner iterations."""
-    episodes_per_iteration: int = 4
-    """Episodes collected per iteration (spread over the workers)."""
-    train_source: str = "authors-small"
-    """Where training workloads come from (`dl2.rl.workload_source`)."""
-    train_seed_offset: int = 10_000
-    """Training workload seeds are offset + episode number (validation and test use other seeds)."""
-    validation_source: str = "authors-small"
-    validation_seeds: tuple[int, ...] = (5_000, 5_001, 5_002, 5_003)
-    """Validation workloads (checkpoint selection); never the test workloads."""
-    validate_every: int = 5
-    """Iterations between validations."""
-    validation_max_slots: int = 20_000
-    """Validation episodes are cut here (a policy that never finishes a workload scores inf), never earlier than
-    the training episodes."""
-    learning_rate: float = 1e-4
-    value_learning_rate: float = 1e-3
-    entropy_weight: float = 0.001
-    gamma: float = 0.98
-    """Discount per slot."""
-    gae_lambda: float = 0.95
-    """GAE lambda over decision slots (1: Monte-Carlo returns, REINFORCE with the value baseline)."""
-    value_epochs: int = 4
-    """Passes of value regression over each iteration's slot-start states."""
-    value_warmup_iterations: int = 2
-    """Iterations in which only the value network learns (its first estimates would make noise advantages)."""
-    myopic: bool = False
-    """Use each slot's own reward as the return (DL2's code) instead of the discounted sum."""
-    value_baseline: bool = True
-    """Switch: value network as the baseline (ablation: off, then the batch mean)."""
-    group_size: int = 1
-    """Episodes played on each training workload per iteration (different sampling seeds)."""
-    sibling_baseline: bool = False
-    """With `group_size` > 1: a decision's advantage is its slot's return-to-go minus the mean return-to-go at
-    the same slot of the other episodes on the same workload (leave-one-out, as RLOO and GRPO do across
-    samples). Workload difficulty, the largest source of variance in returns, then cancels out; the value
-    network still learns (replay and truncated episodes use it)."""
-    exploration: ExplorationConfig = field(default_factory=ExplorationConfig)
-    replay: ReplayConfig = field(default_factory=ReplayConfig)
-    minibatch_size: int = 1024
-    epochs_per_iteration: int = 1
-    """Passes over each iteration's data."""
-    max_samples_per_iteration: int = 40_000
-    """Fresh decisions used per iteration (a random subset when episodes hold more)."""
-    clip: float | None = None
-    """PPO-style ratio clipping of the policy update (None: plain REINFORCE)."""
-    network: NetworkConfig = field(default_factory=NetworkConfig)
-    seed: int = 0
-    credit: str = "returns"
-    """Where a decision's advantage comes from: 'returns' (DL2 §4.3: its slot's discounted return against the
-    baseline) or 'perturbation' (compatibility mode: one slot sampled, the rest greedy, the exact difference in
-    total JCT; `dl2.rl.perturbation`) or 'deviation' (compatibility mode: one decision replaced by each of a few
-    other actions, the run finished by a continuation policy, the exact difference in total JCT per action;
-    `dl2.rl.deviation`). With either of the last two every iteration plays `episodes_per_iteration` training
-    workloads greedily; the value network, replay and job-aware exploration are not used."""
-    perturbation_probability: float = 0.05
-    """'perturbation' and 'deviation': chance that a slot with a decision is sampled."""
-    alternatives: int = 6
-    """'deviation': other actions tried in place of each deviated decision (`dl2.rl.deviation`)."""
-    continuation: str = "policy"
-    """'deviation': who finishes each compared run, 'policy' (exact policy iteration) or a heuristic's name."""
-    temperature: float = 1.0
-    """'deviation': the advantages' scale in the reweighting, in units of their deviation (smaller: bolder)."""
-    kl_weight: float = 1.0
-    """'deviation': weight of KL(old policy || new policy) on the deviated states (the trust region)."""
 
 
 class ReturnScale:
@@ -340,7 +258,7 @@ class ActorCritic:
         policy = self.numpy_policy()
         whole = replace(self.env, max_slots=max(self.env.max_slots, self.config.validation_max_slots))
         return [
-            EpisodeTask(policy, whole, self.config.validation_source, seed, seed, greedy=True, record=False)
+            EpisodeTask(policy, whole, self.config.validation, seed, seed, greedy=True, record=False)
             for seed in self.config.validation_seeds
         ]
 
@@ -470,7 +388,7 @@ class ActorCritic:
                 log_probs_all = torch.log_softmax(self.policy.masked_logits(obs[index], mask[index]), dim=1)
                 log_probs = log_probs_all.gather(1, act[index][:, None]).squeeze(1)
                 entropy = -(log_probs_all.exp() * log_probs_all).sum(dim=1).mean()
-                if config.clip is None:
+                if not config.clip:
                     policy_loss = -(log_probs * adv[index]).mean()
                 else:  # PPO-style clipping keeps several passes over one batch from overshooting
                     ratio = torch.exp(log_probs - old[index])
@@ -507,7 +425,7 @@ class ActorCritic:
         config = self.config
         history: list[IterationStats] = []
         # the starting policy (e.g. the warm-up) competes too: RL must beat it on validation to replace it
-        initial = self.validate(pool)
+        initial = self.validate(pool) if config.validate else math.nan
         best = (initial, -1, self._snapshot(self.policy), self._snapshot(self.value))
         self.initial_validation_jct_s = initial
         for iteration in range(config.iterations):
@@ -554,7 +472,9 @@ class ActorCritic:
                     0.0,
                 )
             last = iteration == config.iterations - 1
-            if iteration % config.validate_every == config.validate_every - 1 or last:
+            if not config.validate:
+                best = (math.nan, iteration, self._snapshot(self.policy), self._snapshot(self.value))
+            elif iteration % config.validate_every == config.validate_every - 1 or last:
                 stats.validation_jct_s = self.validate(pool)
                 if stats.validation_jct_s < best[0]:
                     best = (stats.validation_jct_s, iteration, self._snapshot(self.policy), self._snapshot(self.value))

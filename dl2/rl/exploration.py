@@ -11,31 +11,11 @@ with a hand-tuned bias; these rules are a documented, switchable simplification.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from dl2.env.decision import SlotDecision, encode_action, stop_action
+from dl2.rl.config import ExplorationConfig
 from dl2.schedulers.requests import Role
-
-
-@dataclass(frozen=True, slots=True)
-class ExplorationConfig:
-    """Job-aware exploration schedule."""
-
-    enabled: bool = True
-    """Switch (ablation: off)."""
-    epsilon_start: float = 0.1
-    """Probability of an exploratory action at the start of training."""
-    epsilon_end: float = 0.0
-    """... and at the end (linear annealing over the iterations)."""
-    stop_probability: float = 0.05
-    """Chance that an exploratory action is stop."""
-
-    def epsilon(self, progress: float) -> float:
-        if not self.enabled:
-            return 0.0
-        return self.epsilon_start + (self.epsilon_end - self.epsilon_start) * min(max(progress, 0.0), 1.0)
 
 
 def exploratory_action(

@@ -13,7 +13,7 @@ import numpy as np
 
 from dl2.env.observation import InputShape
 from dl2.rl import compiled
-from dl2.rl.network_config import MASKED_LOGIT, NetworkConfig
+from dl2.rl.config import MASKED_LOGIT, NetworkConfig
 
 Layers = list[tuple[np.ndarray, np.ndarray]]
 """(weight as inputs x outputs, bias) per linear layer."""

@@ -10,28 +10,38 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from dl2.config import ConfigError, build, config, refuse
 from dl2.core import InputError
 from dl2.env.decision import action_count
 from dl2.env.observation import ObservationConfig
-from dl2.rl.network_config import NetworkConfig
+from dl2.io import to_json
+from dl2.rl.config import NetworkConfig
+from dl2.schedulers.registry import check_placer
 
 FORMAT = "dl2-policy/1"
 
 
-@dataclass(frozen=True, slots=True)
+@config
 class PolicyConfig:
-    """Everything needed to rebuild and run a policy."""
+    """Everything needed to rebuild and run a policy (a model folder's `config.json`)."""
 
     observation: ObservationConfig = field(default_factory=ObservationConfig)
+    """What the policy sees."""
     network: NetworkConfig = field(default_factory=NetworkConfig)
-    mode: str = "compat"
-    """Simulator mode the policy was trained for ('compat' or 'realistic')."""
+    """Its network's shape (the weights must match it)."""
+    mode: Literal["compat", "realistic"] = "compat"
+    """Simulator mode the policy was trained for."""
     placer: str = "load-balance"
     """Placer of its targets in realistic mode."""
+
+    def __post_init__(self) -> None:
+        check_placer("placer", self.placer)
+        if self.observation.packed and self.mode != "compat":
+            raise refuse("observation.packed", True, "packed requests are a compat-mode option")
 
     @property
     def input_size(self) -> int:
@@ -42,28 +52,32 @@ class PolicyConfig:
         return action_count(self.observation.window)
 
     def to_json_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["network"]["hidden"] = list(self.network.hidden)
+        data: dict[str, Any] = to_json(self)
         return {"format": FORMAT, **data, "input_size": self.input_size, "num_actions": self.num_actions}
 
     @classmethod
-    def from_json_dict(cls, data: dict[str, Any], where: str = "config.json") -> PolicyConfig:
+    def from_json_dict(cls, data: Any, where: str = "config.json") -> PolicyConfig:
+        """The configuration a model folder's `config.json` holds, checked like any other (one line naming the
+        field when something is off); its recorded sizes must agree with it."""
+        if not isinstance(data, dict):
+            raise InputError(where, f"expected a JSON object, got {type(data).__name__}")
         if data.get("format") != FORMAT:
             raise InputError(
                 where, f"not a dl2 policy (format {data.get('format')!r}, expected {FORMAT!r})", field="format"
             )
+        missing = [name for name in ("observation", "network", "mode", "placer") if name not in data]
+        if missing:
+            raise InputError(where, "missing", field=missing[0])
+        fields = {name: data[name] for name in ("observation", "network", "mode", "placer")}
         try:
-            return cls(
-                observation=ObservationConfig(**data["observation"]),
-                network=NetworkConfig(
-                    hidden=tuple(int(h) for h in data["network"]["hidden"]),
-                    kind=str(data["network"].get("kind", "per-job")),
-                ),
-                mode=str(data["mode"]),
-                placer=str(data["placer"]),
-            )
-        except (KeyError, TypeError, ValueError) as error:
-            raise InputError(where, f"malformed policy configuration ({error})") from None
+            config = build(cls, fields)
+        except ConfigError as error:
+            raise InputError(where, str(error)) from None
+        for name in ("input_size", "num_actions"):
+            if name in data and data[name] != getattr(config, name):
+                raise InputError(where, f"{data[name]!r} disagrees with the configuration ({getattr(config, name)})",
+                                 field=name)  # fmt: skip
+        return config
 
 
 def is_model_dir(path: str | Path) -> bool:
@@ -146,3 +160,10 @@ def load_state(directory: Path, name: str = "policy.pt") -> dict[str, Any]:
     except Exception as error:  # a corrupt or foreign file: report it, never execute it
         raise InputError(str(path), f"cannot load weights ({type(error).__name__}: {error})") from None
     return state
+
+
+def model_card(title: str, metadata: dict[str, Any]) -> str:
+    """A model folder's card: its title and the facts of `config.json` (history aside) for people to read."""
+    summary = {k: v for k, v in metadata.items() if k not in ("history", "initial_metadata")}
+    facts = json.dumps(summary, indent=2, default=str)
+    return f"# {title}\n\nWritten by `dl2`; `config.json` holds the same facts as JSON.\n\n```json\n{facts}\n```\n"

@@ -22,9 +22,7 @@ import torch
 from torch import nn
 
 from dl2.env.observation import InputShape
-from dl2.rl.network_config import KINDS, MASKED_LOGIT, NetworkConfig
-
-__all__ = ["KINDS", "MASKED_LOGIT", "NetworkConfig", "PolicyNetwork", "ValueNetwork"]
+from dl2.rl.config import KINDS, MASKED_LOGIT, NetworkConfig
 
 
 def _mlp(sizes: list[int], final_activation: bool) -> nn.Sequential:

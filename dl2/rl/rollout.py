@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dl2.env.env import Dl2Env, EnvConfig
-from dl2.rl.exploration import ExplorationConfig, exploratory_action
+from dl2.env.config import EnvConfig
+from dl2.env.env import Dl2Env
+from dl2.rl.config import ExplorationConfig
+from dl2.rl.exploration import exploratory_action
 from dl2.rl.inference import NumpyPolicy
 from dl2.rl.workload_source import workload
 

@@ -9,29 +9,9 @@ import numpy as np
 import torch
 
 from dl2.env.observation import InputShape
+from dl2.rl.config import SupervisedConfig
 from dl2.rl.demonstrations import Demonstrations
-from dl2.rl.networks import NetworkConfig, PolicyNetwork
-
-
-@dataclass(frozen=True, slots=True)
-class SupervisedConfig:
-    """Warm-up hyper-parameters."""
-
-    epochs: int = 10
-    """Passes over the demonstrations."""
-    batch_size: int = 256
-    """Mini-batch size (DL2: 256)."""
-    learning_rate: float = 1e-3
-    """Adam step size (DL2's code: 5e-3)."""
-    network: NetworkConfig = field(default_factory=NetworkConfig)
-    """Policy network shape."""
-    seed: int = 0
-    """Seeds weight initialisation and mini-batch order."""
-    label_smoothing: float = 0.0
-    """Share of each target spread evenly over the state's possible actions. Plain cross-entropy drives the
-    actions a teacher never takes hundreds of logits below its choice (a DRF student's worker-only, PS-only and
-    stop actions sit ~450 logits below its bundles), so RL that follows can neither sample them nor learn them:
-    with 0.1 every possible action keeps a probability of about 0.1 / (possible actions)."""
+from dl2.rl.networks import PolicyNetwork
 
 
 @dataclass(slots=True)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
-import subprocess
+import sys
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,55 +19,27 @@ import numpy as np
 import torch
 
 from dl2.core import Scheduler
-from dl2.env.env import EnvConfig
+from dl2.env.config import EnvConfig
 from dl2.env.observation import ObservationConfig
-from dl2.rl.actor_critic import ActorCritic, IterationStats, RLConfig, TrainingState
+from dl2.io import to_json
+from dl2.paths import git_commit
+from dl2.rl.actor_critic import ActorCritic, IterationStats, TrainingState
+from dl2.rl.config import NetworkConfig, RLConfig, WarmUpConfig
 from dl2.rl.demonstrations import Demonstrations, SlotTeacher, record, record_on_policy
 from dl2.rl.inference import NumpyPolicy
-from dl2.rl.model_io import PolicyConfig, save_model
-from dl2.rl.networks import NetworkConfig, PolicyNetwork, ValueNetwork
+from dl2.rl.model_io import PolicyConfig, load_config, load_state, model_card, save_model
+from dl2.rl.networks import PolicyNetwork, ValueNetwork
 from dl2.rl.rollout_teacher import is_rollout_teacher, make_rollout_teacher
-from dl2.rl.supervised import SupervisedConfig, SupervisedHistory, train_supervised
+from dl2.rl.supervised import SupervisedHistory, train_supervised
 from dl2.rl.workers import RolloutPool
 from dl2.rl.workload_source import workload
 from dl2.schedulers.registry import PLACERS, make_scheduler
 from dl2.sim.config import Mode, SimConfig
+from dl2.sim.metrics import report_unit
 from dl2.sim.run import speed_model
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
-
-
-@dataclass(frozen=True, slots=True)
-class WarmUpConfig:
-    """What the supervised warm-up imitates, on which workloads."""
-
-    teacher: str = "optimus"
-    """A heuristic scheduler name (drf, fifo, srtf, optimus, optimus-fitted, tiresias, srpt-knee-fill), or
-    `rollout:srpt-knee-fill` (rollout policy improvement over it: `dl2.rl.rollout_teacher`)."""
-    source: str = "authors-small"
-    """Workload source of the demonstrations (`dl2.rl.workload_source`)."""
-    mode: str = "compat"
-    """Simulator mode."""
-    episodes: int = 12
-    """Workloads the teacher is recorded on (seeds `seed_offset` ...)."""
-    seed_offset: int = 100
-    held_out_seed: int = 999
-    """Workload whose demonstrations measure imitation accuracy (never trained on)."""
-    record_every: int = 2
-    """Record every n-th slot (consecutive slots look alike)."""
-    dagger_rounds: int = 2
-    """Rounds of DAgger after imitating the teacher's own runs: the student drives on fresh workloads, the
-    teacher labels what it sees, and training continues on all data so far (0: plain behaviour cloning)."""
-    dagger_episodes: int = 4
-    """Workloads per DAgger round."""
-    dagger_max_slots: int = 3_000
-    """A DAgger workload is cut after this many slots (a poor student can take far longer than its teacher)."""
-    observation: ObservationConfig = field(default_factory=ObservationConfig)
-    placer: str = "load-balance"
-    supervised: SupervisedConfig = field(default_factory=SupervisedConfig)
-    workers: int = 1
-    """Processes recording workloads in parallel (the recordings do not depend on it)."""
 
 
 def sim_config(mode: str, seed: int = 0) -> SimConfig:
@@ -200,13 +172,85 @@ def fine_tune(
     return trainer, trainer.train(pool, on_iteration)
 
 
-def git_commit() -> str | None:
-    done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
-    return done.stdout.strip() or None
+def warm_up_with_progress(
+    config: WarmUpConfig,
+    policy: PolicyNetwork | None = None,
+    on_epoch: Callable[[int, float, float], None] | None = None,
+) -> tuple[PolicyNetwork, SupervisedHistory, dict[str, Any]]:
+    """`warm_up` with progress bars on stderr (recordings, then epochs); `on_epoch` is called too."""
+    from tqdm import tqdm
+
+    recording = tqdm(total=recorded_workloads(config), desc="warm-up: recording", unit="workload", file=sys.stderr)
+    trainings = (1 if config.episodes else 0) + config.dagger_rounds  # no first training without teacher runs
+    total = config.supervised.epochs * trainings
+    epochs = tqdm(total=total, desc="warm-up: training", unit="epoch", file=sys.stderr)
+
+    def each_epoch(epoch: int, loss: float, accuracy: float) -> None:
+        epochs.set_postfix(loss=f"{loss:.3f}", held_out_accuracy=f"{accuracy:.3f}")
+        epochs.update()
+        if on_epoch is not None:
+            on_epoch(epoch, loss, accuracy)
+
+    try:
+        return warm_up(config, each_epoch, recording.update, policy)
+    finally:
+        recording.close()
+        epochs.close()
+
+
+def rl_with_progress(
+    env: EnvConfig,
+    config: RLConfig,
+    pool: RolloutPool,
+    start: Trained | None = None,
+    on_iteration: Callable[[IterationStats], None] | None = None,
+) -> tuple[ActorCritic, TrainingState]:
+    """`fine_tune` from `start` (or from scratch) with a progress bar on stderr; `on_iteration` is called too."""
+    from tqdm import tqdm
+
+    scale, unit_name = report_unit(env.sim.mode.value)
+    bar = tqdm(total=config.iterations, desc="RL", unit="iteration", file=sys.stderr)
+
+    def each_iteration(stats: IterationStats) -> None:
+        postfix = {"train_jct": f"{stats.train_jct_s / scale:.2f} {unit_name}"}
+        if stats.validation_jct_s is not None:
+            postfix["validation_jct"] = f"{stats.validation_jct_s / scale:.2f} {unit_name}"
+        bar.set_postfix(postfix)
+        bar.update()
+        if on_iteration is not None:
+            on_iteration(stats)
+
+    try:
+        policy, value = (start.policy, start.value) if start is not None else (None, None)
+        return fine_tune(env, config, pool, policy, value, each_iteration)
+    finally:
+        bar.close()
 
 
 def policy_config(observation: ObservationConfig, network: NetworkConfig, mode: str, placer: str) -> PolicyConfig:
-    return PolicyConfig(observation=observation, network=network, mode=mode, placer=placer)
+    return PolicyConfig(observation=observation, network=network, mode=mode, placer=placer)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Trained:
+    """A model folder in memory: its configuration, networks (the value network if it has one) and metadata."""
+
+    config: PolicyConfig
+    policy: PolicyNetwork
+    value: ValueNetwork | None
+    metadata: dict[str, Any]
+
+
+def load_trained(folder: Path) -> Trained:
+    """A model folder's networks, to continue training it (`--init`)."""
+    config, metadata = load_config(folder)
+    policy = PolicyNetwork(config.observation.shape, config.network)
+    policy.load_state_dict(load_state(folder))
+    value = None
+    if (Path(folder) / "value.pt").is_file():
+        value = ValueNetwork(config.observation.shape, config.network)
+        value.load_state_dict(load_state(folder, "value.pt"))
+    return Trained(config, policy, value, metadata)
 
 
 def save_trained(
@@ -214,12 +258,36 @@ def save_trained(
     config: PolicyConfig,
     policy: dict[str, torch.Tensor],
     value: dict[str, torch.Tensor] | None,
-    card: str,
+    title: str,
     metadata: dict[str, Any],
     overwrite: bool,
 ) -> Path:
-    return save_model(directory, config, policy, value, card, {"git_commit": git_commit(), **metadata}, overwrite)
+    """A model folder with its card; the metadata records the commit of the code that trained it."""
+    metadata = {"git_commit": git_commit(), **metadata}
+    return save_model(directory, config, policy, value, model_card(title, metadata), metadata, overwrite)
 
 
-def as_dict(config: object) -> dict[str, Any]:
-    return asdict(config)  # type: ignore[call-overload, no-any-return]
+def warm_up_metadata(
+    config: WarmUpConfig, history: SupervisedHistory, facts: dict[str, Any], seconds: float, **extra: Any
+) -> dict[str, Any]:
+    """What a warm-up's model folder records (`config.json` metadata and its card)."""
+    document: dict[str, Any] = to_json(
+        {"kind": "warm-up", "warm_up": config, "facts": facts, "seconds": seconds, "history": history, **extra}
+    )
+    return document
+
+
+def rl_metadata(config: RLConfig, env: EnvConfig, state: TrainingState, seconds: float, **extra: Any) -> dict[str, Any]:
+    """What an RL run's model folder records (`config.json` metadata and its card)."""
+    document = {
+        "kind": "rl",
+        "rl": config,
+        "env": env,
+        "best_iteration": state.best_iteration,
+        "best_validation_avg_jct_s": state.best_validation_jct_s,
+        "seconds": seconds,
+        "history": state.history,
+        **extra,
+    }
+    result: dict[str, Any] = to_json(document)
+    return result

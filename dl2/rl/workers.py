@@ -66,13 +66,23 @@ class LocalPool:
 
 
 class RayPool:
-    """Rollouts as Ray tasks (`pip install dl2[ray]`); `address=None` starts a local Ray instance."""
+    """Rollouts as Ray tasks (`pip install dl2[ray]`). `address`: an existing cluster (`ray://head:10001`,
+    `auto`, or the `RAY_ADDRESS` environment variable); none starts a local instance with `num_cpus` CPUs. The
+    workers run the same picklable tasks as the process pool, so a seed gives the same results."""
 
     def __init__(self, address: str | None = None, num_cpus: int | None = None) -> None:
         import ray
 
-        if not ray.is_initialized():
-            ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+        self._started = not ray.is_initialized()
+        if self._started:
+            local = address is None and not os.environ.get("RAY_ADDRESS")
+            ray.init(
+                address=address,
+                num_cpus=num_cpus if local else None,
+                include_dashboard=False,
+                log_to_driver=False,
+                runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}},
+            )
         self._remote = ray.remote(run_episode)
         self._remote_perturbations = ray.remote(run_perturbations)
         self._remote_deviations = ray.remote(run_deviations)
@@ -88,12 +98,14 @@ class RayPool:
         return list(self._ray.get([self._remote_deviations.remote(task) for task in tasks]))
 
     def close(self) -> None:
-        self._ray.shutdown()
+        if self._started:  # a Ray session someone else started is theirs to end
+            self._ray.shutdown()
 
 
-def make_pool(backend: str, processes: int) -> RolloutPool:
+def make_pool(backend: str, processes: int, address: str | None = None) -> RolloutPool:
+    """`local`: `processes` worker processes here; `ray`: Ray tasks on `address` (none: a local instance)."""
     if backend == "local":
         return LocalPool(processes)
     if backend == "ray":
-        return RayPool(num_cpus=processes or None)
+        return RayPool(address, num_cpus=processes or None)
     raise ValueError(f"unknown rollout backend {backend!r}; use 'local' or 'ray'")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from dl2.config import refuse
 from dl2.core import Scheduler
 from dl2.schedulers.binpack import BinPackPlacer
 from dl2.schedulers.drf import DRF
@@ -14,7 +15,7 @@ from dl2.schedulers.optimus_fitted import OptimusFitted
 from dl2.schedulers.placement import Placer
 from dl2.schedulers.speedup_hull import SpeedupHull
 from dl2.schedulers.srpt_knee import DEFAULT_FILL_EFFICIENCY, FILL_KNEE_EFFICIENCY, LADDER_FILLS, SRPTKnee
-from dl2.schedulers.srtf import SRTF
+from dl2.schedulers.srtf import SRTF, SRTFFraction
 from dl2.schedulers.tetris import TetrisPlacer
 from dl2.schedulers.tiresias import Tiresias
 from dl2.workload.speed import SpeedModel
@@ -30,7 +31,8 @@ SchedulerFactory = Callable[[SpeedModel, bool, Placer], Scheduler]
 SCHEDULERS: dict[str, SchedulerFactory] = {
     "drf": lambda speed, compat, placer: DRF(compat, placer),
     "fifo": lambda speed, compat, placer: FIFO(compat, placer),
-    "srtf": lambda speed, compat, placer: SRTF(compat, placer),
+    "srtf": lambda speed, compat, placer: SRTF(speed, compat, placer),
+    "srtf-fraction": lambda speed, compat, placer: SRTFFraction(compat, placer),
     "optimus": lambda speed, compat, placer: OptimusOracle(speed, compat, placer),
     "optimus-fitted": lambda speed, compat, placer: OptimusFitted(compat, placer),
     "tiresias": lambda speed, compat, placer: Tiresias(placer),
@@ -49,6 +51,7 @@ COMPAT_SCHEDULERS = (
     "drf",
     "fifo",
     "srtf",
+    "srtf-fraction",
     "optimus",
     "srpt-knee",
     "srpt-knee-fill",
@@ -56,7 +59,8 @@ COMPAT_SCHEDULERS = (
     "speedup-hull",
     "speedup-hull-marginal",
 )
-"""Schedulers with a compatibility-mode version: the authors' four, and ours that uses their mechanism."""
+"""Schedulers with a compatibility-mode version: the authors' four (their SRTF is `srtf-fraction`), and ours that
+use their mechanism."""
 
 
 def make_scheduler(name: str, speed: SpeedModel, compat: bool, placer: str | Placer = "load-balance") -> Scheduler:
@@ -76,3 +80,18 @@ def make_scheduler(name: str, speed: SpeedModel, compat: bool, placer: str | Pla
     except KeyError:
         raise KeyError(f"unknown placer '{placer}'; known: {', '.join(PLACERS)}") from None
     return factory(speed, compat, placer_instance)
+
+
+def check_scheduler(key: str, name: str, mode: str, rollout: bool = False, extra: tuple[str, ...] = ()) -> None:
+    """Refuse (ConfigError naming `key`) a name that is not a heuristic of `mode` (or `rollout:<one>` where
+    allowed; `extra` names other accepted values)."""
+    known = COMPAT_SCHEDULERS if mode == "compat" else tuple(SCHEDULERS)
+    base = name.removeprefix("rollout:") if rollout else name
+    if base not in known and name not in extra:
+        allowed = ", ".join((*extra, *known)) + (", or rollout:<one of them>" if rollout else "")
+        raise refuse(key, name, f"{mode}-mode schedulers: {allowed}")
+
+
+def check_placer(key: str, name: str) -> None:
+    if name not in PLACERS:
+        raise refuse(key, name, f"placers: {', '.join(sorted(PLACERS))}")

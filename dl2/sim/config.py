@@ -1,11 +1,18 @@
-"""Simulator configuration: the fidelity mode and every realism knob, each seeded and documented."""
+"""Simulator configuration: the fidelity mode and every realism knob, each seeded, documented and checked
+(`dl2.config`). Compatibility mode fixes the authors' semantics: a compat configuration with a realism knob on is
+refused, not silently run."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import field, replace
 from enum import StrEnum
+from typing import Annotated, Any
 
 import numpy as np
+from annotated_types import Ge, Gt, Lt
+
+from dl2.config import Keys, config, refuse
 
 
 class Mode(StrEnum):
@@ -24,20 +31,24 @@ class RescaleKind(StrEnum):
     """Checkpoint and restart: about a minute to stop, up to five minutes to restore (DL2 §5)."""
 
 
-@dataclass(frozen=True, slots=True)
+@config
 class RescaleCost:
     """What a job pays, in lost training time, each time its workers/PS change."""
 
     kind: RescaleKind = RescaleKind.HOT
     """How jobs are resized."""
-    hot_pause_s: float = 0.05
+    hot_pause_s: Annotated[float, Ge(0), Lt(86_400)] = 0.05
     """Pause of a hot rescale (DL2 §6.3 reports tens of ms)."""
-    stop_s: float = 60.0
+    stop_s: Annotated[float, Ge(0), Lt(86_400)] = 60.0
     """Checkpoint-and-stop time of a running job (DL2 §5: about 1 min)."""
-    restore_min_s: float = 30.0
+    restore_min_s: Annotated[float, Ge(0), Lt(86_400)] = 30.0
     """Shortest restore time after a checkpoint-restart."""
-    restore_max_s: float = 300.0
+    restore_max_s: Annotated[float, Ge(0), Lt(86_400)] = 300.0
     """Longest restore time (DL2 §5: up to 5 min); drawn uniformly per restart."""
+
+    def __post_init__(self) -> None:
+        if self.restore_max_s < self.restore_min_s:
+            raise refuse("rescale.restore_max_s", self.restore_max_s, f"at least restore_min_s, {self.restore_min_s}")
 
     def pause_s(self, rng: np.random.Generator, was_running: bool) -> float:
         if self.kind is RescaleKind.NONE:
@@ -48,29 +59,46 @@ class RescaleCost:
         return restore + (self.stop_s if was_running else 0.0)
 
 
-@dataclass(frozen=True, slots=True)
+@config
 class SimConfig:
-    """One simulation run's settings."""
+    """One simulation run's settings. Presets: `compat` (the authors' semantics) and `realistic` (the default
+    of every command)."""
 
     mode: Mode = Mode.REALISTIC
     """Fidelity mode."""
-    slot_s: float | None = None
-    """Scheduling interval; None uses the workload's own (1200 s for the authors' workloads)."""
+    slot_s: Annotated[float, Gt(0), Lt(31_536_000)] | None = None
+    """Scheduling interval in seconds; none: the workload's own (1200 s for the authors' workloads)."""
     rescale: RescaleCost = field(default_factory=RescaleCost)
     """Cost of changing a job's allocation."""
-    speed_noise: float = 0.0
-    """Per-slot training-speed noise: speed x (1 + e U(-1, 1)) (the authors' TRAIN_SPEED_ERROR)."""
-    epoch_error: float = 0.0
-    """Error of users' declared epochs: true = declared x (1 + e U(-1, 1)) (DL2 §6.4 sweeps up to 0.2)."""
+    speed_noise: Annotated[float, Ge(0), Lt(1)] = 0.0
+    """Per-slot training-speed noise e: speed x (1 + e U(-1, 1)) (the authors' TRAIN_SPEED_ERROR)."""
+    epoch_error: Annotated[float, Ge(0), Lt(1)] = 0.0
+    """Error e of users' declared epochs: true = declared x (1 + e U(-1, 1)) (DL2 §6.4 sweeps up to 0.2)."""
     interference: bool = True
     """Slow co-located tasks of different jobs down (Harmony's measurements)."""
-    seed: int = 0
+    seed: Annotated[int, Ge(0)] = 0
     """Seed of the run's one random generator (noise, estimate errors, restore times)."""
-    max_slots: int = 200_000
+    max_slots: Annotated[int, Ge(1)] = 200_000
     """Safety stop: a run that has not finished after this many slots is an error."""
-    stall_slots: int = 2_000
+    stall_slots: Annotated[int, Ge(1)] = 2_000
     """A run in which no job progresses for this many consecutive slots while jobs wait is an error (a scheduler
     that starves everyone would otherwise spin until `max_slots`)."""
+
+    def __post_init__(self) -> None:
+        if self.mode is not Mode.COMPAT:
+            return
+        realism = {
+            "rescale.kind": (self.rescale.kind, RescaleKind.NONE),
+            "speed_noise": (self.speed_noise, 0.0),
+            "epoch_error": (self.epoch_error, 0.0),
+            "interference": (self.interference, False),
+        }
+        for key, (value, authors) in realism.items():
+            if value != authors:
+                shown = getattr(authors, "value", authors)
+                raise refuse(
+                    key, getattr(value, "value", value), f"a realistic-mode setting; compat mode fixes it to {shown}"
+                )
 
     @classmethod
     def compat(cls, seed: int = 0) -> SimConfig:
@@ -92,3 +120,26 @@ class SimConfig:
     @classmethod
     def for_mode(cls, mode: Mode | str, seed: int = 0) -> SimConfig:
         return cls.compat(seed) if Mode(mode) is Mode.COMPAT else cls.realistic(seed)
+
+
+SIM_KEYS = Keys(
+    SimConfig,
+    {
+        "mode": "mode",
+        "slot_s": "slot_s",
+        "rescale": "rescale.kind",
+        "speed_noise": "speed_noise",
+        "epoch_error": "epoch_error",
+        "interference": "interference",
+        "stall_slots": "stall_slots",
+    },
+)
+"""The simulator settings a command or a pipeline stage exposes (over the mode's preset)."""
+
+
+def sim_config(values: Mapping[str, object], seed: int = 0, where: str = "", spelling: Any = None) -> SimConfig:
+    """The mode's preset (`values["mode"]`, default realistic) with `values` (flat, `SIM_KEYS`) over it."""
+    mode = Mode(str(values.get("mode", Mode.REALISTIC.value)))
+    kwargs = {} if spelling is None else {"spelling": spelling}
+    result: SimConfig = SIM_KEYS.build(dict(values), where, base=SimConfig.for_mode(mode, seed), **kwargs)
+    return result

@@ -19,11 +19,15 @@ from typing import Any
 
 from dl2.core import (
     Allocation,
+    ClusterSpec,
     ClusterView,
     DecisionRecord,
     InputError,
     InvalidAllocationError,
+    JobAllocation,
     JobView,
+    NodeSpec,
+    Resources,
     Scheduler,
     Workload,
 )
@@ -33,12 +37,13 @@ from dl2.workload.interference import InterferenceModel
 from dl2.workload.speed import SpeedModel
 
 MODES = ("shadow", "canary", "active", "simulated")
-_INTEGER_FIELDS = {"max_workers", "max_ps", "held_workers", "held_ps"} | {
-    f"{who}_{role}" for who in ("incumbent", "proposed", "applied") for role in ("workers", "ps")
-}
-_TEXT_FIELDS = {"cluster", "job_id", "model", "architecture", "model_version", "incumbent", "mode"}
-NODE_FIELDS = ("applied_worker_nodes", "applied_ps_nodes")
+
+
+NODE_FIELDS = tuple(name for name, kind in DecisionRecord.field_kinds().items() if kind == "nodes")
 """Lists of node indices; optional (a log written without placement leaves them out)."""
+CLUSTER_FILE = "cluster.json"
+"""Next to a log's segments: the cluster its records come from (records name it, but fine-tuning needs its
+nodes)."""
 
 
 def write_segment(directory: Path, records: Sequence[DecisionRecord], first_slot: int) -> Path | None:
@@ -48,19 +53,67 @@ def write_segment(directory: Path, records: Sequence[DecisionRecord], first_slot
     directory.mkdir(parents=True, exist_ok=True)
     existing = len(list(directory.glob("segment-*.jsonl")))
     path = directory / f"segment-{first_slot:09d}-{existing:06d}.jsonl"
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".segment-", suffix=".tmp")
+    _write_lines(path, records, overwrite=True)
+    return path
+
+
+def write_slot_segment(directory: Path, records: Sequence[DecisionRecord], slot: int) -> tuple[Path, bool]:
+    """Write one slot's records as the segment named by that slot, once: (path, whether this call wrote it).
+
+    The name depends only on the slot and an existing segment is never replaced, so a writer that restarts and
+    writes the same slot again adds nothing (the Kubernetes controller's records are keyed by slot and job)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"segment-{slot:09d}-000000.jsonl"
+    if path.exists():
+        return path, False
+    return path, _write_lines(path, records, overwrite=False)
+
+
+def _write_lines(path: Path, records: Sequence[DecisionRecord], overwrite: bool) -> bool:
+    text = "".join(json.dumps(record.to_json_dict(), sort_keys=True) + "\n" for record in records)
+    return write_file(path, text, overwrite)
+
+
+def write_file(path: Path, text: str, overwrite: bool = True) -> bool:
+    """Write to a temporary file, fsync, then rename into place (or link, which refuses to replace): a reader
+    sees the whole file or none of it. False if `path` was already there and `overwrite` is off."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "w") as stream:
-            for record in records:
-                stream.write(json.dumps(record.to_json_dict(), sort_keys=True) + "\n")
+            stream.write(text)
             stream.flush()
             os.fsync(stream.fileno())
         os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
+        if overwrite:
+            os.replace(temporary, path)
+            return True
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            return False
+        return True
+    finally:
         Path(temporary).unlink(missing_ok=True)
-        raise
-    return path
+
+
+def cluster_to_json(cluster: ClusterSpec) -> dict[str, Any]:
+    """The cluster description written as `cluster.json` next to a log."""
+    nodes = [
+        {"gpu": n.capacity.gpu, "cpu": n.capacity.cpu, "mem_gb": n.capacity.mem_gb, "kind": n.kind}
+        for n in cluster.nodes
+    ]
+    return {"name": cluster.name, "nodes": nodes}
+
+
+def cluster_from_json(data: dict[str, Any], where: str) -> ClusterSpec:
+    try:
+        nodes = tuple(
+            NodeSpec(i, Resources(float(n["gpu"]), float(n["cpu"]), float(n["mem_gb"])), str(n["kind"]))
+            for i, n in enumerate(data["nodes"])
+        )
+        return ClusterSpec(nodes, str(data["name"]))
+    except (KeyError, TypeError, ValueError) as error:
+        raise InputError(where, f"malformed cluster description ({error})") from None
 
 
 def segments(location: Path) -> list[Path]:
@@ -90,8 +143,8 @@ def parse_record(line: str, where: str, number: int) -> DecisionRecord:
     if not isinstance(data, dict):
         raise InputError(where, "expected a JSON object", row=number)
     values: dict[str, Any] = {}
-    for name in DecisionRecord.field_names():
-        if name in NODE_FIELDS:
+    for name, kind in DecisionRecord.field_kinds().items():
+        if kind == "nodes":
             value = data.get(name, [])
             if not isinstance(value, list) or not all(
                 isinstance(node, int) and not isinstance(node, bool) and node >= 0 for node in value
@@ -102,10 +155,10 @@ def parse_record(line: str, where: str, number: int) -> DecisionRecord:
         if name not in data:
             raise InputError(where, "missing", row=number, field=name)
         value = data[name]
-        if name in _TEXT_FIELDS:
+        if kind == "text":
             if not isinstance(value, str) or not value:
                 raise InputError(where, f"expected a non-empty string, got {value!r}", row=number, field=name)
-        elif name in _INTEGER_FIELDS:
+        elif kind == "integer":
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InputError(where, f"expected a non-negative integer, got {value!r}", row=number, field=name)
         elif isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
@@ -154,8 +207,22 @@ def log_run(
                 applied = usual
         outcome = simulation.apply(applied)
         for job in view.jobs:
+            job_id = job.spec.job_id
+            placed = applied.get(job_id)
             pending.append(
-                slot_record(view, job, model_version, incumbent.name, usual, proposed, applied, mode, outcome)
+                decision_record(
+                    view,
+                    job,
+                    usual.get(job_id),
+                    proposed.get(job_id),
+                    (placed.num_workers, placed.num_ps),
+                    model_version,
+                    incumbent.name,
+                    mode,
+                    outcome.progress_epochs.get(job_id, 0.0),
+                    worker_nodes=placed.worker_nodes,
+                    ps_nodes=placed.ps_nodes,
+                )
             )
         if simulation.slot - first_slot >= slots_per_segment or simulation.done:
             write_segment(directory, pending, first_slot)
@@ -165,24 +232,27 @@ def log_run(
     return written, sum(job.jct_s for job in result.jobs) / len(result.jobs)
 
 
-def slot_record(
+def decision_record(
     view: ClusterView,
     job: JobView,
+    incumbent: JobAllocation,
+    proposed: JobAllocation,
+    applied: tuple[int, int],
     model_version: str,
-    incumbent: str,
-    usual: Allocation,
-    proposed: Allocation,
-    applied: Allocation,
+    incumbent_name: str,
     mode: str,
-    outcome: SlotOutcome,
+    observed_epochs: float,
+    cluster: str | None = None,
+    worker_nodes: tuple[int, ...] = (),
+    ps_nodes: tuple[int, ...] = (),
 ) -> DecisionRecord:
-    """One job's record of a slot: its view, the three decisions (applied placement included) and its progress."""
+    """One job's record of a slot: its state in `view`, the three decisions, the progress observed and, where
+    known, the nodes of the applied workers and PS (`applied_worker_nodes`, `applied_ps_nodes`)."""
     spec = job.spec
-    placed = applied.get(spec.job_id)
     return DecisionRecord(
         time_s=view.time_s,
         slot_s=view.slot_s,
-        cluster=view.cluster.name,
+        cluster=view.cluster.name if cluster is None else cluster,
         job_id=spec.job_id,
         model=spec.model,
         architecture=spec.architecture.value,
@@ -200,17 +270,17 @@ def slot_record(
         held_workers=job.allocation.num_workers,
         held_ps=job.allocation.num_ps,
         model_version=model_version,
-        incumbent=incumbent,
-        incumbent_workers=usual.get(spec.job_id).num_workers,
-        incumbent_ps=usual.get(spec.job_id).num_ps,
-        proposed_workers=proposed.get(spec.job_id).num_workers,
-        proposed_ps=proposed.get(spec.job_id).num_ps,
-        applied_workers=placed.num_workers,
-        applied_ps=placed.num_ps,
+        incumbent=incumbent_name,
+        incumbent_workers=incumbent.num_workers,
+        incumbent_ps=incumbent.num_ps,
+        proposed_workers=proposed.num_workers,
+        proposed_ps=proposed.num_ps,
+        applied_workers=applied[0],
+        applied_ps=applied[1],
         mode=mode,
-        observed_epochs=outcome.progress_epochs.get(spec.job_id, 0.0),
-        applied_worker_nodes=placed.worker_nodes,
-        applied_ps_nodes=placed.ps_nodes,
+        observed_epochs=observed_epochs,
+        applied_worker_nodes=worker_nodes,
+        applied_ps_nodes=ps_nodes,
     )
 
 

@@ -96,6 +96,12 @@ def summarize(result: SimResult) -> RunMetrics:
     )
 
 
+def report_unit(mode: str) -> tuple[float, str]:
+    """(seconds per unit, unit) in which JCTs are reported: slots of 1200 s in compatibility mode (the authors'
+    unit), hours otherwise."""
+    return (1200.0, "slots") if mode == "compat" else (3600.0, "h")
+
+
 def mean_ci95(values: list[float]) -> tuple[float, float]:
     """Mean and half-width of a 95% confidence interval (Student t; 0 for a single value)."""
     array = np.asarray(values, dtype=float)

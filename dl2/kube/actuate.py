@@ -1,0 +1,117 @@
+"""Writing to the cluster: resizes and the SchedulerPolicy status, each request retried with backoff.
+
+`ApiCaller` retries what a busy or restarting API server answers (409 on a patch without a precondition, 429,
+5xx, timeouts, refused connections) with exponential backoff and seeded jitter, counting each failure in the
+metrics; what a retry cannot fix (400, 403, 404, 422) is raised at once. Every write is idempotent (a merge
+patch to an absolute size, a status patch), so repeating one that did reach the server changes nothing.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from dl2.kube.apiserver import contract as c
+from dl2.kube.apiserver.contract import GROUP
+from dl2.kube.metrics import Metrics
+from dl2.kube.observe import RESIZED_SLOT, ManagedJob
+from dl2.kube.policy import PLURAL, VERSION
+
+T = TypeVar("T")
+RETRIED = frozenset({409, 429, 500, 502, 503, 504})
+
+
+class ApiUnavailable(RuntimeError):
+    """A request still failed after every retry."""
+
+
+class ApiCaller:
+    def __init__(
+        self,
+        metrics: Metrics,
+        attempts: int = 6,
+        base_s: float = 0.05,
+        max_s: float = 2.0,
+        timeout_s: float = 10.0,
+        seed: int = 0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.metrics = metrics
+        self.attempts = attempts
+        self.base_s = base_s
+        self.max_s = max_s
+        self.timeout_s = timeout_s
+        self.rng = random.Random(seed)
+        self.sleep = sleep
+        self.calls = 0
+        """Requests sent (retries included)."""
+
+    def __call__(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        kwargs.setdefault("_request_timeout", self.timeout_s)
+        operation = getattr(function, "__name__", "request")
+        for attempt in range(self.attempts):
+            self.calls += 1
+            try:
+                return function(*args, **kwargs)
+            except ApiException as error:
+                self.metrics.api_errors.labels(operation, str(error.status)).inc()
+                if error.status not in RETRIED or attempt == self.attempts - 1:
+                    raise
+                delay = _retry_after(error)
+            except (HTTPError, OSError) as error:  # timeouts, refused or reset connections
+                self.metrics.api_errors.labels(operation, type(error).__name__).inc()
+                if attempt == self.attempts - 1:
+                    raise ApiUnavailable(f"{operation}: {error}") from error
+                delay = None
+            backoff = min(self.max_s, self.base_s * 2**attempt)
+            self.sleep(delay if delay is not None else backoff * (0.5 + self.rng.random() / 2))
+        raise AssertionError("unreachable")
+
+
+def _retry_after(error: Any) -> float | None:
+    headers = getattr(error, "headers", None) or {}
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    try:
+        return min(float(value), 10.0) if value is not None else None
+    except ValueError:
+        return None
+
+
+class Actuator:
+    """Resizes jobs (following the job contract) and patches the SchedulerPolicy's status."""
+
+    def __init__(self, api: Any, call: ApiCaller) -> None:
+        from kubernetes import client
+
+        self.custom = client.CustomObjectsApi(api)
+        self.call = call
+
+    def resize(self, job: ManagedJob, workers: int, ps: int, slot: int) -> None:
+        """Set a job's size and stamp the slot on it (its cooldown counts from there). A PyTorchJob gets the
+        stamp first, then the `scale` patch; a Volcano Job both in one JSON patch."""
+        group, version, plural = c.kind_of(job.obj)
+        subresource, content_type, body = c.resize(job.obj, workers, ps)
+        stamp = str(slot)
+        if subresource == "scale":
+            annotation = {"metadata": {"annotations": {RESIZED_SLOT: stamp}}}
+            self.call(
+                self.custom.patch_namespaced_custom_object, group, version, job.namespace, plural, job.name, annotation
+            )
+            self.call(
+                self.custom.patch_namespaced_custom_object_scale, group, version, job.namespace, plural, job.name, body
+            )
+            return
+        path = "/metadata/annotations/" + RESIZED_SLOT.replace("~", "~0").replace("/", "~1")
+        operations = [*body, {"op": "add", "path": path, "value": stamp}]
+        self.call(
+            self.custom.patch_namespaced_custom_object,
+            group, version, job.namespace, plural, job.name, operations, _content_type=content_type,
+        )  # fmt: skip
+
+    def patch_status(self, name: str, status: dict[str, Any]) -> None:
+        self.call(self.custom.patch_cluster_custom_object_status, GROUP, VERSION, PLURAL, name, {"status": status})

@@ -1,0 +1,301 @@
+"""The job contract: how dl2 reads jobs, pods and nodes from the Kubernetes API, and how it resizes jobs.
+
+The controller (`dl2 serve`) and the simulated cluster (`dl2.kube.apiserver.sim`) both follow it.
+
+- API group of dl2's own objects: `dl2.io`; labels and annotations are prefixed `dl2.io/`.
+- Managed namespaces carry the label `dl2.io/managed: "true"`.
+- All-reduce jobs are Kubeflow `PyTorchJob`s (`kubeflow.org/v1`) with `spec.elasticPolicy{minReplicas,
+  maxReplicas}` and workers only, in `spec.pytorchReplicaSpecs.Worker.replicas`; they are resized through the
+  CRD's `scale` subresource (`pytorchjobs/scale`, `{"spec": {"replicas": n}}`).
+- Parameter-server jobs are Volcano `Job`s (`batch.volcano.sh/v1alpha1`) with `spec.tasks[]` named `ps` and
+  `worker`; they are resized by JSON-patching `/spec/tasks/<i>/replicas` (with a `test` of
+  `/spec/tasks/<i>/name`, so a patch never resizes the wrong task); their limits are the annotations
+  `dl2.io/max-workers` and `dl2.io/max-ps` (Volcano has no elastic policy).
+- Every managed job carries the annotations `dl2.io/model` (a catalogue model, `dl2.workload.catalogue`),
+  `dl2.io/declared-epochs` and, once it has trained, `dl2.io/progress-epochs` (reported by the training job; by
+  the simulator in simulated mode, every slot). Optional: `dl2.io/arrival-s` (submission time on the
+  simulated clock; otherwise `creationTimestamp`), `dl2.io/job-id` (the workload's job id; otherwise the name),
+  `dl2.io/requested-workers`, `dl2.io/requested-ps`, `dl2.io/samples-per-epoch` (otherwise the catalogue's).
+- Per-task resources are the pod template's container `resources.requests` (`nvidia.com/gpu`, `cpu`,
+  `memory`), summed over containers; dl2's `mem_gb` is GiB (`24Gi`).
+- Pods carry the real operators' labels (`training.kubeflow.org/job-name`, `training.kubeflow.org/replica-type`
+  and `-index`; `volcano.sh/job-name`, `volcano.sh/task-spec`) plus `dl2.io/job` (the job's name) and
+  `dl2.io/role` (`worker` or `ps`).
+- Jobs labelled `kueue.x-k8s.io/queue-name` are managed by Kueue: the controller leaves them alone (Kueue
+  requeues a job whose size changes).
+- Finished jobs: a PyTorchJob has the condition `Succeeded` = "True"; a Volcano Job has
+  `status.state.phase: Completed`.
+
+The real CRDs needed no other choice: the PyTorchJob CRD's scale subresource reads and writes exactly
+`.spec.pytorchReplicaSpecs.Worker.replicas`, and Volcano's task list is indexed, hence the JSON patch.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from dl2.core import Architecture, JobSpec, Resources
+from dl2.workload.catalogue import CATALOGUE
+
+GROUP = "dl2.io"
+MANAGED_LABEL = "dl2.io/managed"
+JOB_LABEL = "dl2.io/job"
+ROLE_LABEL = "dl2.io/role"
+NODE_INDEX_LABEL = "dl2.io/node-index"
+MODEL = "dl2.io/model"
+DECLARED_EPOCHS = "dl2.io/declared-epochs"
+PROGRESS_EPOCHS = "dl2.io/progress-epochs"
+MAX_WORKERS = "dl2.io/max-workers"
+MAX_PS = "dl2.io/max-ps"
+ARRIVAL_S = "dl2.io/arrival-s"
+JOB_ID = "dl2.io/job-id"
+REQUESTED_WORKERS = "dl2.io/requested-workers"
+REQUESTED_PS = "dl2.io/requested-ps"
+SAMPLES_PER_EPOCH = "dl2.io/samples-per-epoch"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+GPU = "nvidia.com/gpu"
+
+PYTORCHJOB = ("kubeflow.org", "v1", "pytorchjobs")
+VOLCANO_JOB = ("batch.volcano.sh", "v1alpha1", "jobs")
+KUBEFLOW_JOB_NAME = "training.kubeflow.org/job-name"
+KUBEFLOW_REPLICA_TYPE = "training.kubeflow.org/replica-type"
+KUBEFLOW_REPLICA_INDEX = "training.kubeflow.org/replica-index"
+VOLCANO_JOB_NAME = "volcano.sh/job-name"
+VOLCANO_TASK_SPEC = "volcano.sh/task-spec"
+WORKER, PS = "worker", "ps"
+
+
+class ContractError(ValueError):
+    """An object that does not follow the contract (names the object and the field)."""
+
+
+# -- quantities -------------------------------------------------------------------------------------------
+
+_QUANTITY = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))([eE][+-]?\d+|[KMGTPE]i|[numkMGTPE]?)$")
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal(10**3),
+    "M": Decimal(10**6),
+    "G": Decimal(10**9),
+    "T": Decimal(10**12),
+    "P": Decimal(10**15),
+    "E": Decimal(10**18),
+}
+
+
+def parse_quantity(text: Any) -> Decimal:
+    """A Kubernetes resource quantity (`4`, `500m`, `24Gi`, `1.5e3`) as an exact decimal."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        return Decimal(repr(text))
+    match = _QUANTITY.match(str(text).strip())
+    if not match:
+        raise ContractError(f"not a resource quantity: {text!r}")
+    number, suffix = Decimal(match[1]), match[2]
+    if suffix in _BINARY:
+        return number * _BINARY[suffix]
+    if suffix[:1] in ("e", "E"):
+        return number.scaleb(int(suffix[1:]))
+    return number * _DECIMAL[suffix]
+
+
+def _decimal_text(value: float) -> str:
+    """The shortest exact decimal of a float (repr's digits, without an exponent)."""
+    text = format(Decimal(repr(float(value))), "f")
+    return text[:-2] if text.endswith(".0") else text
+
+
+def format_quantity(value: float, unit: str = "") -> str:
+    """A quantity that parses back to `value` exactly: whole numbers as such, others by repr's digits."""
+    if not math.isfinite(value) or value < 0:
+        raise ContractError(f"resource amounts must be finite and non-negative, got {value}")
+    return _decimal_text(value) + unit
+
+
+def requests_of(demand: Resources) -> dict[str, str]:
+    """The container `resources.requests` of one task's demand."""
+    requests = {"cpu": format_quantity(demand.cpu), "memory": format_quantity(demand.mem_gb, "Gi")}
+    if demand.gpu > 0:
+        requests[GPU] = format_quantity(demand.gpu)
+    return requests
+
+
+def resources_from(quantities: dict[str, Any] | None) -> Resources:
+    quantities = quantities or {}
+    return Resources(
+        gpu=float(parse_quantity(quantities.get(GPU, 0))),
+        cpu=float(parse_quantity(quantities.get("cpu", 0))),
+        mem_gb=float(parse_quantity(quantities.get("memory", 0)) / _BINARY["Gi"]),
+    )
+
+
+def pod_template_demand(template: dict[str, Any] | None) -> Resources:
+    """A pod template's demand: its containers' requests, summed."""
+    containers = ((template or {}).get("spec") or {}).get("containers") or []
+    total = Resources()
+    for container in containers:
+        total = total + resources_from((container.get("resources") or {}).get("requests"))
+    return total
+
+
+# -- reading jobs -----------------------------------------------------------------------------------------
+
+
+def kind_of(obj: dict[str, Any]) -> tuple[str, str, str]:
+    """(group, version, plural) of a job object, checked to be one of the two job kinds."""
+    api_version, kind = obj.get("apiVersion", ""), obj.get("kind", "")
+    if api_version == "kubeflow.org/v1" and kind == "PyTorchJob":
+        return PYTORCHJOB
+    if api_version == "batch.volcano.sh/v1alpha1" and kind == "Job":
+        return VOLCANO_JOB
+    raise ContractError(f"{_where(obj)}: not a PyTorchJob or a Volcano Job ({api_version} {kind})")
+
+
+def _where(obj: dict[str, Any]) -> str:
+    metadata = obj.get("metadata") or {}
+    return f"{obj.get('kind', 'object')} {metadata.get('namespace', '')}/{metadata.get('name', '?')}"
+
+
+def _annotation(obj: dict[str, Any], key: str, default: str | None = None) -> str:
+    value = ((obj.get("metadata") or {}).get("annotations") or {}).get(key, default)
+    if value is None:
+        raise ContractError(f"{_where(obj)}: missing annotation {key}")
+    return str(value)
+
+
+def _number(obj: dict[str, Any], key: str, default: str | None = None) -> float:
+    text = _annotation(obj, key, default)
+    try:
+        value = float(Decimal(text))
+    except InvalidOperation:
+        raise ContractError(f"{_where(obj)}: annotation {key} is not a number: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise ContractError(f"{_where(obj)}: annotation {key} must be finite and non-negative, got {text!r}")
+    return value
+
+
+def _count(obj: dict[str, Any], key: str, default: str | None = None) -> int:
+    value = _number(obj, key, default)
+    if not value.is_integer():
+        raise ContractError(f"{_where(obj)}: annotation {key} must be a whole number, got {value}")
+    return int(value)
+
+
+def volcano_task(obj: dict[str, Any], name: str) -> tuple[int, dict[str, Any]] | None:
+    """(index, task) of the Volcano task with this name, or None."""
+    for index, task in enumerate((obj.get("spec") or {}).get("tasks") or []):
+        if task.get("name") == name:
+            return index, task
+    return None
+
+
+def _arrival_s(obj: dict[str, Any]) -> float:
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    if ARRIVAL_S in annotations:
+        return _number(obj, ARRIVAL_S)
+    created = (obj.get("metadata") or {}).get("creationTimestamp")
+    try:
+        return datetime.datetime.fromisoformat(str(created).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise ContractError(f"{_where(obj)}: no {ARRIVAL_S} annotation and no creationTimestamp") from None
+
+
+def job_spec(obj: dict[str, Any]) -> JobSpec:
+    """The `JobSpec` a PyTorchJob or Volcano Job describes (see the module docstring)."""
+    resource = kind_of(obj)
+    model = _annotation(obj, MODEL)
+    if model not in CATALOGUE:
+        raise ContractError(f"{_where(obj)}: unknown model {model!r} in {MODEL}")
+    samples = _annotation(obj, SAMPLES_PER_EPOCH, repr(CATALOGUE[model].samples_per_epoch))
+    spec = obj.get("spec") or {}
+    try:
+        if resource == PYTORCHJOB:
+            worker = (spec.get("pytorchReplicaSpecs") or {})["Worker"]
+            elastic = spec.get("elasticPolicy") or {}
+            architecture = Architecture.ALLREDUCE
+            worker_demand, ps_demand = pod_template_demand(worker.get("template")), Resources()
+            max_workers, max_ps = int(elastic.get("maxReplicas") or worker.get("replicas") or 1), 0
+            requested_workers = _count(obj, REQUESTED_WORKERS, str(worker.get("replicas") or 1))
+            requested_ps = 0
+        else:
+            worker_task, ps_task = volcano_task(obj, WORKER), volcano_task(obj, PS)
+            if worker_task is None or ps_task is None:
+                raise ContractError(f"{_where(obj)}: a parameter-server job needs tasks named {PS!r} and {WORKER!r}")
+            architecture = Architecture.PS
+            worker_demand = pod_template_demand(worker_task[1].get("template"))
+            ps_demand = pod_template_demand(ps_task[1].get("template"))
+            max_workers, max_ps = _count(obj, MAX_WORKERS), _count(obj, MAX_PS)
+            requested_workers = _count(obj, REQUESTED_WORKERS, str(worker_task[1].get("replicas") or 1))
+            requested_ps = _count(obj, REQUESTED_PS, str(ps_task[1].get("replicas") or 1))
+    except (KeyError, TypeError) as error:
+        raise ContractError(f"{_where(obj)}: missing {error}") from None
+    return JobSpec(
+        job_id=_annotation(obj, JOB_ID, obj["metadata"]["name"]),
+        model=model,
+        arrival_s=_arrival_s(obj),
+        declared_epochs=_number(obj, DECLARED_EPOCHS),
+        samples_per_epoch=float(Decimal(samples)),
+        worker_demand=worker_demand,
+        ps_demand=ps_demand,
+        max_workers=max_workers,
+        max_ps=max_ps,
+        architecture=architecture,
+        requested_workers=requested_workers,
+        requested_ps=requested_ps,
+    )
+
+
+def replicas(obj: dict[str, Any]) -> tuple[int, int]:
+    """(workers, PS) the job asks for now."""
+    spec = obj.get("spec") or {}
+    if kind_of(obj) == PYTORCHJOB:
+        worker = (spec.get("pytorchReplicaSpecs") or {}).get("Worker") or {}
+        return int(worker.get("replicas") or 0), 0
+    worker_task, ps_task = volcano_task(obj, WORKER), volcano_task(obj, PS)
+    workers = int(worker_task[1].get("replicas") or 0) if worker_task else 0
+    ps = int(ps_task[1].get("replicas") or 0) if ps_task else 0
+    return workers, ps
+
+
+def progress_epochs(obj: dict[str, Any]) -> float:
+    return _number(obj, PROGRESS_EPOCHS, "0")
+
+
+def is_kueue_managed(obj: dict[str, Any]) -> bool:
+    return KUEUE_QUEUE_LABEL in ((obj.get("metadata") or {}).get("labels") or {})
+
+
+def is_finished(obj: dict[str, Any]) -> bool:
+    status = obj.get("status") or {}
+    if kind_of(obj) == PYTORCHJOB:
+        return any(c.get("type") == "Succeeded" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return (status.get("state") or {}).get("phase") == "Completed"
+
+
+def resize(obj: dict[str, Any], workers: int, ps: int) -> tuple[str | None, str, Any]:
+    """How to resize a job: (subresource, patch content type, patch body) for a PATCH of the job."""
+    if kind_of(obj) == PYTORCHJOB:
+        return "scale", "application/merge-patch+json", {"spec": {"replicas": workers}}
+    operations: list[dict[str, Any]] = []
+    for role, count in ((PS, ps), (WORKER, workers)):
+        found = volcano_task(obj, role)
+        if found is None:
+            raise ContractError(f"{_where(obj)}: no task named {role!r}")
+        index = found[0]
+        operations += [
+            {"op": "test", "path": f"/spec/tasks/{index}/name", "value": role},
+            {"op": "replace", "path": f"/spec/tasks/{index}/replicas", "value": count},
+        ]
+    return None, "application/json-patch+json", operations
+
+
+def node_resources(node: dict[str, Any]) -> Resources:
+    """What a node offers to pods (`status.allocatable`)."""
+    return resources_from((node.get("status") or {}).get("allocatable"))

@@ -1,0 +1,465 @@
+"""The slot loop of `dl2 serve`: read the policy, observe, decide, record, act, report.
+
+Each slot (`run_slot`), on the replica that holds the Lease:
+
+1. observe: one read of the managed jobs, their running pods and the nodes (`observe`);
+2. complete the previous slot's records with the progress observed since and write them (`records`);
+3. decide, unless this slot's journal exists (a restart within the slot): the policy's proposal (or the
+   incumbent's, DL2 §7), clamped by the guardrails and the mode (`reconcile.plan`); the draft records and the
+   targets go to the journal before anything is written to a job;
+4. act: resize each job whose size differs from its target (`reconcile.changes`: desired against actual, so a
+   resize that already happened is never repeated);
+5. report: the SchedulerPolicy's status (observed generation, loaded model, conditions, counts, last slot).
+
+Between slots (`run`) the loop watches the SchedulerPolicy: a new spec is validated (a malformed one is refused
+with a status condition and the last valid spec stays), its model version loaded and smoke-tested, and the status
+written at once, so that a promotion is confirmed in seconds rather than at the next slot. Slots come from the
+wall clock (`slot_s`) or, on a simulated cluster, from its clock ConfigMap (`dl2-system/dl2-clock`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from dl2.kube.actuate import Actuator, ApiCaller
+from dl2.kube.apiserver.contract import GROUP
+from dl2.kube.leader import LeaseElector
+from dl2.kube.metrics import Health, Metrics
+from dl2.kube.models import Loader, PolicyRuntime
+from dl2.kube.observe import Snapshot, read_cluster, snapshot
+from dl2.kube.policy import OFF, PLURAL, VERSION, Mode, PolicyError, PolicySpec, parse_policy
+from dl2.kube.reconcile import JobState, Target, changes, may_resize, plan
+from dl2.kube.records import DecisionLog, JournalEntry, SlotJournal, draft_records
+
+log = logging.getLogger("dl2.serve")
+
+CRASH_POINTS = ("observed", "completed", "journaled", "resized-1", "resized-2", "resized-3", "acted", "status")
+"""Where a test may have `dl2 serve` kill itself (`crash_at`): after each step of a slot, and after the first
+three resizes of one."""
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    identity: str
+    """This replica's name (the Lease holder identity; `$POD_NAME` in the Deployment)."""
+    policy_name: str = "default"
+    decision_log: Path = Path("work/decisions")
+    """Root of the decision logs; this cluster's records go to `<decision_log>/<cluster_name>/`."""
+    cluster_name: str = "dl2-local"
+    clock: str = "wall"
+    """`wall`: slots of `slot_s` seconds of real time; `cluster`: the simulated cluster's clock ConfigMap."""
+    slot_s: float = 600.0
+    clock_namespace: str = "dl2-system"
+    clock_name: str = "dl2-clock"
+    placer: str = "load-balance"
+    """How the incumbent places tasks when it decides (the cluster's scheduler does the real placement)."""
+    request_timeout_s: float = 10.0
+    seed: int = 0
+    """Seed of the retry jitter."""
+    crash_at: tuple[tuple[str, int], ...] = ()
+    """Test hook: SIGKILL this process at the first of these (point, slot) it reaches; see `CRASH_POINTS`."""
+
+    def __post_init__(self) -> None:
+        if self.clock not in ("wall", "cluster"):
+            raise ValueError(f"clock must be 'wall' or 'cluster', got {self.clock!r}")
+        if not (math.isfinite(self.slot_s) and self.slot_s > 0):
+            raise ValueError(f"slot_s must be a positive number of seconds, got {self.slot_s}")
+
+
+@dataclass(frozen=True, slots=True)
+class SlotReport:
+    slot: int
+    mode: str
+    jobs: int
+    """Active jobs seen."""
+    records: int
+    """Records of the previous slot written now."""
+    resizes: int
+    decided: bool
+    """False when the slot's decisions came from its journal (a restart), or nothing was decided."""
+    fallback: str | None
+    seconds: float
+    api_calls: int
+    targets: tuple[Target, ...] = ()
+    phases: dict[str, float] = field(default_factory=dict)
+    """Seconds spent per phase: observe (the reads), decide (incumbent and policy), record (records and journal),
+    act (the resizes)."""
+
+
+@dataclass(slots=True)
+class _Conditions:
+    """The status conditions, keeping each one's lastTransitionTime while its status stays."""
+
+    since: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def build(self, wanted: list[tuple[str, bool, str, str]], generation: int) -> list[dict[str, Any]]:
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        conditions = []
+        for kind, ok, reason, message in wanted:
+            status = "True" if ok else "False"
+            previous = self.since.get(kind)
+            changed_at = previous[1] if previous is not None and previous[0] == status else now
+            self.since[kind] = (status, changed_at)
+            conditions.append(
+                {
+                    "type": kind,
+                    "status": status,
+                    "reason": reason,
+                    "message": message,
+                    "lastTransitionTime": changed_at,
+                    "observedGeneration": generation,
+                }
+            )
+        return conditions
+
+
+class Controller:
+    def __init__(
+        self,
+        api: Any,
+        config: ControllerConfig,
+        loader: Loader,
+        metrics: Metrics | None = None,
+        elector: LeaseElector | None = None,
+    ) -> None:
+        """`elector` None: this replica always leads (one replica, or a test)."""
+        from kubernetes import client
+
+        self.api = api
+        self.config = config
+        self.metrics = metrics or Metrics()
+        self.call = ApiCaller(self.metrics, timeout_s=config.request_timeout_s, seed=config.seed)
+        self.actuator = Actuator(api, self.call)
+        self.custom = client.CustomObjectsApi(api)
+        self.runtime = PolicyRuntime(loader, config.placer)
+        self.log = DecisionLog(config.decision_log / config.cluster_name)
+        self.elector = elector
+        self.health = Health()
+        self.policy: PolicySpec = OFF
+        self.policy_error: str | None = "no SchedulerPolicy read yet"
+        self.policy_exists = False
+        """Whether the SchedulerPolicy object exists (there is no status to write without it)."""
+        self.observed_generation = 0
+        self.last_report: SlotReport | None = None
+        self.last_snapshot: Snapshot | None = None
+        self.total_fallbacks = 0
+        self._conditions = _Conditions()
+
+    # -- leadership and the policy ----------------------------------------------------------------------------
+
+    def is_leader(self) -> bool:
+        return self.elector is None or self.elector.is_leader()
+
+    def refresh_policy(self, obj: dict[str, Any] | None) -> None:
+        """Adopt a SchedulerPolicy object: validate it (a bad one is refused, the last valid spec stays) and make
+        sure its model version is loaded."""
+        self.policy_exists = obj is not None
+        if obj is None:
+            self.policy, self.policy_error = OFF, f"SchedulerPolicy {self.config.policy_name} not found"
+        else:
+            self.observed_generation = int((obj.get("metadata") or {}).get("generation") or 0)
+            try:
+                self.policy, self.policy_error = parse_policy(obj), None
+            except PolicyError as error:
+                self.policy_error = str(error)
+                log.warning("refused SchedulerPolicy %s: %s", self.config.policy_name, error)
+        policy = self.policy
+        if policy.mode is not Mode.OFF and policy.model_version is not None:
+            before, attempts = self.runtime.current, self.runtime.attempts
+            self.runtime.ensure(policy.model_name, policy.model_version)
+            if self.runtime.current is not before:
+                self.metrics.model_loads.labels("loaded").inc()
+                log.info("loaded %s v%s", policy.model_name, policy.model_version)
+            elif self.runtime.attempts != attempts:
+                self.metrics.model_loads.labels("failed").inc()
+                log.warning("model load failed: %s", self.runtime.load_error)
+        current = self.runtime.current
+        self.metrics.model_version.set(int(current.version) if current is not None else 0)
+        self.health.ready = self.policy_error is None and (policy.mode is Mode.OFF or self._model_ready())
+        self.health.reason = "ready" if self.health.ready else (self.policy_error or self.runtime.load_error or "")
+
+    def _model_ready(self) -> bool:
+        current, policy = self.runtime.current, self.policy
+        return current is not None and (current.name, current.version) == (policy.model_name, policy.model_version)
+
+    # -- one slot ---------------------------------------------------------------------------------------------
+
+    def _crash(self, point: str, slot: int) -> None:
+        if (point, slot) in self.config.crash_at:
+            log.warning("crash point %s of slot %d: SIGKILL", point, slot)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def run_slot(self, slot: int, time_s: float, slot_s: float) -> SlotReport | None:
+        """Run one slot (None if this replica does not lead)."""
+        if not self.is_leader():
+            return None
+        started, calls = time.perf_counter(), self.call.calls
+        self.health.beat()
+        raw = read_cluster(self.api, self.call)
+        snap = snapshot(raw, time_s, slot, slot_s, self.config.cluster_name)
+        phases = {"observe": time.perf_counter() - started, "decide": 0.0}
+        mark = time.perf_counter()
+        self.last_snapshot = snap
+        self._crash("observed", slot)
+        if not self.is_leader():
+            return None
+        written, dropped = self.log.complete(slot, snap.progress)
+        self.metrics.records_written.inc(written)
+        self.metrics.records_dropped.inc(dropped)
+        if snap.view.cluster.num_nodes:
+            self.log.describe_cluster(snap.view.cluster)
+        self._crash("completed", slot)
+        policy = self.policy
+        decided, fallback, resizes = False, None, 0
+        journal = self.log.journal(slot) if policy.mode is not Mode.OFF else None
+        if policy.mode is not Mode.OFF and journal is None and snap.jobs:
+            decide_started = time.perf_counter()
+            journal, fallback = self._decide(snap, policy, slot)
+            phases["decide"] = time.perf_counter() - decide_started
+            if not self.is_leader():
+                return None
+            journal = self.log.write_journal(journal)
+            decided = True
+            self.metrics.decisions.labels(policy.mode.value).inc(len(journal.entries))
+            self.metrics.fallback_active.set(1 if fallback else 0)
+            if fallback:
+                self.total_fallbacks += 1
+                self.metrics.fallbacks.labels(fallback.split(":", 1)[0]).inc()
+        self._crash("journaled", slot)
+        phases["record"] = time.perf_counter() - mark - phases["decide"]
+        mark = time.perf_counter()
+        if journal is not None and policy.mode in (Mode.CANARY, Mode.ACTIVE):
+            resizes = self._act(snap, journal, policy, slot)
+        phases["act"] = time.perf_counter() - mark
+        self._crash("acted", slot)
+        seconds = time.perf_counter() - started
+        self.metrics.slot_seconds.observe(seconds)
+        self.metrics.last_slot.set(slot)
+        targets = tuple(journal.targets) if journal is not None else ()
+        if fallback is None and journal is not None and not decided:
+            proposer = journal.entries[0].record.model_version if journal.entries else ""
+            fallback = (
+                f"{proposer} decided (slot restored from its journal)" if proposer.startswith("incumbent/") else None
+            )
+        report = SlotReport(
+            slot, policy.mode.value, len(snap.jobs), written, resizes, decided, fallback, seconds,
+            self.call.calls - calls, targets, phases,
+        )  # fmt: skip
+        self.last_report = report
+        self.publish_status()
+        self._crash("status", slot)
+        return report
+
+    def _states(self, snap: Snapshot, policy: PolicySpec) -> list[JobState]:
+        return [
+            JobState(
+                job.job_id,
+                job.replicas,
+                view.spec.max_workers,
+                view.spec.max_ps,
+                job.kueue,
+                policy.canary.contains(job.namespace, job.labels),
+                job.resized_slot,
+            )
+            for job, view in zip(snap.jobs, snap.view.jobs, strict=True)
+        ]
+
+    def _decide(self, snap: Snapshot, policy: PolicySpec, slot: int) -> tuple[SlotJournal, str | None]:
+        decision = self.runtime.decide(snap.view, policy.incumbent)
+        proposals = [
+            (decision.proposal.get(v.spec.job_id).num_workers, decision.proposal.get(v.spec.job_id).num_ps)
+            for v in snap.view.jobs
+        ]
+        targets = plan(self._states(snap, policy), proposals, policy.mode, policy.guardrails, slot)
+        records = draft_records(
+            snap.view, decision.incumbent, decision.proposal, targets, policy.mode.value, decision.proposer,
+            policy.incumbent, self.config.cluster_name,
+        )  # fmt: skip
+        entries = tuple(
+            JournalEntry(record, job.namespace, job.name, target)
+            for record, job, target in zip(records, snap.jobs, targets, strict=True)
+        )
+        if decision.fallback:
+            log.warning("slot %d: the incumbent %s decides: %s", slot, policy.incumbent, decision.fallback)
+        return SlotJournal(slot, entries), decision.fallback
+
+    def _act(self, snap: Snapshot, journal: SlotJournal, policy: PolicySpec, slot: int) -> int:
+        """Resize the jobs whose size is not their target yet, if the (current) mode still lets it."""
+        actual = {job.job_id: job.replicas for job in snap.jobs}
+        jobs = {job.job_id: job for job in snap.jobs}
+        states = {state.job_id: state for state in self._states(snap, policy)}
+        done = 0
+        for target in changes(journal.targets, actual):
+            if may_resize(states[target.job_id], policy.mode) is not None:
+                continue  # the mode narrowed since the slot was decided (the kill switch is `mode: shadow`)
+            if not self.is_leader():
+                break
+            job = jobs[target.job_id]
+            self.actuator.resize(job, target.workers, target.ps, slot)
+            self.metrics.resizes.labels(job.obj.get("kind", "")).inc()
+            done += 1
+            self._crash(f"resized-{done}", slot)
+        return done
+
+    # -- status -----------------------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """The SchedulerPolicy status this replica would write now."""
+        policy, runtime, report, snap = self.policy, self.runtime, self.last_report, self.last_snapshot
+        current = runtime.current
+        spec_ok = self.policy_error is None
+        needs_model = policy.mode is not Mode.OFF
+        model_ok = not needs_model or self._model_ready()
+        if not needs_model:
+            model_condition = (True, "NotNeeded", "mode off: no model runs")
+        elif model_ok and current is not None:
+            model_condition = (True, "Loaded", f"{current.name} v{current.version} loaded at {current.loaded_at}")
+        elif runtime.load_error:
+            kept = f"; still serving {current.name} v{current.version}" if current is not None else ""
+            model_condition = (False, "LoadFailed", runtime.load_error + kept)
+        else:
+            model_condition = (False, "Loading", f"loading {policy.model_ref}")
+        fallback = report.fallback if report is not None else None
+        ready = spec_ok and model_ok
+        ready_reason = "Ready" if ready else ("InvalidSpec" if not spec_ok else model_condition[1])
+        ready_message = "serving" if ready else (self.policy_error or model_condition[2])
+        conditions = self._conditions.build(
+            [
+                ("Ready", ready, ready_reason, ready_message),
+                ("SpecValid", spec_ok, "Valid" if spec_ok else "InvalidSpec", self.policy_error or "spec accepted"),
+                ("ModelLoaded", *model_condition),
+                (
+                    "Fallback",
+                    fallback is not None,
+                    "Incumbent" if fallback else "Model",
+                    fallback or "the model decides",
+                ),
+            ],
+            self.observed_generation,
+        )
+        kueue = [job.key for job in snap.jobs if job.kueue] if snap is not None else []
+        counts = {
+            "jobs": len(snap.jobs) if snap is not None else 0,
+            "kueueManaged": len(kueue),
+            "refused": len(snap.refused) if snap is not None else 0,
+            "records": report.records if report is not None else 0,
+            "resizes": report.resizes if report is not None else 0,
+            "fallbackSlots": self.total_fallbacks,
+        }
+        if snap is not None and policy.mode is Mode.CANARY:
+            counts["inCanary"] = sum(policy.canary.contains(job.namespace, job.labels) for job in snap.jobs)
+        status: dict[str, Any] = {
+            "observedGeneration": self.observed_generation,
+            "mode": policy.mode.value,
+            "activeModel": policy.model_ref,
+            "loadedModel": (
+                {"name": current.name, "version": current.version, "loadedAt": current.loaded_at} if current else None
+            ),
+            "leader": self.config.identity,
+            "conditions": conditions,
+            "counts": counts,
+            "kueueJobs": kueue[:20],
+            "refusedJobs": list(snap.refused[:20]) if snap is not None else [],
+        }
+        if report is not None:
+            status["lastSlot"] = report.slot
+            status["lastSlotSeconds"] = round(report.seconds, 4)
+        return status
+
+    def publish_status(self) -> None:
+        if self.is_leader() and self.policy_exists:
+            self.actuator.patch_status(self.config.policy_name, self.status())
+
+    # -- the loop ---------------------------------------------------------------------------------------------
+
+    def current_slot(self, clock: dict[str, Any] | None) -> tuple[int, float, float] | None:
+        """(slot, time_s, slot_s) now, from the wall clock or the cluster's clock ConfigMap."""
+        if self.config.clock == "wall":
+            slot_s = self.config.slot_s
+            slot = int(time.time() // slot_s)
+            return slot, slot * slot_s, slot_s
+        data = (clock or {}).get("data") or {}
+        if "slot" not in data:
+            return None
+        return int(data["slot"]), float(data["time_s"]), float(data["slot_s"])
+
+    def run(self, stop: threading.Event) -> None:
+        """Serve until `stop` is set: watch the policy (and the clock), run each slot once, as the leader."""
+        from kubernetes import client
+
+        from dl2.kube.watch import ObjectWatcher
+
+        wake = threading.Event()
+        policy_watch = ObjectWatcher(
+            self.custom.list_cluster_custom_object, (GROUP, VERSION, PLURAL), self.config.policy_name,
+            self.metrics, "schedulerpolicies", wake=wake,
+        ).start()  # fmt: skip
+        clock_watch = None
+        if self.config.clock == "cluster":
+            core = client.CoreV1Api(self.api)
+            clock_watch = ObjectWatcher(
+                core.list_namespaced_config_map, (self.config.clock_namespace,), self.config.clock_name,
+                self.metrics, "configmaps", wake=wake,
+            ).start()  # fmt: skip
+        if self.elector is not None:
+            self.elector.start()
+        done_slot: int | None = None
+        seen_generation: int | None = None
+        led = False
+        try:
+            policy_watch.wait_synced(10)
+            while not stop.is_set():
+                self.health.beat()
+                leader = self.is_leader()
+                self.metrics.leader.set(1 if leader else 0)
+                if leader and not led:
+                    done_slot = None  # a new leader runs the current slot (its journal makes that safe)
+                led = leader
+                try:
+                    if policy_watch.changed.is_set():
+                        policy_watch.changed.clear()
+                        latest = policy_watch.latest
+                        generation = int(((latest or {}).get("metadata") or {}).get("generation") or -1)
+                        if generation != seen_generation:  # a new spec (status writes, ours too, do not count)
+                            seen_generation = generation
+                            self.refresh_policy(latest)
+                            self.publish_status()
+                    elif self.runtime.load_error is not None:
+                        self.refresh_policy(policy_watch.latest)  # retry the wanted version (after retry_s)
+                    now = self.current_slot(clock_watch.latest if clock_watch is not None else None)
+                    if now is not None and now[0] != done_slot and leader:
+                        report = self.run_slot(*now)
+                        if report is not None:
+                            done_slot = now[0]
+                            log.info(
+                                "slot %d: %d jobs, %d resizes, %d records, %.3f s%s", report.slot, report.jobs,
+                                report.resizes, report.records, report.seconds,
+                                f", fallback: {report.fallback}" if report.fallback else "",
+                            )  # fmt: skip
+                except Exception as error:  # the API failed past its retries: try again shortly
+                    log.warning("slot loop: %s: %s", type(error).__name__, error)
+                    stop.wait(1.0)
+                    continue
+                wake.wait(self._idle_s())
+                wake.clear()
+        finally:
+            policy_watch.stop()
+            if clock_watch is not None:
+                clock_watch.stop()
+            if self.elector is not None:
+                self.elector.stop(release=True)
+
+    def _idle_s(self) -> float:
+        if self.config.clock == "wall":
+            slot_s = self.config.slot_s
+            return max(0.05, min(1.0, slot_s - time.time() % slot_s))
+        return 1.0

@@ -1,0 +1,190 @@
+"""Observation: the cluster as the API shows it at a slot boundary, turned into the `ClusterView` policies decide on.
+
+`read_cluster` makes one consistent read per slot (five lists: managed namespaces, PyTorchJobs, Volcano Jobs,
+running pods of dl2 jobs, nodes). A slot's decision is global over every job, so it needs the state at one
+instant rather than per-object events; lists at the boundary give exactly that, and their count per slot is
+fixed whatever the cluster's size. `snapshot` is pure: raw objects in, the view and what the controller needs
+to act on each job out, following the job contract (`dl2.kube.apiserver.contract`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dl2.core import Allocation, ClusterSpec, ClusterView, JobAllocation, JobSpec, JobView, NodeSpec
+from dl2.kube.apiserver import contract as c
+
+RESIZED_SLOT = "dl2.io/resized-slot"
+"""Annotation the controller puts on a job it resizes: the slot of that resize (its cooldown is counted from it)."""
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+
+
+@dataclass(frozen=True, slots=True)
+class RawCluster:
+    """What one read of the API returned (plain JSON objects)."""
+
+    namespaces: tuple[str, ...]
+    """Names of the namespaces labelled `dl2.io/managed: "true"`."""
+    jobs: tuple[dict[str, Any], ...]
+    pods: tuple[dict[str, Any], ...]
+    """Running pods that carry `dl2.io/job`."""
+    nodes: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ManagedJob:
+    """One job of the view, as the controller acts on it."""
+
+    job_id: str
+    namespace: str
+    name: str
+    obj: dict[str, Any]
+    """The object as read (never mutated: the actuator builds patches from it)."""
+    replicas: tuple[int, int]
+    """(workers, PS) its spec asks for now: what a resize compares with."""
+    kueue: bool
+    """Managed by Kueue: left alone (a resize makes Kueue requeue it)."""
+    resized_slot: int | None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        return dict((self.obj.get("metadata") or {}).get("labels") or {})
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    view: ClusterView
+    """Active (arrived, unfinished) jobs in workload order: arrival time, then name."""
+    jobs: tuple[ManagedJob, ...]
+    """Aligned with `view.jobs`."""
+    progress: Mapping[str, float] = field(default_factory=dict)
+    """Epochs done of every job read, finished ones included (a slot's observed progress is its difference)."""
+    refused: tuple[str, ...] = ()
+    """`namespace/name: reason` of jobs that do not follow the contract (left alone)."""
+
+    @property
+    def num_kueue(self) -> int:
+        return sum(job.kueue for job in self.jobs)
+
+
+def _items(response: Any) -> list[dict[str, Any]]:
+    """Items of a list response read without the client's model classes (much faster for thousands of pods)."""
+    data = json.loads(response.data) if hasattr(response, "data") else response
+    return list(data.get("items") or [])
+
+
+def read_cluster(api: Any, call: Any = None) -> RawCluster:
+    """One read of everything a slot needs; `call(function, *args, **kwargs)` wraps each request (retries)."""
+    from kubernetes import client
+
+    def run(function: Any, *args: Any, **kwargs: Any) -> Any:
+        return call(function, *args, **kwargs) if call is not None else function(*args, **kwargs)
+
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    raw = {"_preload_content": False}
+    namespaces = _items(run(core.list_namespace, label_selector=f"{c.MANAGED_LABEL}=true", **raw))
+    managed = {ns["metadata"]["name"] for ns in namespaces}
+    jobs = [
+        job
+        for resource in (c.PYTORCHJOB, c.VOLCANO_JOB)
+        for job in _items(run(custom.list_cluster_custom_object, *resource, **raw))
+        if (job.get("metadata") or {}).get("namespace") in managed
+    ]
+    pods = [
+        pod
+        for pod in _items(
+            run(
+                core.list_pod_for_all_namespaces,
+                label_selector=c.JOB_LABEL,
+                field_selector="status.phase=Running",
+                **raw,
+            )
+        )
+        if (pod.get("metadata") or {}).get("namespace") in managed
+    ]
+    nodes = _items(run(core.list_node, **raw))
+    return RawCluster(tuple(sorted(managed)), tuple(jobs), tuple(pods), tuple(nodes))
+
+
+def cluster_spec(nodes: Sequence[dict[str, Any]], name: str) -> tuple[ClusterSpec, dict[str, int]]:
+    """Nodes in name order as dl2's cluster (node i = the i-th name), and name -> index."""
+    ordered = sorted(nodes, key=lambda node: node["metadata"]["name"])
+    specs = tuple(
+        NodeSpec(i, c.node_resources(node), ((node["metadata"].get("labels") or {}).get(INSTANCE_TYPE) or "default"))
+        for i, node in enumerate(ordered)
+    )
+    return ClusterSpec(specs, name), {node["metadata"]["name"]: i for i, node in enumerate(ordered)}
+
+
+def _held(pods: Sequence[dict[str, Any]], node_index: Mapping[str, int]) -> dict[tuple[str, str], JobAllocation]:
+    """(namespace, job name) -> the nodes its running pods are on, workers and PS in pod-index order."""
+    placed: dict[tuple[str, str], dict[str, list[tuple[int, int]]]] = {}
+    for pod in pods:
+        metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        labels = metadata.get("labels") or {}
+        node = node_index.get(spec.get("nodeName") or "")
+        role = labels.get(c.ROLE_LABEL)
+        if node is None or role not in (c.WORKER, c.PS):
+            continue
+        index = _pod_index(metadata.get("name", ""), labels)
+        roles = placed.setdefault((metadata.get("namespace", ""), labels[c.JOB_LABEL]), {c.WORKER: [], c.PS: []})
+        roles[role].append((index, node))
+    return {
+        key: JobAllocation(tuple(n for _, n in sorted(r[c.WORKER])), tuple(n for _, n in sorted(r[c.PS])))
+        for key, r in placed.items()
+    }
+
+
+def _pod_index(name: str, labels: Mapping[str, str]) -> int:
+    text = labels.get(c.KUBEFLOW_REPLICA_INDEX) or name.rsplit("-", 1)[-1]
+    return int(text) if text.isdigit() else 0
+
+
+def _resized_slot(obj: dict[str, Any]) -> int | None:
+    text = ((obj.get("metadata") or {}).get("annotations") or {}).get(RESIZED_SLOT)
+    return int(text) if text is not None and str(text).isdigit() else None
+
+
+def snapshot(raw: RawCluster, time_s: float, slot: int, slot_s: float, cluster_name: str) -> Snapshot:
+    """The view of a slot from one read: active jobs in workload order with the tasks they hold."""
+    cluster, node_index = cluster_spec(raw.nodes, cluster_name)
+    held = _held(raw.pods, node_index)
+    active: list[tuple[float, str, JobView, ManagedJob]] = []
+    progress: dict[str, float] = {}
+    refused: list[str] = []
+    seen: set[str] = set()
+    for obj in raw.jobs:
+        metadata = obj.get("metadata") or {}
+        key = f"{metadata.get('namespace')}/{metadata.get('name')}"
+        try:
+            spec: JobSpec = c.job_spec(obj)
+            done = c.is_finished(obj)
+            epochs = c.progress_epochs(obj)
+            replicas = c.replicas(obj)
+        except (c.ContractError, ValueError, TypeError) as error:
+            refused.append(f"{key}: {error}")
+            continue
+        if spec.job_id in seen:
+            refused.append(f"{key}: job id {spec.job_id!r} is used by another job")
+            continue
+        seen.add(spec.job_id)
+        progress[spec.job_id] = epochs
+        if done:
+            continue
+        namespace, name = metadata["namespace"], metadata["name"]
+        allocation = held.get((namespace, name), JobAllocation())
+        job_view = JobView(spec, epochs, 0.0, allocation, 0.0, 0.0, 0)
+        managed = ManagedJob(spec.job_id, namespace, name, obj, replicas, c.is_kueue_managed(obj), _resized_slot(obj))
+        active.append((spec.arrival_s, name, job_view, managed))
+    active.sort(key=lambda entry: (entry[0], entry[1]))
+    views = tuple(entry[2] for entry in active)
+    previous = Allocation({v.spec.job_id: v.allocation for v in views})
+    view = ClusterView(time_s, slot, slot_s, cluster, views, previous)
+    return Snapshot(view, tuple(entry[3] for entry in active), progress, tuple(sorted(refused)))

@@ -1,0 +1,183 @@
+"""The controller's decision log: one `DecisionRecord` per job per slot, exactly once across restarts.
+
+A slot's observed progress is only known at the next slot, so a slot's records are written in two steps:
+
+1. when slot t is decided, its draft records (state, incumbent's decision, proposal, applied decision) and the
+   targets to apply go to a journal, `<log>/.journal/slot-<t>.json`, written atomically before any job is
+   resized: a controller that restarts within the slot finds it and applies the same decisions;
+2. at slot t+1 the journal is completed with each job's observed progress (its epochs now less its epochs at t)
+   and written as the segment named by the slot, `segment-<t>-000000.jsonl` (`write_slot_segment`: written once,
+   never replaced), then the journal is removed.
+
+A restart between any two of these steps repeats only steps that are idempotent, so no record is lost or
+written twice. The segments are the format `dl2.sim.decision_log` reads (`pipelines.collect` takes them from
+`data.incoming`); the journal folder is hidden, so collection never reads a draft. A journal older than the
+previous slot (the controller was away for a slot) is dropped: its observed progress is unknown.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from dl2.core import Allocation, ClusterSpec, ClusterView, DecisionRecord
+from dl2.kube.reconcile import Reason, Target
+from dl2.sim.decision_log import (
+    CLUSTER_FILE,
+    cluster_to_json,
+    decision_record,
+    parse_record,
+    write_file,
+    write_slot_segment,
+)
+
+JOURNAL = ".journal"
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """One job of a decided slot: its record (observed progress still 0) and where to apply its target."""
+
+    record: DecisionRecord
+    namespace: str
+    name: str
+    target: Target
+
+
+@dataclass(frozen=True, slots=True)
+class SlotJournal:
+    slot: int
+    entries: tuple[JournalEntry, ...]
+
+    @property
+    def targets(self) -> list[Target]:
+        return [entry.target for entry in self.entries]
+
+
+def draft_records(
+    view: ClusterView,
+    incumbent: Allocation,
+    proposal: Allocation,
+    targets: Sequence[Target],
+    mode: str,
+    proposer: str,
+    incumbent_name: str,
+    cluster: str,
+) -> list[DecisionRecord]:
+    """The slot's records before its outcome is known (`observed_epochs` 0), one per job of the view."""
+    return [
+        decision_record(
+            view,
+            job,
+            incumbent.get(job.spec.job_id),
+            proposal.get(job.spec.job_id),
+            target.size,
+            proposer,
+            incumbent_name,
+            mode,
+            0.0,
+            cluster,
+        )
+        for job, target in zip(view.jobs, targets, strict=True)
+    ]
+
+
+def observed(record: DecisionRecord, progress: Mapping[str, float]) -> DecisionRecord:
+    """The record completed with the progress seen since (0 for a job that is gone)."""
+    from dataclasses import replace
+
+    now = progress.get(record.job_id)
+    gained = 0.0 if now is None else max(now - record.progress_epochs, 0.0)
+    return replace(record, observed_epochs=gained)
+
+
+class DecisionLog:
+    """The log folder of one cluster: segments, `cluster.json` and the journal of the slot in progress."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.journal_dir = directory / JOURNAL
+
+    def _journal_path(self, slot: int) -> Path:
+        return self.journal_dir / f"slot-{slot:09d}.json"
+
+    def journal(self, slot: int) -> SlotJournal | None:
+        path = self._journal_path(slot)
+        if not path.is_file():
+            return None
+        data = json.loads(path.read_text())
+        entries = tuple(
+            JournalEntry(
+                parse_record(json.dumps(item["record"]), str(path), number),
+                item["namespace"],
+                item["name"],
+                Target(item["record"]["job_id"], item["workers"], item["ps"], Reason(item["reason"])),
+            )
+            for number, item in enumerate(data["entries"], start=1)
+        )
+        return SlotJournal(int(data["slot"]), entries)
+
+    def write_journal(self, journal: SlotJournal) -> SlotJournal:
+        """Store a slot's decisions, once: if the slot already has a journal, that one stands (and is returned)."""
+        self.journal_dir.mkdir(parents=True, exist_ok=True)
+        document = {
+            "slot": journal.slot,
+            "entries": [
+                {
+                    "record": entry.record.to_json_dict(),
+                    "namespace": entry.namespace,
+                    "name": entry.name,
+                    "workers": entry.target.workers,
+                    "ps": entry.target.ps,
+                    "reason": entry.target.reason.value,
+                }
+                for entry in journal.entries
+            ],
+        }
+        path = self._journal_path(journal.slot)
+        if write_file(path, json.dumps(document, sort_keys=True), overwrite=False):
+            return journal
+        stored = self.journal(journal.slot)
+        assert stored is not None
+        return stored
+
+    def pending(self) -> list[int]:
+        """Slots with a journal, in order."""
+        if not self.journal_dir.is_dir():
+            return []
+        return sorted(int(p.stem.removeprefix("slot-")) for p in self.journal_dir.glob("slot-*.json"))
+
+    def complete(self, slot: int, progress: Mapping[str, float]) -> tuple[int, int]:
+        """At slot `slot`: write the previous slot's records with their observed progress and drop older
+        journals. Returns (records written, records dropped)."""
+        written = dropped = 0
+        for earlier in self.pending():
+            if earlier >= slot:
+                continue
+            journal = self.journal(earlier)
+            if journal is not None and earlier == slot - 1 and journal.entries:
+                _, wrote = write_slot_segment(
+                    self.directory, [observed(e.record, progress) for e in journal.entries], earlier
+                )
+                written += len(journal.entries) if wrote else 0
+            elif journal is not None and earlier != slot - 1:
+                dropped += len(journal.entries)
+            self._journal_path(earlier).unlink(missing_ok=True)
+        return written, dropped
+
+    def records(self) -> list[DecisionRecord]:
+        from dl2.sim.decision_log import read_log
+
+        return read_log(self.directory) if any(self.directory.glob("segment-*.jsonl")) else []
+
+    def describe_cluster(self, cluster: ClusterSpec) -> bool:
+        """Write `cluster.json` if it is missing or says something else; whether it was written."""
+        document = json.dumps(cluster_to_json(cluster), indent=2, sort_keys=True) + "\n"
+        path = self.directory / CLUSTER_FILE
+        if path.is_file() and path.read_text() == document:
+            return False
+        self.directory.mkdir(parents=True, exist_ok=True)
+        write_file(path, document)
+        return True

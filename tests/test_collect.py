@@ -1,0 +1,52 @@
+"""Collecting cluster feedback: new records past the watermark become a versioned segment, a malformed log is
+quarantined with its report while the good ones are used, and collecting again finds nothing new."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from lifecycle_fixtures import decision_log, smoke_params
+
+from pipelines import collect
+from pipelines.stage import Layout
+
+
+@pytest.fixture
+def layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Layout:
+    monkeypatch.setenv("DL2_MLRUNS", str(tmp_path / "mlruns"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return Layout(tmp_path)
+
+
+def test_new_records_are_collected_once_and_a_malformed_log_is_quarantined(layout: Layout) -> None:
+    params = smoke_params()
+    incoming = layout.root / params.data.incoming
+    good = decision_log(incoming / "cluster-a")
+    lines = (incoming / "cluster-a").glob("segment-*.jsonl")
+    first = json.loads(next(iter(sorted(lines))).read_text().splitlines()[0])
+    (incoming / "broken.jsonl").write_text(json.dumps({**first, "held_workers": -3}) + "\n" + "{not json\n")
+
+    result = collect.run(params, layout, window="w1")
+    assert result.summary["collected"] == {"cluster-a": good}
+    (where,) = result.summary["quarantined"].values()
+    assert where.startswith("data/quarantine/w1/broken")
+    target = collect.clusters_dir(layout) / "cluster-a"
+    assert sorted(p.name for p in target.iterdir()) == ["cluster.json", "segment-000001-w1.jsonl"]
+    assert len((target / "segment-000001-w1.jsonl").read_text().splitlines()) == good
+    quarantined = layout.root / "data" / "quarantine" / "w1" / "broken"
+    assert json.loads((quarantined / "validation.json").read_text())["success"] is False
+    assert (quarantined / "segment-000001-w1.jsonl").read_text().endswith("{not json\n")  # nothing lost
+    assert set(collect.watermark(layout)) == {"cluster-a", "broken.jsonl"}
+
+    again = collect.run(params, layout, window="w2")  # nothing new: nothing changes
+    assert again.summary["changed"] is False and again.summary["records"] == 0
+    assert sorted(p.name for p in target.iterdir()) == ["cluster.json", "segment-000001-w1.jsonl"]
+
+    with (incoming / "broken.jsonl").open("a") as stream:  # the log goes on; its new records are judged alone
+        stream.write(json.dumps({**first, "time_s": first["time_s"] + 1e6}) + "\n")
+        stream.write(json.dumps(first)[:-1])  # still being written: waits for the next window
+    third = collect.run(params, layout, window="w3")
+    assert third.summary["collected"] == {"broken.jsonl": 1} and not third.summary["quarantined"]
+    assert (collect.clusters_dir(layout) / "broken" / "segment-000001-w3.jsonl").is_file()

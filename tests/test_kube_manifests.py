@@ -1,0 +1,148 @@
+"""The shipped manifests (`k8s/`), offline: every object valid against the Kubernetes 1.35 OpenAPI schemas
+(`kubernetes-validate`, strict: unknown fields are errors), the sample SchedulerPolicy valid against the CRD's own
+schema and accepted by the controller's parser, and the security settings the Deployment promises."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from dl2.kube.policy import Mode, parse_policy
+from dl2.schedulers.registry import SCHEDULERS
+
+K8S = Path(__file__).resolve().parent.parent / "k8s"
+KUBERNETES = "1.35.0"
+CUSTOM_KINDS = {"SchedulerPolicy", "Kustomization"}
+
+
+def documents(path: Path) -> list[dict]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def manifests() -> list[tuple[str, dict]]:
+    return [
+        (f"{path.name}:{doc['kind']}/{doc['metadata']['name']}", doc)
+        for path in sorted(K8S.glob("*.yaml"))
+        if path.name != "kustomization.yaml"
+        for doc in documents(path)
+    ]
+
+
+def by_kind(kind: str) -> list[dict]:
+    return [doc for _, doc in manifests() if doc["kind"] == kind]
+
+
+@pytest.mark.parametrize(("where", "doc"), [m for m in manifests() if m[1]["kind"] not in CUSTOM_KINDS])
+def test_every_object_is_valid_for_kubernetes(where, doc):
+    kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+
+
+def test_the_kustomization_lists_every_manifest_and_they_exist():
+    kustomization = documents(K8S / "kustomization.yaml")[0]
+    listed = set(kustomization["resources"])
+    assert listed == {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
+    assert all((K8S / name).is_file() for name in listed)
+
+
+def crd_schema() -> dict:
+    (crd,) = by_kind("CustomResourceDefinition")
+    (version,) = crd["spec"]["versions"]
+    return version["schema"]["openAPIV3Schema"]
+
+
+def test_the_sample_policy_is_valid_for_the_crd_and_the_controller():
+    (sample,) = by_kind("SchedulerPolicy")
+    jsonschema.validate(sample, crd_schema())
+    policy = parse_policy(sample)
+    assert policy.mode is Mode.SHADOW and policy.model_version == "1"
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"mode": "turbo"}, "mode"),
+        ({"mode": False}, "mode"),  # an unquoted YAML off: the CRD wants the string "off"
+        ({"model": {"version": "latest"}}, "version"),
+        ({"guardrails": {"maxStepPerSlot": 0}}, "maxStepPerSlot"),
+        ({"guardrails": {"minReplicas": -1}}, "minReplicas"),
+        ({"slotSeconds": 60}, "slotSeconds"),
+    ],
+)
+def test_the_crd_schema_refuses_what_the_controller_refuses(change, field):
+    (sample,) = by_kind("SchedulerPolicy")
+    bad = {**sample, "spec": {**sample["spec"], **change}}
+    with pytest.raises(jsonschema.ValidationError) as error:
+        jsonschema.validate(bad, crd_schema())
+    assert field in str(error.value.path) + error.value.message
+    off = {**sample, "spec": {**sample["spec"], "mode": "off"}}
+    jsonschema.validate(off, crd_schema())
+
+
+def test_the_crd_knows_every_heuristic_the_controller_accepts():
+    incumbent = crd_schema()["properties"]["spec"]["properties"]["incumbent"]
+    assert set(incumbent["enum"]) == set(SCHEDULERS)
+
+
+def test_rbac_grants_no_secrets_no_wildcards_and_no_cluster_admin():
+    roles = [*by_kind("ClusterRole"), *by_kind("Role")]
+    assert {role["metadata"]["name"] for role in roles} == {"dl2-scheduler", "dl2-policy-promoter"}
+    for role in roles:
+        for rule in role["rules"]:
+            for key in ("apiGroups", "resources", "verbs", "resourceNames"):
+                assert "*" not in rule.get(key, []), (role["metadata"]["name"], rule)
+            assert "secrets" not in rule["resources"]
+    for binding in [*by_kind("ClusterRoleBinding"), *by_kind("RoleBinding")]:
+        assert binding["roleRef"]["name"] != "cluster-admin"
+    (promoter,) = [r for r in by_kind("ClusterRole") if r["metadata"]["name"] == "dl2-policy-promoter"]
+    assert promoter["rules"] == [
+        {"apiGroups": ["dl2.io"], "resources": ["schedulerpolicies"], "resourceNames": ["default"],
+         "verbs": ["get", "patch"]},
+    ]  # fmt: skip
+
+
+def test_the_deployment_is_locked_down_and_highly_available():
+    (deployment,) = by_kind("Deployment")
+    spec = deployment["spec"]
+    pod = spec["template"]["spec"]
+    (container,) = pod["containers"]
+    assert spec["replicas"] == 2 and pod["serviceAccountName"] == "dl2-scheduler"
+    assert (
+        pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    )
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] and not security["allowPrivilegeEscalation"]
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert set(container["resources"]["requests"]) == {"cpu", "memory"} and "memory" in container["resources"]["limits"]
+    (pdb,) = by_kind("PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == spec["selector"]["matchLabels"]
+    args = " ".join(container["args"])
+    assert "--identity=$(POD_NAME)" in args and "--decision-log=/var/lib/dl2/decisions" in args
+
+
+def test_the_deployment_s_arguments_are_ones_dl2_serve_accepts():
+    import re
+
+    from dl2.cli.main import build_parser
+
+    (deployment,) = by_kind("Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["dl2", "serve"]
+    values = {**by_kind("ConfigMap")[0]["data"], "POD_NAME": "dl2-scheduler-0"}
+    args = [re.sub(r"\$\((\w+)\)", lambda m: values[m[1]], arg) for arg in container["args"]]  # as the kubelet
+    parsed = build_parser().parse_args(["serve", *args])
+    assert (parsed.policy_name, parsed.metrics_port, parsed.slot_s) == ("default", 8080, 600.0)
+    assert parsed.identity == "dl2-scheduler-0" and parsed.cluster_name == values["DL2_CLUSTER_NAME"]
+
+
+def test_the_third_party_crds_are_attributed():
+    readme = (K8S / "third-party" / "README.md").read_text()
+    for path in (K8S / "third-party").glob("*.yaml"):
+        assert path.name in readme
+    assert "Apache" in readme

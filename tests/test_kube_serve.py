@@ -1,0 +1,54 @@
+"""`dl2 serve` as a real process: its command line, and SIGKILLs at points of its slot loop with restarts (no
+resize repeated, no record lost or written twice; the run is the one without kills)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from dl2.kube.apiserver.sim import reference_result, simulate_cluster
+from dl2.kube.models import directory_loader
+from dl2.sim.config import SimConfig
+from dl2.sim.decision_log import read_log
+from tests.kube_helpers import POLICIES, ServeUnderKills, kube_server, policy_object, uninterrupted_run
+from tests.test_kube_simcluster import tiny_workload
+
+CONFIG = SimConfig.realistic(seed=1)
+
+
+def test_serve_has_help_and_refuses_bad_options(tmp_path, capsys):
+    from dl2.cli.main import main
+
+    with pytest.raises(SystemExit) as shown:
+        main(["serve", "--help"])
+    out = capsys.readouterr().out
+    assert shown.value.code == 0 and "--policy-name" in out and "--decision-log" in out and "--clock" in out
+    assert main(["serve", "--kubeconfig", str(tmp_path / "nowhere")]) == 2
+    assert capsys.readouterr().err.strip().endswith("nowhere: no such file")
+    assert main(["serve", "--lease-s", "1", "--renew-deadline-s", "2"]) == 2
+    assert "need 0 < retry (2.0) < renew deadline (2.0) < lease (1.0)" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_serve_killed_at_three_points_repeats_no_resize_and_loses_no_record(tmp_path):
+    workload = tiny_workload(num_jobs=6, num_nodes=1, seed=5)
+    models = tmp_path / "models"  # no version 1 there: the incumbent (DRF) decides every slot, quickly
+    models.mkdir()
+    reference, finish, resized = uninterrupted_run(workload, CONFIG, tmp_path / "reference", directory_loader(models))
+    acting = next(slot for slot, count in sorted(resized.items()) if count and slot > 2)
+    kills = [("journaled", 2), ("resized-1", acting), ("status", acting + 2)]  # before, amid and after resizes
+    with kube_server() as server:
+        cluster = simulate_cluster(server, workload, CONFIG)
+        server.create(POLICIES, None, policy_object("active"))
+        run = ServeUnderKills(server, cluster, tmp_path, models, kills)
+        run.run()
+        through_api = {j.job_id: j.finish_s for j in cluster.result().jobs}
+        resizes = run.resizes()
+    assert run.kills == kills and run.starts == 4
+    assert resizes and max(resizes.values()) == 1  # no resize was sent twice in a slot
+    assert sum(resizes.values()) == sum(resized.values())  # nor lost
+    assert through_api == finish == {j.job_id: j.finish_s for j in reference_result(workload, "drf", CONFIG).jobs}
+    records = read_log(tmp_path / "decisions" / "dl2-local")
+    assert max(Counter((r.time_s, r.job_id) for r in records).values()) == 1
+    assert records == reference  # none lost, none added: the same run
