@@ -12,23 +12,23 @@ import pytest
 import torch
 
 from dl2.core import Allocation, ClusterSpec, ClusterView, InputError, Job, JobAllocation, JobView
+from dl2.placement.config import (
+    JOB_INPUTS,
+    SERVER_INPUTS,
+    PlacerConfig,
+    PlacerTraining,
+    PredictorTraining,
+    SpeedModelConfig,
+)
 from dl2.placement.episodes import World, run_episode
 from dl2.placement.experience import Decisions, ExperienceRecorder, ReplayBuffer
 from dl2.placement.features import NUM_TYPES, SERVER_FEATURES, SlotPlacement
 from dl2.placement.linear import LinearInterferenceModel
-from dl2.placement.policy import (
-    JOB_INPUTS,
-    SERVER_INPUTS,
-    WEIGHTS,
-    HarmonyPlacer,
-    NumpyPlacementPolicy,
-    PlacerConfig,
-    candidates,
-)
-from dl2.placement.predictor import PredictorTraining, SpeedNetwork, train_predictor
+from dl2.placement.policy import WEIGHTS, HarmonyPlacer, NumpyPlacementPolicy, candidates
+from dl2.placement.predictor import SpeedNetwork, train_predictor
 from dl2.placement.samples import LoggedRun, log_samples, record_run, relative_errors, samples_from_records
-from dl2.placement.speed_model import NumpySpeedModel, SpeedModelConfig
-from dl2.placement.training import PlacerNetwork, PlacerTrainer, PlacerTraining
+from dl2.placement.speed_model import NumpySpeedModel
+from dl2.placement.training import PlacerNetwork, PlacerTrainer
 from dl2.placement.world import PredictedSimulation, SimulatorSpeeds
 from dl2.rl.workload_source import workload
 from dl2.schedulers.placement import NodeState, place_sticky

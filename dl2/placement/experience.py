@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from dl2.core import Allocation, ClusterSpec, ClusterView, JobAllocation, JobSpec
+from dl2.placement.config import JOB_INPUTS, SERVER_INPUTS
 from dl2.placement.features import Change, SlotPlacement, gather_rows, per_node
-from dl2.placement.policy import JOB_INPUTS, SERVER_INPUTS
 from dl2.placement.world import SpeedSource, runnable
 from dl2.schedulers.placement import NodeState
 from dl2.sim.lower_bound import FastestPlacements

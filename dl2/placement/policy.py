@@ -17,55 +17,21 @@ then an upper bound.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from dl2.core import Architecture, InputError
+from dl2.placement.config import JOB_INPUTS, SERVER_INPUTS, PlacerConfig
 from dl2.placement.features import NUM_TYPES, SCALE_TASKS
 from dl2.rl.inference import Layers, _dense, _linear_layers
 from dl2.schedulers.placement import Demand, NodeState, Placer
 from dl2.schedulers.tenancy import Tenancy
 
-FORMAT = "dl2-placer/1"
 WEIGHTS = "policy.pt"
-SERVER_INPUTS = 6 + NUM_TYPES + 2
-"""Per candidate: own workers and PS there (shares), the other jobs there by type, their count, none, free
-GPU, CPU and memory fractions, and the flag of the 'leave unplaced' row."""
-JOB_INPUTS = NUM_TYPES + 8
-"""Type, architecture, role, targets, shares already held, servers used, neighbours on them."""
 SKIP_COLUMN = SERVER_INPUTS - 1
-
-
-@dataclass(frozen=True, slots=True)
-class PlacerConfig:
-    """Shape of the placement policy."""
-
-    hidden: tuple[int, ...] = (64, 32)
-    """Hidden widths of the per-server scorer (ReLU)."""
-    skip: bool = True
-    """Whether the policy may leave a job's remaining tasks of a role unplaced (see the module docstring)."""
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return {
-            "format": FORMAT,
-            **asdict(self),
-            "server_inputs": SERVER_INPUTS,
-            "job_inputs": JOB_INPUTS,
-        }
-
-    @classmethod
-    def from_json_dict(cls, data: Mapping[str, Any], where: str) -> PlacerConfig:
-        if data.get("format") != FORMAT:
-            raise InputError(where, f"not a placer (format {data.get('format')!r}, expected {FORMAT!r})")
-        if data.get("server_inputs") != SERVER_INPUTS or data.get("job_inputs") != JOB_INPUTS:
-            raise InputError(where, "the placer was trained on another input encoding")
-        try:
-            return cls(tuple(int(w) for w in data["hidden"]), bool(data["skip"]))
-        except (KeyError, TypeError, ValueError) as error:
-            raise InputError(where, f"malformed placer configuration ({error})") from None
+"""The column that flags the 'leave unplaced' row."""
 
 
 class NumpyPlacementPolicy:

@@ -8,31 +8,17 @@ speed (a 16-worker vgg-16 and a 1-worker resnext-110 differ 40x in throughput). 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
+from dl2.placement.config import PredictorTraining, SpeedModelConfig
 from dl2.placement.features import JOB_FEATURES, SERVER_FEATURES, Encoded, gather_rows
 from dl2.placement.samples import SpeedSamples
-from dl2.placement.speed_model import CONTEXT_FEATURES, NumpySpeedModel, SpeedModelConfig
+from dl2.placement.speed_model import CONTEXT_FEATURES, NumpySpeedModel
 from dl2.rl.networks import _mlp
-
-
-@dataclass(frozen=True, slots=True)
-class PredictorTraining:
-    """Supervised training of the speed model."""
-
-    epochs: int = 12
-    batch_size: int = 512
-    """Jobs per minibatch."""
-    learning_rate: float = 2e-3
-    """Adam's; decayed by cosine to a tenth over the epochs."""
-    weight_decay: float = 1e-5
-    seed: int = 0
-    network: SpeedModelConfig = field(default_factory=SpeedModelConfig)
-    """Widths (its target scale is set from the training samples)."""
 
 
 class SpeedNetwork(nn.Module):

@@ -10,57 +10,18 @@ A model folder holds `speed.pt` (a state dict), `config.json` and a model card.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from dl2.core import InputError
-from dl2.placement.features import JOB_FEATURES, NUM_TYPES, SERVER_FEATURES, Encoded
+from dl2.placement.config import SpeedModelConfig
+from dl2.placement.features import NUM_TYPES, Encoded
 from dl2.rl.inference import Layers, _dense, _linear_layers
 
-FORMAT = "dl2-speed-model/1"
 WEIGHTS = "speed.pt"
 CONTEXT_FEATURES = NUM_TYPES + 1
 """What each server row is paired with: the job's type (one-hot) and architecture."""
-
-
-@dataclass(frozen=True, slots=True)
-class SpeedModelConfig:
-    """Shape of the network and the scale of its target."""
-
-    encoder: tuple[int, ...] = (64, 64)
-    """Hidden widths of the per-server encoder (ReLU)."""
-    head: tuple[int, ...] = (128, 64)
-    """Hidden widths of the head (ReLU); its output is one number."""
-    target_mean: float = 0.0
-    """Mean of log throughput over the training samples (the network predicts standardised values)."""
-    target_std: float = 1.0
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return {
-            "format": FORMAT,
-            **asdict(self),
-            "job_features": JOB_FEATURES,
-            "server_features": SERVER_FEATURES,
-        }
-
-    @classmethod
-    def from_json_dict(cls, data: Mapping[str, Any], where: str) -> SpeedModelConfig:
-        if data.get("format") != FORMAT:
-            raise InputError(where, f"not a speed model (format {data.get('format')!r}, expected {FORMAT!r})")
-        if data.get("job_features") != JOB_FEATURES or data.get("server_features") != SERVER_FEATURES:
-            raise InputError(where, "the model was trained on another feature encoding")
-        try:
-            return cls(
-                tuple(int(w) for w in data["encoder"]),
-                tuple(int(w) for w in data["head"]),
-                float(data["target_mean"]),
-                float(data["target_std"]),
-            )
-        except (KeyError, TypeError, ValueError) as error:
-            raise InputError(where, f"malformed speed-model configuration ({error})") from None
 
 
 def context_of(encoded: Encoded) -> np.ndarray:

@@ -23,53 +23,22 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
+from dl2.placement.config import JOB_INPUTS, SERVER_INPUTS, PlacerConfig, PlacerTraining
 from dl2.placement.episodes import World, run_episode
 from dl2.placement.experience import Decisions, ExperienceRecorder, ReplayBuffer
-from dl2.placement.policy import JOB_INPUTS, SERVER_INPUTS, HarmonyPlacer, NumpyPlacementPolicy, PlacerConfig
+from dl2.placement.policy import HarmonyPlacer, NumpyPlacementPolicy
 from dl2.placement.world import SimulatorSpeeds, SpeedSource
 from dl2.rl.networks import _mlp
 from dl2.rl.workload_source import workload
 from dl2.schedulers.binpack import BinPackPlacer
 from dl2.schedulers.load_balance import LoadBalancePlacer
 from dl2.sim.config import SimConfig
-
-
-@dataclass(frozen=True, slots=True)
-class PlacerTraining:
-    """Hyper-parameters of the placer's training."""
-
-    iterations: int = 60
-    source: str = "synthetic-philly@1500"
-    """Training and validation workloads (`dl2.rl.workload_source`)."""
-    train_seed_offset: int = 20_000
-    """Training workload of iteration i: seed offset + i."""
-    validation_seeds: tuple[int, ...] = (21_000, 21_001)
-    """Validation workloads (never the test workloads)."""
-    schedulers: tuple[str, ...] = ("drf", "optimus-fitted")
-    """Allocation policies the placer learns under, in turn."""
-    validate_every: int = 4
-    epsilon_start: float = 0.3
-    """Chance that a job's placement follows a heuristic, at the start (linear annealing)."""
-    epsilon_end: float = 0.02
-    learning_rate: float = 3e-3
-    """Adam's, for the actor."""
-    critic_learning_rate: float = 1e-3
-    temperature: float = 0.005
-    """alpha: the entropy bonus, in units of reward (a placement's reward is of order one)."""
-    minibatch_size: int = 1024
-    updates_per_iteration: int = 60
-    replay_capacity: int = 100_000
-    """Decisions kept for replay (0: no replay)."""
-    replay_ratio: float = 1.0
-    """Replayed decisions per fresh decision in each minibatch."""
-    network: PlacerConfig = field(default_factory=PlacerConfig)
-    seed: int = 0
 
 
 class PlacerNetwork(nn.Module):
@@ -122,7 +91,7 @@ class PlacerTrainer:
         self.critic = PlacerNetwork(training.network)
         self.policy_optimizer = torch.optim.Adam(self.policy.parameters(), lr=training.learning_rate)
         self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=training.critic_learning_rate)
-        self.replay = ReplayBuffer(training.replay_capacity) if training.replay_capacity > 0 else None
+        self.replay = ReplayBuffer(training.replay_capacity) if training.replay else None
         self.rng = np.random.default_rng(training.seed)
 
     def placer(self, greedy: bool) -> HarmonyPlacer:

@@ -32,7 +32,7 @@ from dl2.core import (
     Workload,
 )
 from dl2.sim.config import SimConfig
-from dl2.sim.simulator import Simulation, SlotOutcome
+from dl2.sim.simulator import Simulation
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.speed import SpeedModel
 
