@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from dl2.cli.common import placer_factory
 from dl2.core import Allocation, ClusterSpec, ClusterView, InputError, Job, JobAllocation, JobView
 from dl2.placement.config import (
     JOB_INPUTS,
@@ -370,8 +371,16 @@ def test_cli_trains_both_models_and_simulates_with_the_placer(
     placer = ["--speed-model", str(speed_dir), "--hidden", "8", "--out", str(placer_dir)]
     assert main(["train-placer", *training, *placer]) == 0
     assert json.loads(capsys.readouterr().out)["best_iteration"] in (-1, 0)
-    assert main(["simulate", "--workload", TINY, "--scheduler", "drf", "--placer", str(placer_dir), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["num_jobs"] == 40
+    # what `dl2 simulate --placer <folder>` builds (the CLI's workloads are named ones, none this small)
+    make_placer = placer_factory(str(placer_dir))
+    assert make_placer is not None
+    policy = make_scheduler("drf", SPEED, False, make_placer())
+    result = simulate(workload(TINY, 0), policy, SimConfig.realistic(0), SPEED, INTERFERENCE)
+    assert len(result.jobs) == 40
     assert main(["simulate", "--workload", TINY, "--scheduler", "drf", "--placer", str(speed_dir)]) == 2
     assert "not a placer" in capsys.readouterr().err
     assert main(["train-placer", *training, "--out", str(tmp_path / "x")]) == 2  # the model's world needs the model
+    assert main(["train-placer", *training, "--temperature", "-1", "--out", str(tmp_path / "y")]) == 2
+    assert (
+        "--temperature: '-1' is not allowed" in capsys.readouterr().err
+    )  # refused by PlacerTraining's definition, by flag

@@ -33,7 +33,11 @@ class ExtenderDecision:
     job: str
     role: str
     scores: dict[str, int]
+    """Host -> score, of the nodes that passed the extender's filter."""
     node: str
+    """Where the scheduler put the pod."""
+    default: str
+    """Where it would have put the pod without the extender."""
 
 
 class ExtenderPlacer:
@@ -82,6 +86,7 @@ class ExtenderPlacer:
                 labels.get(c.ROLE_LABEL, ""),
                 ranked,
                 self.node_names[node],
+                self.node_names[fallback],
             )
         )
         return node
