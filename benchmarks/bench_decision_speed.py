@@ -1,13 +1,13 @@
 """Decision latency of a trained DL2 policy: a whole slot's allocation for about 40 concurrent jobs, one core.
 
-Bar (issue 3): at most 5 ms median and 15 ms p99 per slot. The authors' TensorFlow model needs about 0.33 ms per
-inference and hundreds of inferences per slot. Slots are taken from runs of the policy on the authors' small
-workloads in compatibility mode (where 30-45 jobs are active at once); only slots with 35 to 45 active jobs
-count. Each slot is timed `--repeat` times and its fastest run counts (timeit's convention: on this shared
-virtual machine the slower runs measure other load; a single run of the same code varied from 3.7 to 6.1 ms
-median within an hour). A model with packed requests (`ObservationConfig.packed`) includes the packed placement
-of its slot. Also reported: time per decision (one network evaluation plus the environment's bookkeeping), and
-which inference ran: the numba kernel of `dl2.rl.compiled` (the default where numba is installed) or NumPy (`--numpy`).
+Target: at most 5 ms median and 15 ms p99 per slot (DL2 §6.3 decides in milliseconds; the authors' TensorFlow
+model needs about 0.33 ms per inference and hundreds of inferences per slot). Slots are taken from runs of the
+policy on the authors' small workloads in compatibility mode (where 30-45 jobs are active at once); only slots
+with 35 to 45 active jobs count. Each slot is timed `--repeat` times and its fastest run counts (timeit's
+convention: on a shared virtual machine the slower runs measure other load). A model with packed requests
+(`ObservationConfig.packed`) includes the packed placement of its slot. Also reported: time per decision (one
+network evaluation plus the environment's bookkeeping), and which inference ran: the numba kernel of
+`dl2.rl.compiled` (the default where numba is installed) or NumPy (`--numpy`).
 """
 
 from __future__ import annotations

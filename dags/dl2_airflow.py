@@ -18,7 +18,6 @@ else the repository this folder belongs to) with the interpreter Airflow runs on
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -51,19 +50,12 @@ def root() -> Path:
     return Path(value) if value else REPOSITORY
 
 
-def environment() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    env.setdefault("GX_ANALYTICS_ENABLED", "false")
-    env.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    env.setdefault("DVC_NO_ANALYTICS", "1")
-    return env
-
-
 def command(arguments: Sequence[str], where: Path | None = None) -> str:
     """Run a command in the root, its output in the task log; its stdout. Exit 1 or 2 (the input or the
     parameters were refused) is a non-retryable failure, any other failure a retryable one."""
     from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    from pipelines.environment import environment
 
     location = where or root()
     print(f"$ {' '.join(arguments)}   (in {location})", flush=True)

@@ -2,11 +2,11 @@
 
 collect (the records the controllers logged since the watermark, validated, into `data/feedback/clusters`; a
 malformed log is quarantined and the rest used) -> the pipeline's stages through DVC (workloads, warm-up,
-simulated feedback, fine-tune on simulated rollouts plus every collected record, evaluate against the heuristics
-and the incumbent; DVC reruns only what new records or changed code made stale) -> register the fine-tuned model
-as `challenger` -> an event of the asset `dl2://models/dl2-policy/challenger` when that is a new version (it
-schedules `dl2_promote`) -> commit and push what the run produced. One run at a time; an hour with no new records
-trains nothing.
+simulated feedback, fine-tune on simulated rollouts, `online` steps on every collected record, evaluate against
+the heuristics and the incumbent; DVC reruns only what new records or changed code made stale: new records rerun
+`online` and `evaluate`, not RL) -> register the result as `challenger` -> an event of the asset
+`dl2://models/dl2-policy/challenger` when that is a new version (it schedules `dl2_promote`) -> commit and push
+what the run produced. One run at a time; an hour with no new records trains nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from airflow.sdk import Asset, dag, task
 from airflow.sdk.exceptions import AirflowSkipException
 
 CHALLENGER = Asset("dl2://models/dl2-policy/challenger")
-STAGES = ("workloads", "warmup", "feedback", "finetune", "evaluate")
+STAGES = ("workloads", "warmup", "feedback", "finetune", "online", "evaluate")
 """What a fine-tuned challenger depends on, in order (upstream stages are no-ops once they have run)."""
 
 
@@ -41,7 +41,7 @@ def dl2_online_finetune() -> None:
         return result["summary"]
 
     def stage(name: str) -> Any:
-        timeout = dl2.TRAINING if name in ("warmup", "finetune", "evaluate") else dl2.SHORT
+        timeout = dl2.TRAINING if name in ("warmup", "finetune", "online", "evaluate") else dl2.SHORT
 
         @task(task_id=name, pool=dl2.POOL, execution_timeout=timeout)
         def run(_: dict[str, Any]) -> dict[str, Any]:

@@ -194,7 +194,7 @@ class Keys:
         nested = self.nest(values, where)
         start = _as_mapping(base) if base is not None else {}
         try:
-            return self.root(**_merge(start, nested))
+            return self.root(**merge(start, nested))
         except ValidationError as error:
             raise ConfigError(_prefix(where, describe(error, lambda loc: self.name_of(loc, spelling)))) from None
         except ConfigError as error:
@@ -267,11 +267,12 @@ def _as_mapping(instance: Any) -> dict[str, Any]:
     }
 
 
-def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+def merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """`base` with `top` laid over it, section by section: a mapping in both is merged, anything else replaced."""
     merged = dict(base)
     for name, value in top.items():
         if isinstance(value, Mapping) and isinstance(merged.get(name), Mapping):
-            merged[name] = _merge(dict(merged[name]), value)
+            merged[name] = merge(dict(merged[name]), value)
         else:
             merged[name] = value
     return merged

@@ -18,7 +18,6 @@ UI compares them side by side. The table goes to `reports/ablation.json` (a DVC 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from pipelines.code import code_version
 from pipelines.evaluate import simulate_builder
 from pipelines.params import Params
 from pipelines.rl import ablation_config, env_config, learned_builder, rl_seeds
-from pipelines.stage import Layout, StageResult, main, write_json
+from pipelines.stage import Layout, StageResult, main_without_arguments, write_json
 from pipelines.workloads import require_within, test_dataset, training_dataset
 
 
@@ -164,12 +163,10 @@ def run(params: Params, layout: Layout | None = None) -> StageResult:
         return StageResult("ablate", (layout.relative(output),), version, active.info.run_id, summary)
 
 
-def _run(params: Params, args: argparse.Namespace) -> StageResult:
-    return run(params)
-
-
 def cli(argv: Sequence[str] | None = None) -> int:
-    return main("ablate", "Ablations of the RL components (variants x seeds), as MLflow child runs.", _run, None, argv)
+    return main_without_arguments(
+        "ablate", "Ablations of the RL components (variants x seeds), as MLflow child runs.", run, argv
+    )
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from dl2.io import write_text_atomic
 from dl2.sim.metrics import report_unit
 from pipelines import tracking
 from pipelines.code import code_version
@@ -29,8 +30,8 @@ from pipelines.workloads import test_dataset
 
 PLACER = "load-balance"
 """Placer of the heuristics in realistic mode (the `dl2 evaluate` default); policies bring their own."""
-POLICIES = ("finetune", "warmup")
-"""Pipeline models evaluated, by their folder under models/staging."""
+POLICIES = ("online", "finetune", "warmup")
+"""Pipeline models evaluated, by their folder under models/staging (`online` is the candidate `register` takes)."""
 PERCENTILES = tuple(range(0, 101, 2))
 """Rows of the JCT distribution plot."""
 
@@ -64,6 +65,22 @@ def contenders(params: Params, layout: Layout, champion: Path | None) -> dict[st
         entries["champion"] = str(champion)
     entries.update({name: name for name in heuristics(params)})
     return entries
+
+
+def simulate_each(entries: dict[str, str], digests: dict[str, str], params: Params) -> dict[str, Outcome]:
+    """Every contender on the test workloads; a model under two names (the same digest, e.g. `online` when no
+    cluster feedback changed `finetune`) is simulated once."""
+    outcomes: dict[str, Outcome] = {}
+    by_digest: dict[str, Outcome] = {}
+    for name, scheduler in entries.items():
+        digest = digests.get(name)
+        if digest is not None and digest in by_digest:
+            outcomes[name] = by_digest[digest]
+            continue
+        outcomes[name] = simulate(scheduler, params)
+        if digest is not None:
+            by_digest[digest] = outcomes[name]
+    return outcomes
 
 
 def simulate(scheduler: str, params: Params, limit: int | None = None) -> Outcome:
@@ -175,19 +192,12 @@ def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
     """A CSV written next to `path` and renamed into place."""
     import csv
     import io
-    import os
-    import tempfile
 
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(rows[0]) if rows else ["percentile"], lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(handle, "w") as stream:
-        stream.write(buffer.getvalue())
-    os.chmod(temporary, 0o644)
-    os.replace(temporary, path)
+    write_text_atomic(path, buffer.getvalue())
 
 
 def plot_cdf(outcomes: Mapping[str, Outcome], params: Params, path: Path) -> None:
@@ -238,7 +248,7 @@ def run(params: Params, layout: Layout | None = None, champion: Path | None = No
     with tracking.stage_run("evaluate", settings, tags={"dl2.code_version": version}, root=layout.root) as active:
         test = test_dataset(params)
         tracking.log_inputs([(test, "test")])
-        outcomes = {name: simulate(scheduler, params) for name, scheduler in entries.items()}
+        outcomes = simulate_each(entries, models, params)
         document = {"code_version": version, "model_digests": models, **table(outcomes, params)}
         write_json(written[0], document)
         write_csv(written[1], distribution(outcomes, params))

@@ -13,10 +13,7 @@ policy). Every log passes the decision-log suite before the folder is put in pla
 
 from __future__ import annotations
 
-import argparse
 import json
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,7 +21,7 @@ from dl2.core import ClusterSpec, InputError
 from dl2.sim.decision_log import CLUSTER_FILE, cluster_from_json, cluster_to_json
 from pipelines.code import code_version
 from pipelines.params import Params
-from pipelines.stage import Layout, StageFailed, StageResult, main, remove, write_json
+from pipelines.stage import Layout, StageFailed, StageResult, main_without_arguments, published_folder, write_json
 from pipelines.workloads import require_within
 
 
@@ -78,10 +75,8 @@ def run(params: Params, layout: Layout | None = None) -> StageResult:
     version = code_version("pipelines.feedback")
     mode = Mode(params.workloads.mode)
     speed, compat = speed_model(mode), mode is Mode.COMPAT
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=output.parent, prefix=".simulated."))
-    try:
-        logs = {}
+    logs = {}
+    with published_folder(output, ".simulated.") as staging:
         for seed in seeds:
             jobs = workload(params.workloads.train_source, seed)
             name = f"{params.workloads.train_source}-{seed}"
@@ -98,21 +93,11 @@ def run(params: Params, layout: Layout | None = None) -> StageResult:
                 raise StageFailed(failure_text(report, layout.relative(directory)))
             logs[name] = {"records": records, "avg_jct_s": avg_jct, "seed": seed}
         write_json(staging / "MANIFEST.json", {"code_version": version, "log_mode": f.log_mode, "logs": logs})
-        staging.chmod(0o755)
-        remove(output)
-        staging.rename(output)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return StageResult("feedback", outputs, version, summary={"logs": len(logs)})
 
 
-def _run(params: Params, args: argparse.Namespace) -> StageResult:
-    return run(params)
-
-
 def cli(argv: Sequence[str] | None = None) -> int:
-    return main("feedback", "Simulate a cluster that logs its decisions (shadow mode).", _run, None, argv)
+    return main_without_arguments("feedback", "Simulate a cluster that logs its decisions (shadow mode).", run, argv)
 
 
 if __name__ == "__main__":

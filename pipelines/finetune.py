@@ -1,9 +1,10 @@
-"""Stage `finetune`: online RL in the simulator (DL2 §4.3), then advantage-weighted steps on logged cluster
-feedback; writes `models/staging/finetune`.
+"""Stage `finetune`: online RL in the simulator (DL2 §4.3), then advantage-weighted steps on the simulated
+cluster's decision logs (`feedback` stage); writes `models/staging/finetune`. Records that real clusters logged
+are learned from by the next stage, `online`.
 
 RL starts from the warm-up (or from any model folder given by `--init`, e.g. the current champion) and keeps
 the checkpoint with the best average JCT on the validation workloads (`dl2.rl.training.fine_tune`). Then every
-decision log under `data.feedback` is validated with the decision-log suite (a failing log stops the stage
+decision log under `data/feedback/simulated` is validated with the decision-log suite (a failing log stops the stage
 before anything is written) and turned into samples (`dl2.rl.feedback.feedback_batch`) for
 `learn_from_feedback`; the policy after feedback is kept only if it does not validate worse. The MLflow run logs
 per-iteration metrics, the learning curve and the model folder.
@@ -35,15 +36,16 @@ def init_folder(params: Params, layout: Layout, init: Path | None) -> Path:
     return layout.root / params.finetune.init if params.finetune.init else layout.model("warmup")
 
 
-def feedback_batches(params: Params, layout: Layout, policy_config: Any) -> tuple[list[Any], list[dict[str, Any]]]:
-    """Samples of every decision log under `data.feedback`, each validated first (StageFailed on a bad log)."""
+def feedback_batches(
+    params: Params, layout: Layout, policy_config: Any, logs: Sequence[Path]
+) -> tuple[list[Any], list[dict[str, Any]]]:
+    """Samples of each decision log, every log validated first (StageFailed on a bad one: nothing learned)."""
     from dl2.rl.feedback import feedback_batch
     from dl2.schedulers.registry import PLACERS
     from dl2.sim.decision_log import read_log
-    from pipelines.feedback import find_logs, log_cluster
+    from pipelines.feedback import log_cluster
     from pipelines.validate import failure_text, validate_log
 
-    logs = find_logs(layout.feedback(params))
     for log in logs:  # all of them before any learning: one bad log and nothing is written
         report = validate_log(log, params, layout)
         if not report["success"]:
@@ -80,7 +82,7 @@ def run(params: Params, layout: Layout | None = None, init: Path | None = None) 
 
     layout = layout or Layout()
     start = init_folder(params, layout, init)
-    logs = find_logs(layout.feedback(params))
+    logs = find_logs(layout.simulated_feedback)
     trained = load_trained(start)
     config = finetune_config(params, trained.config.network)
     require_within(layout, params, "rl", rl_seeds(config))
@@ -92,7 +94,7 @@ def run(params: Params, layout: Layout | None = None, init: Path | None = None) 
     version = code_version("pipelines.finetune")
     env = env_config(params, trained.config)
     with tracking.stage_run("finetune", settings, tags={"dl2.code_version": version}, root=layout.root) as active:
-        batches, feedback_facts = feedback_batches(params, layout, trained.config)
+        batches, feedback_facts = feedback_batches(params, layout, trained.config, logs)
         tracking.log_inputs([(training_dataset(layout), "training"), *feedback_datasets(layout, logs)])
         torch.manual_seed(config.seed)
         started = time.perf_counter()
@@ -106,7 +108,7 @@ def run(params: Params, layout: Layout | None = None, init: Path | None = None) 
         seconds = time.perf_counter() - started
         metadata = rl_metadata(
             config, env, state, seconds, initialised_from=layout.relative(start), initial_metadata=trained.metadata,
-            feedback=feedback, code_version=version,
+            feedback=feedback, code_version=version, initial_validation_avg_jct_s=trainer.initial_validation_jct_s,
         )  # fmt: skip
         folder = write_model(params, layout, trained.config, chosen, state, metadata)
         mlflow.log_metrics({"best_validation_avg_jct_s": state.best_validation_jct_s,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from dl2.core import InputError, Workload
 from dl2.paths import traces_dir
 from pipelines.code import code_version
 from pipelines.params import Params
-from pipelines.stage import Layout, StageResult, files_of, main, remove, sha256_file, write_json
+from pipelines.stage import Layout, StageResult, files_of, main, published_folder, sha256_file, write_json
 
 MANIFEST = "MANIFEST.json"
 
@@ -70,20 +69,12 @@ def ingest_one(name_or_path: str, layout: Layout) -> StageResult:
         "jobs": rows,
         "files": {str(p.relative_to(source)): sha256_file(p) for p in files},
     }
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=destination.parent, prefix=f".{name}."))
-    try:
+    with published_folder(destination, f".{name}.") as staging:
         for path in files:
             target = staging / path.relative_to(source)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
         write_json(staging / MANIFEST, manifest)
-        staging.chmod(0o755)
-        remove(destination)
-        staging.rename(destination)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return StageResult("ingest", outputs, version, summary={"name": name, "jobs": rows})
 
 

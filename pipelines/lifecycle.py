@@ -2,14 +2,19 @@
 runs), telling the user what it does at each step.
 
 1. DVC: `dvc init` on a fresh clone without `.dvc/`, and the local remote `work/dvc-remote`.
-2. `dvc repro`: ingest and validate the traces (Great Expectations), choose the workloads, warm up, simulate
-   cluster feedback, fine-tune, evaluate, ablate, report, and the heuristics on a week of Philly. DVC alone
-   decides what is stale: a second run skips every stage whose code, parameters and inputs are unchanged.
+2. `dvc repro report`: ingest and validate the traces (Great Expectations), choose the workloads, warm up,
+   simulate cluster feedback, fine-tune, learn from collected cluster records (`online`), evaluate, ablate,
+   report. DVC alone decides what is stale: a second run skips every stage whose code, parameters and inputs
+   are unchanged. (`dvc repro` alone also runs the heuristics on a week of Philly.)
 3. `dvc push`: traces, models and feedback to the remote.
 4. Register the fine-tuned model as `challenger` (its evaluation and ablation as metrics of its logged model).
 5. The promotion gate against the champion, or the incumbent scheduler when there is none; a promoted model is
    confirmed by a separate process that loads `models:/dl2-policy@champion`.
-6. The final table (champion, incumbent, every heuristic) and where to look.
+6. The closed loop on a local Kubernetes cluster (`pipelines.cluster_loop`): the champion in shadow mode on a
+   Philly slice (`dl2 serve` records every decision), a fine-tune on those records, the gate (confirmed by the
+   controller's SchedulerPolicy handshake), then the champion in active mode; its JCTs next to `dl2 simulate`'s
+   and the incumbent's.
+7. The registry and where to look.
 
 `--smoke` runs the same in a sandbox copy of the repository (`work/smoke/repo`, its own DVC state and MLflow
 store) with the smoke profile: about two minutes, and this checkout is not touched.
@@ -23,35 +28,27 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from dl2.core import Dl2Error
+from pipelines import cluster_loop, promote
 from pipelines import params as params_module
+from pipelines.environment import environment
 from pipelines.params import Params
-from pipelines.stage import Layout, StageFailed
+from pipelines.stage import Layout, StageFailed, exit_status
 from pipelines.tracking import ROOT
 
 REMOTE = "local"
 REMOTE_DIR = "work/dvc-remote"
 """The local DVC remote, relative to the repository (ignored by git with the rest of work/)."""
 SMOKE_ROOT = ROOT / "work" / "smoke" / "repo"
-STEPS = 6
+STEPS = 7
+TARGET = "report"
+"""What the demo reproduces, with everything upstream (`dvc repro philly` draws the heuristics on a Philly week)."""
 
 
 def say(text: str) -> None:
     print(text, flush=True)
-
-
-def environment() -> dict[str, str]:
-    """The environment of DVC's stage commands: this interpreter's folder first on PATH, so `python -m
-    pipelines.<stage>` in dvc.yaml runs with the project's packages even when the venv is not activated."""
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    env.setdefault("GX_ANALYTICS_ENABLED", "false")
-    env.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    env.setdefault("DVC_NO_ANALYTICS", "1")
-    return env
 
 
 def dvc(*arguments: str, capture: bool = False) -> str:
@@ -98,22 +95,93 @@ def registry_lines() -> list[str]:
     return lines
 
 
-def gate(params: Params, layout: Layout) -> None:
-    """Register the fine-tuned model as challenger, then the promotion gate, with its table."""
-    from pipelines import promote, register
+def _figure(value: object, scale: float, unit: str) -> str:
+    """A validation JCT as the report shows it (None: a run that did not finish, recorded as JSON null)."""
+    return f"{value / scale:.2f} {unit}" if isinstance(value, int | float) else "a run that did not finish"
 
-    step(4, "Register the fine-tuned model as challenger (MLflow registry, metrics on its logged model)")
+
+def finetune_line(layout: Layout, mode: str) -> str:
+    """What fine-tuning did to the warm-up: RL's chosen checkpoint and whether the logged feedback was kept."""
+    from dl2.sim.metrics import report_unit
+
+    metadata = json.loads((layout.model("finetune") / "config.json").read_text()).get("metadata", {})
+    scale, unit = report_unit(mode)
+    initial, best = metadata.get("initial_validation_avg_jct_s"), metadata.get("best_validation_avg_jct_s")
+    if metadata.get("best_iteration", -1) < 0:
+        rl = "RL kept the warm-up (no checkpoint validated better)"
+    elif initial is not None or best is not None:
+        now, before = _figure(best, scale, unit), _figure(initial, scale, unit)
+        rl = f"RL improved the warm-up on validation: {now}, from {before}"
+    else:
+        rl = f"RL's checkpoint of iteration {metadata['best_iteration']} validated best"
+    feedback = metadata.get("feedback") or {}
+    if not feedback:
+        return f"  fine-tune: {rl}; no logged feedback"
+    after = _figure(feedback["validation_avg_jct_s_after"], scale, unit)
+    verdict = f"kept (validation {after})" if feedback["kept"] else f"not kept (validation {after}: worse)"
+    return f"  fine-tune: {rl}; steps on {len(feedback['logs'])} decision logs {verdict}"
+
+
+def online_line(layout: Layout, mode: str) -> str:
+    """What the `online` stage did with the records clusters logged."""
+    from dl2.sim.metrics import report_unit
+
+    metadata = json.loads((layout.model("online") / "config.json").read_text()).get("metadata", {})
+    online = metadata.get("online")
+    if not online:
+        return "  online: no cluster records collected yet: the candidate is the fine-tuned model"
+    scale, unit = report_unit(mode)
+    before = _figure(online["validation_avg_jct_s_before"], scale, unit)
+    after = _figure(online["validation_avg_jct_s_after"], scale, unit)
+    decisions = sum(log["decisions"] for log in online["logs"])
+    verdict = "kept" if online["kept"] else "not kept: it validated worse"
+    return (
+        f"  online: steps on {decisions} decisions from {len(online['logs'])} cluster logs; validation "
+        f"{after} after, {before} before ({verdict})"
+    )
+
+
+def register_challenger(params: Params, layout: Layout) -> None:
+    """Register the fine-tuned model as challenger (a new version only when the model changed)."""
+    from pipelines import register
+
     result = register.run(params, layout)
     created = "new version" if result.summary["created"] else "already registered"
     say(f"  dl2-policy v{result.summary['version']} ({created}, {result.summary['metrics']} metrics)")
-    step(5, "Promotion gate: the challenger against what it would replace, on the held-out workloads")
+
+
+def gate(params: Params, layout: Layout, confirmation: promote.Confirm | None = None) -> str:
+    """The promotion gate, with its table; returns its outcome line (also printed)."""
     try:
-        outcome = promote.run(params, layout)
+        outcome = promote.run(params, layout, confirmation=confirmation)
     finally:
         decision = layout.reports / "promotion.json"
         if decision.is_file() and "scores" in (document := json.loads(decision.read_text())):
             say("\n".join(promote.report_lines(document)))
-    say(promote.outcome_line(outcome))
+    line = promote.outcome_line(outcome)
+    say(line)
+    return line
+
+
+def learn_from_cluster(params: Params, layout: Layout) -> Callable[[promote.Confirm], str]:
+    """What the cluster loop does between its passes: collect the controller's records, `dvc repro` (DVC reruns
+    the fine-tune on the new feedback and what depends on it), `dvc push`, register, and the gate, whose
+    confirmation (given) is the handshake with the controller. Returns the gate's outcome line."""
+    from pipelines import collect
+
+    def learn(confirmation: promote.Confirm) -> str:
+        collected = collect.run(params, layout).summary
+        skipped = "".join(f"; quarantined {log}: {where}" for log, where in collected["quarantined"].items())
+        say(f"    collect: {collected['records']} new records into data/feedback/clusters{skipped}")
+        clock = time.perf_counter()
+        dvc("repro", "-q", TARGET)
+        say(f"    dvc repro done in {time.perf_counter() - clock:.0f} s; dvc push")
+        say("  " + online_line(layout, params.workloads.mode))
+        dvc("push", "-q")
+        register_challenger(params, layout)
+        return gate(params, layout, confirmation)
+
+    return learn
 
 
 def store_uri() -> str:
@@ -124,7 +192,7 @@ def store_uri() -> str:
 
 
 def finish(layout: Layout, started: float, store: str) -> None:
-    step(6, "Where things stand")
+    step(7, "Where things stand")
     say("Registry (dl2-policy):")
     for line in registry_lines():
         say(line)
@@ -133,7 +201,7 @@ def finish(layout: Layout, started: float, store: str) -> None:
     say("  dvc metrics show; dvc plots show            # JCT tables; learning curves and JCT CDFs (dvc_plots/)")
     say("  dvc exp run -S warmup.epochs=3; dvc exp show  # an experiment with other parameters")
     say(f"  {layout.relative(layout.reports / 'summary.md')}, {layout.relative(layout.reports / 'promotion.json')}")
-    say(f"  Data Docs: {layout.relative(layout.gx_dir)}; the heuristics on Philly: reports/philly/compare.png")
+    say(f"  Data Docs: {layout.relative(layout.gx_dir)}; the heuristics on a Philly week: dvc repro philly")
     say(f"\nlifecycle finished in {time.perf_counter() - started:.0f} s")
 
 
@@ -143,14 +211,21 @@ def full(params: Params) -> None:
     layout, store = Layout(ROOT), store_uri()  # before MLflow, which exports the URI it is pointed at
     step(1, "DVC: repository and local remote")
     say("  " + ("; ".join(ensure_dvc()) or "already set up") + f" (remote {REMOTE_DIR})")
-    clock = step(2, "dvc repro: validate traces, workloads, warm-up, feedback, fine-tune, evaluate, ablate, report")
-    dvc("repro")
+    clock = step(2, "dvc repro report: traces, workloads, warm-up, feedback, fine-tune, online, evaluate, ablate")
+    dvc("repro", TARGET)
     say(f"  dvc repro done in {time.perf_counter() - clock:.0f} s")
     step(3, "dvc push: data, models and feedback to the remote")
     dvc("push", "-q")
     say(f"  pushed to {REMOTE_DIR}; dvc.lock records every input and output hash")
     say(dvc("metrics", "show", "--precision", "4", capture=True).rstrip())
+    say(finetune_line(layout, params.workloads.mode))
+    say(online_line(layout, params.workloads.mode))
+    step(4, "Register the fine-tuned model as challenger (MLflow registry, metrics on its logged model)")
+    register_challenger(params, layout)
+    step(5, "Promotion gate: the challenger against what it would replace, on the held-out workloads")
     gate(params, layout)
+    step(6, "The loop on a local Kubernetes cluster: shadow, learn from its records, gate, active")
+    cluster_loop.run(params, layout, learn_from_cluster(params, layout))
     finish(layout, started, store)
 
 
@@ -168,17 +243,8 @@ def cli(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipelines.lifecycle", description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="the smoke profile, in a sandbox copy (work/smoke)")
     args = parser.parse_args(argv)
-    try:
-        if args.smoke:
-            return smoke()
-        full(params_module.load())
-    except StageFailed as failure:
-        print(str(failure), file=sys.stderr)
-        return 1
-    except Dl2Error as error:
-        print(f"lifecycle: error: {error}", file=sys.stderr)
-        return 2
-    return 0
+    cluster_loop.exit_on_sigterm()
+    return exit_status("lifecycle", smoke if args.smoke else lambda: full(params_module.load()))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from annotated_types import Ge, Gt, Le, MinLen
 
-from dl2.config import ConfigError, Keys, build, config, refuse
+from dl2.config import ConfigError, Keys, build, config, merge, refuse
 from dl2.core import Dl2Error
 from dl2.env.config import EnvConfig
 from dl2.rl.config import RL_KEYS, WARMUP_KEYS, RLConfig, WarmUpConfig, check_training
@@ -177,6 +177,22 @@ class PromoteParams:
     """Safety: p99 JCT at most this multiple of what it replaces."""
 
 
+@config
+class ClusterParams:
+    enabled: bool = True
+    """Run the closed loop on a local Kubernetes cluster after the gate (`pipelines.cluster_loop`)."""
+    workload: str = "philly"
+    """The workload whose first jobs and nodes the local cluster runs (realistic mode)."""
+    jobs: Annotated[int, Ge(1), Le(10_000)] = 40
+    """Jobs of the workload the cluster runs (the first ones by arrival)."""
+    nodes: Annotated[int, Ge(1), Le(4096)] = 6
+    """Nodes of the workload's cluster the local cluster has (the first ones)."""
+    seed: Seed = 0
+    """Seed of the workload and of the simulated cluster."""
+    incumbent: str = "drf"
+    """What the cluster runs without dl2: the controller's fallback and the loop's reference."""
+
+
 SECTIONS: dict[str, type] = {
     "data": DataParams,
     "validate": ValidateParams,
@@ -185,6 +201,7 @@ SECTIONS: dict[str, type] = {
     "evaluate": EvaluateParams,
     "ablate": AblateParams,
     "promote": PromoteParams,
+    "cluster": ClusterParams,
 }
 """Sections that are the pipeline's own configurations (`warmup` and `finetune` are the library's)."""
 
@@ -202,6 +219,7 @@ class Params:
     evaluate: EvaluateParams = field(default_factory=EvaluateParams)
     ablate: AblateParams = field(default_factory=AblateParams)
     promote: PromoteParams = field(default_factory=PromoteParams)
+    cluster: ClusterParams = field(default_factory=ClusterParams)
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Top-level sections this schema does not know (other tools' settings), untouched."""
     raw: Mapping[str, Any] = field(default_factory=dict)
@@ -246,7 +264,7 @@ def from_mapping(
     if profile == "smoke":
         if not isinstance(profile_overrides, dict):
             raise ParamsError(f"{where}: smoke: expected a mapping of section overrides")
-        data = _merge(data, profile_overrides)
+        data = merge(data, profile_overrides)
     for override in overrides:
         _apply_override(data, override)
     try:
@@ -295,6 +313,7 @@ def _check_schedulers(sections: Mapping[str, Any], warmup: WarmUpConfig, where: 
         "evaluate.baselines": sections["evaluate"].baselines,
         "promote.incumbent": sections["promote"].incumbent,
         "feedback.incumbent": (sections["feedback"].incumbent,),
+        "cluster.incumbent": (sections["cluster"].incumbent,),
     }
     for key, names in named.items():
         for name in names:
@@ -304,16 +323,6 @@ def _check_schedulers(sections: Mapping[str, Any], warmup: WarmUpConfig, where: 
                 raise ParamsError(f"{where}: {error}") from None
     if warmup.observation.packed and mode != "compat":
         raise ParamsError(f"{where}: {refuse('warmup.packed', True, 'packed requests are a compat-mode option')}")
-
-
-def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in top.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = _merge(dict(merged[key]), value)
-        else:
-            merged[key] = value
-    return merged
 
 
 def _apply_override(raw: dict[str, Any], override: str) -> None:

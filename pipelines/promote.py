@@ -49,7 +49,7 @@ from dl2.sim.metrics import report_unit
 from pipelines import registry, tracking
 from pipelines.params import Params
 from pipelines.registry import CHALLENGER, CHAMPION, NAME, Version
-from pipelines.stage import Layout, StageFailed, StageResult, main, write_json
+from pipelines.stage import Layout, StageFailed, StageResult, main, read_json_object, write_json
 
 CONFIRM_TIMEOUT_S = 300.0
 """How long the confirmation check may take (it loads MLflow and the model, then simulates a few jobs)."""
@@ -111,9 +111,20 @@ def references(champion: Score | None, incumbents: Mapping[str, Score]) -> dict[
 
 
 def decide(
-    challenger: Score, champion: Score | None, incumbents: Mapping[str, Score], margin: float, max_slowdown_p99: float
+    challenger: Score,
+    champion: Score | None,
+    incumbents: Mapping[str, Score],
+    margin: float,
+    max_slowdown_p99: float,
+    unit: tuple[float, str] = (1.0, "s"),
 ) -> Verdict:
-    """The gate, on numbers only: safe, and better than every reference by the margin."""
+    """The gate, on numbers only: safe, and better than every reference by the margin. `unit` (seconds per unit,
+    its name) is how the reason states the figures, as the report table does."""
+    scale, name_of_unit = unit
+
+    def f(seconds: float) -> str:
+        return f"{seconds / scale:.2f} {name_of_unit}"
+
     compared = references(champion, incumbents)
     unfinished = [name for name, s in compared.items() if not s.finished]
     names = tuple(compared)
@@ -132,19 +143,19 @@ def decide(
     if challenger.p99_jct_s > p99_limit:
         return verdict(
             False,
-            f"safety: p99 JCT {challenger.p99_jct_s:.1f} s > {p99_limit:.1f} s "
-            f"({max_slowdown_p99:g} x {tightest}'s {compared[tightest].p99_jct_s:.1f} s)",
+            f"safety: p99 JCT {f(challenger.p99_jct_s)} > {f(p99_limit)} "
+            f"({max_slowdown_p99:g} x {tightest}'s {f(compared[tightest].p99_jct_s)})",
         )
     if challenger.avg_jct_s > threshold:
         return verdict(
             False,
-            f"average JCT {challenger.avg_jct_s:.1f} s > {threshold:.1f} s "
-            f"((1 - {margin:g}) x {strictest}'s {compared[strictest].avg_jct_s:.1f} s)",
+            f"average JCT {f(challenger.avg_jct_s)} > {f(threshold)} "
+            f"((1 - {margin:g}) x {strictest}'s {f(compared[strictest].avg_jct_s)})",
         )
     return verdict(
         True,
-        f"average JCT {challenger.avg_jct_s:.1f} s <= {threshold:.1f} s ((1 - {margin:g}) x {strictest}'s "
-        f"{compared[strictest].avg_jct_s:.1f} s), p99 {challenger.p99_jct_s:.1f} s <= {p99_limit:.1f} s",
+        f"average JCT {f(challenger.avg_jct_s)} <= {f(threshold)} ((1 - {margin:g}) x {strictest}'s "
+        f"{f(compared[strictest].avg_jct_s)}), p99 {f(challenger.p99_jct_s)} <= {f(p99_limit)}",
     )
 
 
@@ -392,7 +403,7 @@ def run(
         return StageResult("promote", (), summary={"status": "no-challenger"})
     gate = _gate(params)
     key = _key(challenger, champion, gate)
-    previous = _read(decision_path)
+    previous = read_json_object(decision_path)
     if previous is not None and previous.get("key") == key:
         status = previous.get("status")
         if status == "accepted":  # interrupted after the gate: resume
@@ -407,9 +418,12 @@ def run(
         champion_dir = registry.download(champion.version, Path(scratch) / "champion") if champion else None
         scores = evaluate(params, challenger_dir, champion_dir)
     incumbents = {name: scores[name] for name in params.promote.incumbent}
+    from dl2.sim.metrics import report_unit
+
     verdict = decide(
-        scores["challenger"], scores.get("champion"), incumbents, params.promote.margin, params.promote.max_slowdown_p99
-    )
+        scores["challenger"], scores.get("champion"), incumbents, params.promote.margin,
+        params.promote.max_slowdown_p99, report_unit(params.workloads.mode),
+    )  # fmt: skip
     from pipelines.evaluate import heuristics
 
     best = best_heuristic(scores, heuristics(params))
@@ -602,14 +616,6 @@ def _log_gate(decision: Mapping[str, Any], scores: Mapping[str, Score], params: 
     return str(run.info.run_id)
 
 
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
@@ -629,7 +635,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 def _run(params: Params, args: argparse.Namespace) -> StageResult:
     result = run(params, confirm_timeout_s=args.confirm_timeout_s)
-    decision = _read(Layout().reports / "promotion.json")
+    decision = read_json_object(Layout().reports / "promotion.json")
     if decision is not None and "scores" in decision and result.summary.get("status") not in NO_GATE:
         print("\n".join(report_lines(decision)))
     print(outcome_line(result))

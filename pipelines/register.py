@@ -1,6 +1,6 @@
 """Stage `register`: a model folder becomes a version of `dl2-policy` and the `challenger`.
 
-The folder (default `models/staging/finetune`) is logged as a pyfunc model (`pipelines.pyfunc`) with an input
+The folder (default `models/staging/online`) is logged as a pyfunc model (`pipelines.pyfunc`) with an input
 example from the held-out workloads, unless a version already holds a model with the same digest, which is then
 reused (and made `challenger` again only if the gate has never judged it). Its evaluation becomes MLflow metrics
 of the logged model, linked to the test dataset: the row of `reports/metrics.json` whose model digest is this
@@ -9,7 +9,7 @@ model's (`test.avg_jct_s`, `test.p99_jct_s`, `test.vs_best_heuristic`, ...) and 
 by side. Tags keep identifiers only (mode, kind, code version, commit). `champion` never moves here
 (`pipelines.promote` does).
 
-    python -m pipelines.register                          # models/staging/finetune
+    python -m pipelines.register                          # models/staging/online
     python -m pipelines.register --model models/staging/warmup
 """
 
@@ -80,7 +80,7 @@ def run(
     from pipelines.workloads import test_dataset, training_dataset
 
     layout = layout or Layout()
-    model_dir = Path(model) if model is not None else layout.model("finetune")
+    model_dir = Path(model) if model is not None else layout.model("online")
     if not is_model_dir(model_dir):
         raise InputError(layout.relative(model_dir), "not a model folder (needs config.json and policy.pt)")
     metrics_path = Path(metrics) if metrics is not None else layout.reports / "metrics.json"
@@ -140,7 +140,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", type=Path, default=None, help="model folder (default: models/staging/finetune)")
+    parser.add_argument("--model", type=Path, default=None, help="model folder (default: models/staging/online)")
     parser.add_argument("--metrics", type=Path, default=None, help="metrics JSON (default: reports/metrics.json)")
     parser.add_argument(
         "--no-metrics", action="store_true", help="register without an evaluation (e.g. right after the warm-up)"

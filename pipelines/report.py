@@ -9,18 +9,16 @@ held-out workloads and its ratio to the best heuristic, then each ablation varia
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from dl2.core import InputError
+from dl2.io import write_text_atomic
 from pipelines.code import code_version
 from pipelines.params import Params
-from pipelines.stage import Layout, StageResult, main, write_json
+from pipelines.stage import Layout, StageResult, main_without_arguments, write_json
 
 
 def inputs(layout: Layout) -> tuple[Path, Path, Path]:
@@ -44,42 +42,56 @@ def _number(value: Any, scale: float, digits: int = 2) -> str:
     return "-" if value is None else f"{value / scale:.{digits}f}"
 
 
+def _scale(unit_name: str) -> float:
+    """Seconds per report unit (slots of 1200 s, or hours)."""
+    return 1200.0 if unit_name == "slots" else 3600.0
+
+
+def _ratio(value: Any) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A markdown table's lines."""
+    return [f"| {' | '.join(header)} |", "|" + "---|" * len(header), *(f"| {' | '.join(row)} |" for row in rows)]
+
+
+def _ordered(document: Mapping[str, Any], key: str) -> list[tuple[str, Mapping[str, Any]]]:
+    """The rows of `document[key]` in the document's `order` (JSON files are written with sorted keys)."""
+    rows = document[key]
+    return [(name, rows[name]) for name in document.get("order") or sorted(rows)]
+
+
 def comparison_lines(metrics: Mapping[str, Any]) -> list[str]:
     """Markdown table of the evaluation (JCTs in the report unit)."""
     unit_name = metrics["unit"]
-    scale = 1200.0 if unit_name == "slots" else 3600.0
-    lines = [
-        f"| scheduler | runs | avg JCT ({unit_name}) | 95% CI | p99 JCT ({unit_name}) | vs best heuristic | safe |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    rows = metrics["schedulers"]
-    for name in metrics.get("order") or sorted(rows):  # JSON files are written with sorted keys
-        row = rows[name]
-        ratio = "-" if row.get("vs_best_heuristic") is None else f"{row['vs_best_heuristic']:.3f}"
-        lines.append(
-            f"| {name} | {row['runs']} | {_number(row['avg_jct_s'], scale)} | ±{_number(row['avg_jct_ci95_s'], scale)}"
-            f" | {_number(row['p99_jct_s'], scale)} | {ratio} | {'yes' if row['safe'] else 'NO'} |"
-        )
-    return lines
+    scale = _scale(unit_name)
+    header = [
+        "scheduler", "runs", f"avg JCT ({unit_name})", "95% CI", f"p99 JCT ({unit_name})", "vs best heuristic", "safe"
+    ]  # fmt: skip
+    rows = [
+        [
+            name, str(row["runs"]), _number(row["avg_jct_s"], scale), f"±{_number(row['avg_jct_ci95_s'], scale)}",
+            _number(row["p99_jct_s"], scale), _ratio(row.get("vs_best_heuristic")), "yes" if row["safe"] else "NO",
+        ]
+        for name, row in _ordered(metrics, "schedulers")
+    ]  # fmt: skip
+    return _table(header, rows)
 
 
 def ablation_lines(ablation: Mapping[str, Any]) -> list[str]:
     """Markdown table of the ablation (mean over seeds)."""
     unit_name = ablation["unit"]
-    scale = 1200.0 if unit_name == "slots" else 3600.0
-    lines = [
-        f"| variant | safe runs | test avg JCT ({unit_name}) | 95% CI | vs full | note |",
-        "|---|---|---|---|---|---|",
-    ]
-    variants = ablation["variants"]
-    for name in ablation.get("order") or sorted(variants):
-        row = variants[name]
-        ratio = "-" if row.get("vs_full") is None else f"{row['vs_full']:.3f}"
-        lines.append(
-            f"| {name} | {row['safe_runs']}/{row['runs']} | {_number(row['test_avg_jct_s'], scale)}"
-            f" | ±{_number(row['test_avg_jct_ci95_s'], scale)} | {ratio} | {ablation_note(row)} |"
-        )
-    return lines
+    scale = _scale(unit_name)
+    header = ["variant", "safe runs", f"test avg JCT ({unit_name})", "95% CI", "vs full", "note"]
+    rows = [
+        [
+            name, f"{row['safe_runs']}/{row['runs']}", _number(row["test_avg_jct_s"], scale),
+            f"±{_number(row['test_avg_jct_ci95_s'], scale)}", _ratio(row.get("vs_full")), ablation_note(row),
+        ]
+        for name, row in _ordered(ablation, "variants")
+    ]  # fmt: skip
+    return _table(header, rows)
 
 
 def ablation_note(row: Mapping[str, Any]) -> str:
@@ -123,15 +135,6 @@ def summary(metrics: Mapping[str, Any], ablation: Mapping[str, Any]) -> dict[str
     return {"unit": unit_name, "best_heuristic": metrics["best_heuristic"], "avg_jct": schedulers, "ablation": variants}
 
 
-def write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(handle, "w") as stream:
-        stream.write(text)
-    os.chmod(temporary, 0o644)
-    os.replace(temporary, path)
-
-
 def outputs(layout: Layout) -> tuple[Path, Path]:
     return layout.reports / "summary.json", layout.reports / "summary.md"
 
@@ -142,17 +145,13 @@ def run(params: Params, layout: Layout | None = None) -> StageResult:
     written = (layout.relative(json_path), layout.relative(md_path))
     metrics, ablation, workloads = (read(path, layout) for path in inputs(layout))
     write_json(json_path, summary(metrics, ablation))  # every field is a column of `dvc metrics show`
-    write_text(md_path, markdown(metrics, ablation, workloads))
+    write_text_atomic(md_path, markdown(metrics, ablation, workloads))
     version = code_version("pipelines.report")
     return StageResult("report", written, version, summary={"markdown": layout.relative(md_path)})
 
 
-def _run(params: Params, args: argparse.Namespace) -> StageResult:
-    return run(params)
-
-
 def cli(argv: Sequence[str] | None = None) -> int:
-    return main("report", "Summarise evaluation and ablations (markdown and JSON).", _run, None, argv)
+    return main_without_arguments("report", "Summarise evaluation and ablations (markdown and JSON).", run, argv)
 
 
 if __name__ == "__main__":

@@ -10,16 +10,16 @@ not this checkout's.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from pipelines.environment import QUIET
+from pipelines.environment import environment as environment_of_commands
 from pipelines.tracking import ROOT
 
 OUTPUTS = ("dvc.lock", "reports/", "data/ingested/", "data/workloads/", "data/feedback/simulated/", "data/deployments/")
@@ -71,10 +71,9 @@ def environment(root: Path, extra: Mapping[str, str] | None = None) -> dict[str,
     """The environment of commands run in a sandbox: this interpreter's folder first on PATH (so `python` in
     dvc.yaml is the project's), its own MLflow store (no tracking server, no store of the caller) and no
     analytics."""
-    env = {key: value for key, value in os.environ.items() if key not in ("DL2_MLRUNS", "DL2_PIPELINE_ROOT")}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    env.update(GX_ANALYTICS_ENABLED="false", MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false", DVC_NO_ANALYTICS="1")
+    caller = ("DL2_MLRUNS", "DL2_PIPELINE_ROOT", "MLFLOW_TRACKING_URI")
+    env = {key: value for key, value in environment_of_commands().items() if key not in caller}
+    env.update(QUIET)  # forced, not defaults: the sandbox never inherits the caller's settings of these
     env.update(extra or {})
     return env
 

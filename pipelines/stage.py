@@ -9,12 +9,14 @@ whether a stage runs. Each output records the version of the code that made it (
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import sys
-from collections.abc import Callable, Mapping, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,6 +138,15 @@ def files_of(path: Path) -> list[Path]:
     )
 
 
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """The JSON object in `path`, or None where the file is missing, unreadable or holds something else."""
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return document if isinstance(document, dict) else None
+
+
 def write_json(path: Path, data: Any) -> None:
     write_json_atomic(path, data)
 
@@ -145,6 +156,22 @@ def remove(path: Path) -> None:
         shutil.rmtree(path)
     elif path.exists():
         path.unlink()
+
+
+@contextlib.contextmanager
+def published_folder(destination: Path, prefix: str) -> Iterator[Path]:
+    """A new folder to fill, next to `destination`: when the block ends it replaces `destination`, or, if the
+    block raised, it is removed. Readers see the old folder or the whole new one, never a half-written one."""
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=destination.parent, prefix=prefix))
+    try:
+        yield staging
+        staging.chmod(0o755)  # mkdtemp makes it private
+        remove(destination)
+        staging.rename(destination)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 def main(
@@ -162,13 +189,29 @@ def main(
     if add_arguments is not None:
         add_arguments(parser)
     args = parser.parse_args(argv)
-    try:
+
+    def work() -> None:
         result = run(params_module.from_args(args), args)
+        print(json.dumps(to_json(result.to_json()), sort_keys=True) if args.json else result.line())
+
+    return exit_status(name, work)
+
+
+def exit_status(name: str, work: Callable[[], int | None]) -> int:
+    """Run `work` for the command `name`: its exit status (0 when it returns None), 1 when it refuses its input
+    (`StageFailed`: the report is printed), 2 for bad parameters or unreadable input (one line)."""
+    try:
+        return work() or 0
     except StageFailed as failure:
         print(str(failure), file=sys.stderr)
         return 1
     except Dl2Error as error:
         print(f"{name}: error: {error}", file=sys.stderr)
         return 2
-    print(json.dumps(to_json(result.to_json()), sort_keys=True) if args.json else result.line())
-    return 0
+
+
+def main_without_arguments(
+    name: str, description: str, run: Callable[[Params], StageResult], argv: Sequence[str] | None = None
+) -> int:
+    """`main` of a stage with no command-line arguments of its own."""
+    return main(name, description, lambda params, _args: run(params), None, argv)

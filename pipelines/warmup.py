@@ -8,7 +8,6 @@ accuracy per epoch, the learning-curve PNG and the model folder (artefact `model
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Sequence
 
@@ -16,7 +15,7 @@ from pipelines import tracking
 from pipelines.code import code_version
 from pipelines.params import Params
 from pipelines.rl import save
-from pipelines.stage import Layout, StageResult, main, write_json
+from pipelines.stage import Layout, StageResult, main_without_arguments, write_json
 from pipelines.workloads import require_within, training_dataset
 
 
@@ -62,12 +61,8 @@ def run(params: Params, layout: Layout | None = None) -> StageResult:
         return StageResult("warmup", (layout.relative(folder),), version, active.info.run_id, summary)
 
 
-def _run(params: Params, args: argparse.Namespace) -> StageResult:
-    return run(params)
-
-
 def cli(argv: Sequence[str] | None = None) -> int:
-    return main("warmup", "Supervised warm-up of the DL2 policy (imitating a heuristic).", _run, None, argv)
+    return main_without_arguments("warmup", "Supervised warm-up of the DL2 policy (imitating a heuristic).", run, argv)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ workloads of each training block).
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import itertools
 import json
@@ -27,7 +26,7 @@ from typing import Any
 from dl2.core import Workload
 from pipelines.code import code_version
 from pipelines.params import Params
-from pipelines.stage import Layout, StageFailed, StageResult, main, write_json
+from pipelines.stage import Layout, StageFailed, StageResult, main_without_arguments, write_json
 
 BLOCK = 10_000
 """Seeds per training block."""
@@ -226,12 +225,8 @@ def test_dataset(params: Params) -> Any:
     return dataset(f"{w.test} seeds {list(w.test_seeds)} ({w.mode})", digest, w.test)
 
 
-def _run(params: Params, args: argparse.Namespace) -> StageResult:
-    return run(params)
-
-
 def cli(argv: Sequence[str] | None = None) -> int:
-    return main("workloads", "Choose and describe the train/validation/test workloads.", _run, None, argv)
+    return main_without_arguments("workloads", "Choose and describe the train/validation/test workloads.", run, argv)
 
 
 if __name__ == "__main__":

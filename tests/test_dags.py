@@ -31,6 +31,7 @@ import pytest
 from lifecycle_fixtures import ROOT
 
 DAG_IDS = ("dl2_online_finetune", "dl2_promote", "dl2_trace_ingest", "dl2_warmup")
+DVC_STAGES = ("ingest", "validate", "workloads", "warmup", "feedback", "finetune", "online", "evaluate")
 START_TIMEOUT_S = 180
 RUN_TIMEOUT_S = 900
 
@@ -63,10 +64,8 @@ def test_dagbag_imports_every_dag_and_declares_what_operators_rely_on(
         assert len(dag.params) == 0, dag.dag_id  # root and profile come from the root, not from a hand-passed conf
         for task in dag.tasks:
             assert task.retries >= 1 and task.execution_timeout is not None, (dag.dag_id, task.task_id)
-            if task.task_id in ("ingest", "validate", "workloads", "warmup", "feedback", "finetune", "evaluate"):
+            if task.task_id in (*DVC_STAGES, "collect", "commit", "promote"):
                 assert task.pool == "dl2_dvc", (dag.dag_id, task.task_id)  # DVC locks the repository
-            if task.task_id in ("collect", "commit", "promote"):
-                assert task.pool == "dl2_dvc", (dag.dag_id, task.task_id)
     schedules = {dag_id: bag.dags[dag_id].schedule for dag_id in DAG_IDS}
     assert schedules["dl2_trace_ingest"] == "@daily" and schedules["dl2_online_finetune"] == "@hourly"
     assert [asset.uri for asset in schedules["dl2_warmup"]] == ["dl2://traces/validated"]
@@ -271,7 +270,7 @@ def test_a_real_scheduler_runs_ingest_then_online_fine_tuning(standalone: Standa
     assert len(segments) == 1 and len(segments[0].read_text().splitlines()) == records
     assert (root / "data" / "quarantine").is_dir()
     lock = (root / "dvc.lock").read_text()
-    assert all(f"  {stage}:" in lock for stage in ("ingest", "validate", "warmup", "finetune", "evaluate"))
+    assert all(f"  {stage}:" in lock for stage in ("ingest", "validate", "warmup", "finetune", "online", "evaluate"))
     log = subprocess.run(["git", "log", "--format=%s"], cwd=root, capture_output=True, text=True, check=True).stdout
     assert f"dl2_trace_ingest {ingested}" in log and f"dl2_online_finetune {published[0]}" in log
     status = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout

@@ -22,7 +22,7 @@ from pipelines import params as params_module
 from pipelines.params import ParamsError
 from pipelines.stage import Layout, StageResult
 
-STAGES = ("ingest", "validate", "workloads", "warmup", "feedback", "finetune", "evaluate", "ablate", "report")
+STAGES = ("ingest", "validate", "workloads", "warmup", "feedback", "finetune", "online", "evaluate", "ablate", "report")
 
 
 def run_stage(name: str, params: params_module.Params, layout: Layout) -> StageResult:
@@ -59,10 +59,16 @@ def test_every_stage_writes_its_outputs(chain: tuple[params_module.Params, Layou
     for result in results.values():
         for output in result.outputs:
             assert (layout.root / output).exists(), output
-    assert {"validate", "warmup", "finetune", "evaluate", "ablate"} == {n for n, r in results.items() if r.run_id}
+    assert {"validate", "warmup", "finetune", "online", "evaluate", "ablate"} == {
+        n for n, r in results.items() if r.run_id
+    }
     metrics = json.loads((layout.reports / "metrics.json").read_text())
     heuristics = {*params.evaluate.baselines, params.warmup.teacher, *params.promote.incumbent}
-    assert set(metrics["schedulers"]) == {"finetune", "warmup", *heuristics}
+    assert set(metrics["schedulers"]) == {"online", "finetune", "warmup", *heuristics}
+    # no cluster records collected: `online` is the fine-tuned model, byte for byte, simulated once
+    assert metrics["model_digests"]["online"] == metrics["model_digests"]["finetune"]
+    assert metrics["schedulers"]["online"]["avg_jct_s"] == metrics["schedulers"]["finetune"]["avg_jct_s"]
+    assert results["online"].summary == {"cluster_logs": 0, "kept": None}
     assert set(metrics["heuristics"]) == heuristics and metrics["teacher"] == params.warmup.teacher
     assert metrics["best_heuristic"] in params.evaluate.baselines
     assert all(metrics["schedulers"][b]["runs"] == len(params.workloads.test_seeds) for b in params.evaluate.baselines)
@@ -106,6 +112,7 @@ def test_every_output_records_the_code_that_made_it(
         "warmup": json.loads((layout.model("warmup") / "config.json").read_text())["metadata"]["code_version"],
         "feedback": json.loads((layout.simulated_feedback / "MANIFEST.json").read_text())["code_version"],
         "finetune": json.loads((layout.model("finetune") / "config.json").read_text())["metadata"]["code_version"],
+        "online": json.loads((layout.model("online") / "online.json").read_text())["code_version"],
         "evaluate": json.loads((layout.reports / "metrics.json").read_text())["code_version"],
         "ablate": json.loads((layout.reports / "ablation.json").read_text())["code_version"],
     }
@@ -237,6 +244,34 @@ def test_defaults_are_the_same_through_every_door(tmp_path: Path) -> None:
             assert _get(pipeline.finetune.rl, name) == _get(cli_rl, name) == _get(library_rl, name), key.name
     for key in WARMUP_SECTION_KEYS:
         assert _get(pipeline.warmup, key.path) == _get(cli_warmup, key.path) == _get(library_warmup, key.path), key.name
+
+
+def test_online_learns_from_collected_cluster_records_and_keeps_the_better_policy(
+    chain: tuple[params_module.Params, Layout, dict[str, StageResult]],
+) -> None:
+    """A collected log (what `pipelines.collect` writes under data/feedback/clusters) is learned from: the model
+    folder records the steps and whether they were kept; the fine-tuned model is untouched."""
+    from lifecycle_fixtures import decision_log
+
+    from pipelines import online
+    from pipelines.collect import clusters_dir
+    from pipelines.registry import model_digest
+
+    params, layout, _ = chain
+    finetuned = model_digest(layout.model("finetune"))
+    records = decision_log(clusters_dir(layout) / "cluster-a")
+    result = online.run(params, layout)
+    assert result.summary["cluster_logs"] == 1 and isinstance(result.summary["kept"], bool)
+    metadata = json.loads((layout.model("online") / "config.json").read_text())["metadata"]
+    learned = metadata["online"]
+    assert learned["logs"][0]["decisions"] > 0 and learned["kept"] == result.summary["kept"]
+    assert learned["logs"][0]["log"].endswith("cluster-a") and records > 0
+    import torch
+
+    weights = [torch.load(layout.model(n) / "policy.pt", weights_only=True) for n in ("online", "finetune")]
+    same = all(torch.equal(weights[0][k], weights[1][k]) for k in weights[1])
+    assert same != learned["kept"]  # not kept: the fine-tuned policy, under the record of what was tried
+    assert model_digest(layout.model("finetune")) == finetuned
 
 
 def _get(config: object, path: tuple[str, ...]) -> object:

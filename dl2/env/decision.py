@@ -15,7 +15,7 @@ by a placer, sticky across slots (`dl2.schedulers.placement`). The teachers, the
 possible if the cluster's free capacity in total can host it, and when the slot's allocation is final its tasks
 are asked of the authors' least-loaded placement in the packed order (`dl2.schedulers.packing`), the first
 refusal ending the slot as in their mechanism. Asked as decided, a policy must also learn an order that this
-placement packs, or it strands CPU (about 32 of 192 task slots with `srpt-knee-ladder`).
+placement packs, or it strands CPU (`dl2.schedulers.packing` says how).
 """
 
 from __future__ import annotations

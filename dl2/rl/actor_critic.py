@@ -30,6 +30,7 @@ from dl2.rl.model_io import PolicyConfig
 from dl2.rl.networks import PolicyNetwork, ValueNetwork
 from dl2.rl.perturbation import PerturbationBatch, PerturbationTask
 from dl2.rl.rollout import Episode, EpisodeTask, slot_returns
+from dl2.rl.supervised import minibatches
 from dl2.rl.workers import RolloutPool
 
 
@@ -158,47 +159,29 @@ class ActorCritic:
             )
         return tasks
 
-    def _greedy_runs(self) -> Iterator[tuple[NumpyPolicy, PolicyConfig, int, int]]:
-        """Per training workload of an exact-credit iteration: the greedy policy, its configuration, the
-        workload's seed and a seed for the task's own draws."""
+    def _greedy_runs(self) -> Iterator[tuple[NumpyPolicy, PolicyConfig, str, int, int, float]]:
+        """Per training workload of an exact-credit iteration, the fields both kinds of task start with: the
+        greedy policy, its configuration, the training source, the workload's seed, a seed for the task's own
+        draws and the chance that a slot is changed."""
         config = self.config
         policy_config = PolicyConfig(self.env.observation, config.network, "compat", self.env.placer)
         policy = self.numpy_policy()
         for _ in range(config.episodes_per_iteration):
             seed = config.train_seed_offset + self.episodes_played
             self.episodes_played += 1
-            yield policy, policy_config, seed, int(self.rng.integers(2**31 - 1))
+            rng_seed = int(self.rng.integers(2**31 - 1))
+            yield policy, policy_config, config.train_source, seed, rng_seed, config.perturbation_probability
 
     def perturbation_tasks(self) -> list[PerturbationTask]:
-        config = self.config
-        return [
-            PerturbationTask(
-                policy,
-                policy_config,
-                config.train_source,
-                seed,
-                rng_seed,
-                config.perturbation_probability,
-                self.env.max_slots,
-            )
-            for policy, policy_config, seed, rng_seed in self._greedy_runs()
-        ]
+        return [PerturbationTask(*run, max_slots=self.env.max_slots) for run in self._greedy_runs()]
 
     def deviation_tasks(self) -> list[DeviationTask]:
         config = self.config
         return [
             DeviationTask(
-                policy,
-                policy_config,
-                config.train_source,
-                seed,
-                rng_seed,
-                config.perturbation_probability,
-                config.alternatives,
-                config.continuation,
-                self.env.max_slots,
+                *run, max_slots=self.env.max_slots, alternatives=config.alternatives, continuation=config.continuation
             )
-            for policy, policy_config, seed, rng_seed in self._greedy_runs()
+            for run in self._greedy_runs()
         ]
 
     def update_deviations(self, batches: list[DeviationBatch]) -> tuple[float, float]:
@@ -223,9 +206,7 @@ class ActorCritic:
             target = torch.softmax(old.gather(1, actions).masked_fill(~evaluated, MASKED_LOGIT) + scaled, dim=1)
         losses, entropies = [], []
         for _ in range(config.epochs_per_iteration):
-            order = torch.from_numpy(self.rng.permutation(len(actions)))
-            for start in range(0, len(actions), config.minibatch_size):
-                index = order[start : start + config.minibatch_size]
+            for index in minibatches(self.rng, len(actions), config.minibatch_size):
                 log_probs = torch.log_softmax(self.policy.masked_logits(obs[index], mask[index]), dim=1)
                 among = log_probs.gather(1, actions[index]).masked_fill(~evaluated[index], MASKED_LOGIT)
                 fit = -(target[index] * torch.log_softmax(among, dim=1)).sum(dim=1).mean()
@@ -382,9 +363,7 @@ class ActorCritic:
             old = torch.log_softmax(self.policy.masked_logits(obs, mask), dim=1).gather(1, act[:, None]).squeeze(1)
         losses, entropies = [], []
         for _ in range(config.epochs_per_iteration):
-            order = torch.from_numpy(self.rng.permutation(len(act)))
-            for start in range(0, len(act), config.minibatch_size):
-                index = order[start : start + config.minibatch_size]
+            for index in minibatches(self.rng, len(act), config.minibatch_size):
                 log_probs_all = torch.log_softmax(self.policy.masked_logits(obs[index], mask[index]), dim=1)
                 log_probs = log_probs_all.gather(1, act[index][:, None]).squeeze(1)
                 entropy = -(log_probs_all.exp() * log_probs_all).sum(dim=1).mean()
@@ -408,9 +387,7 @@ class ActorCritic:
         target = torch.from_numpy((targets - self.scale.mean) / self.scale.std).float()
         losses = []
         for _ in range(self.config.value_epochs):
-            order = torch.from_numpy(self.rng.permutation(len(target)))
-            for start in range(0, len(target), self.config.minibatch_size):
-                index = order[start : start + self.config.minibatch_size]
+            for index in minibatches(self.rng, len(target), self.config.minibatch_size):
                 value_loss = torch.mean((self.value(obs[index]) - target[index]) ** 2)
                 self.value_optimizer.zero_grad()
                 value_loss.backward()  # type: ignore[no-untyped-call]

@@ -1,10 +1,10 @@
 """A compiled forward pass of the `per-job-local` policy for greedy decisions (numba).
 
-A slot of the authors' contended setting takes about 150 decisions; with NumPy each decision costs some 25
-array calls of about a microsecond each, whatever their size (40 jobs x 64 units). One compiled function does
-the same arithmetic in a few microseconds: it finds the window columns whose features changed since the last
-call, re-encodes only those (a column's embedding depends on its own job alone), pools, and scores every action,
-masked, returning the argmax. The issue's bar is a whole slot in 5 ms median (DL2 §6.3 reports milliseconds).
+A slot of the authors' contended setting takes about 150 decisions; with NumPy each decision costs some 25 array
+calls whose fixed overhead, not their size (40 jobs x 64 units), dominates. One compiled function does the same
+arithmetic: it finds the window columns whose features changed since the last call, re-encodes only those (a
+column's embedding depends on its own job alone), pools, and scores every action, masked, returning the argmax.
+DL2 §6.3 makes a slot's decisions in milliseconds; `benchmarks/bench_decision_speed.py` measures ours.
 
 numba is optional and imported on first use (it takes most of a second to import): `greedy_kernel()` returns
 None without it, and `inference.NumpyPolicy` then falls back to NumPy. Both paths compute the same function (a
@@ -19,6 +19,21 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+
+def _add_product(out: np.ndarray, vector: np.ndarray, weight: np.ndarray) -> None:
+    """`out += vector @ weight`, skipping the zero entries of `vector` (most features and ReLU outputs are 0)."""
+    for i in range(weight.shape[0]):
+        value = vector[i]
+        if value != 0.0:
+            for k in range(weight.shape[1]):
+                out[k] += value * weight[i, k]
+
+
+def _relu(values: np.ndarray) -> None:
+    for k in range(values.shape[0]):
+        if values[k] < 0.0:
+            values[k] = 0.0
 
 
 def _greedy_local(
@@ -63,27 +78,14 @@ def _greedy_local(
         occupied[j] = any_feature
         h = cached_jobs[j].copy()
         for layer in range(len(encoder_weights)):
-            weight = encoder_weights[layer]
-            bias = encoder_biases[layer]
-            out = bias.copy()
-            for i in range(weight.shape[0]):
-                value = h[i]
-                if value != 0.0:
-                    for k in range(weight.shape[1]):
-                        out[k] += value * weight[i, k]
-            for k in range(out.shape[0]):
-                if out[k] < 0.0:
-                    out[k] = 0.0
+            out = encoder_biases[layer].copy()
+            _add_product(out, h, encoder_weights[layer])
+            _relu(out)
             h = out
         for k in range(width):
             embeddings[j, k] = h[k]
-        for k in range(head_part.shape[1]):
-            head_part[j, k] = 0.0
-        for i in range(width):
-            value = h[i]
-            if value != 0.0:
-                for k in range(head_part.shape[1]):
-                    head_part[j, k] += value * head_jobs[i, k]
+        head_part[j, :] = 0.0
+        _add_product(head_part[j], h, head_jobs)
     # pooled mean over occupied columns (all columns count as torch's sum / max(count, 1) when none is)
     count = 0
     for j in range(window):
@@ -98,26 +100,11 @@ def _greedy_local(
         for k in range(width):
             pooled[k] /= count
     context = context_bias.copy()
-    for i in range(width):
-        value = pooled[i]
-        if value != 0.0:
-            for k in range(context.shape[0]):
-                context[k] += value * context_pooled[i, k]
-    tail_start = window * features
-    for i in range(context_tail.shape[0]):
-        value = x[tail_start + i]
-        if value != 0.0:
-            for k in range(context.shape[0]):
-                context[k] += value * context_tail[i, k]
-    for k in range(context.shape[0]):
-        if context[k] < 0.0:
-            context[k] = 0.0
+    _add_product(context, pooled, context_pooled)
+    _add_product(context, x[window * features :], context_tail)
+    _relu(context)
     out = context_out_bias.copy()
-    for i in range(context.shape[0]):
-        value = context[i]
-        if value != 0.0:
-            for k in range(out.shape[0]):
-                out[k] += value * context_out[i, k]
+    _add_product(out, context, context_out)
     hidden_width = out.shape[0] - 1
     heads = last.shape[1]
     best, best_logit = -1, np.float32(0.0)
@@ -148,5 +135,9 @@ def greedy_kernel() -> Callable[..., int] | None:
         import numba
     except ImportError:  # an optional accelerator: everything works without it, only slower
         return None
+    from numba.extending import register_jitable
+
+    for helper in (_add_product, _relu):  # callable from the kernel, inlined into it
+        register_jitable(inline="always")(helper)
     kernel: Callable[..., int] = numba.njit(cache=True, nogil=True)(_greedy_local)
     return kernel

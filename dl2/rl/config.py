@@ -56,7 +56,7 @@ class SupervisedConfig:
     label_smoothing: Annotated[float, Ge(0), Lt(1)] = 0.0
     """Share of each target spread over the state's possible actions; 0.1 keeps the actions a teacher never
     takes within reach of the RL that follows (plain cross-entropy drives them hundreds of logits below its
-    choice: a DRF student's worker-only, PS-only and stop actions sit ~450 logits below its bundles)."""
+    choice)."""
 
 
 @config

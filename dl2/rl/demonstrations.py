@@ -15,7 +15,7 @@ the student drives and the teacher labels.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -54,6 +54,34 @@ class Demonstrations:
             np.concatenate([p.masks for p in parts]),
             np.concatenate([p.actions for p in parts]),
         )
+
+
+@dataclass(slots=True)
+class _Recorder:
+    """Collects (observation, mask, action) triples one decision at a time."""
+
+    observation: ObservationConfig
+    observations: list[np.ndarray] = field(default_factory=list)
+    masks: list[np.ndarray] = field(default_factory=list)
+    actions: list[int] = field(default_factory=list)
+
+    def add(self, state: np.ndarray, mask: np.ndarray, action: int) -> None:
+        self.observations.append(state)
+        self.masks.append(mask)
+        self.actions.append(action)
+
+    def demonstrations(self) -> Demonstrations:
+        return Demonstrations(
+            np.array(self.observations, dtype=np.float32).reshape(-1, self.observation.size),
+            np.array(self.masks, dtype=np.int8).reshape(-1, 3 * self.observation.window + 1),
+            np.array(self.actions, dtype=np.int64),
+        )
+
+
+def _targets(teacher: Scheduler, view: ClusterView) -> dict[str, tuple[int, int]]:
+    """Per job, the (workers, PS) of the teacher's allocation for the slot."""
+    allocation = teacher.schedule(view)
+    return {job_id: (a.num_workers, a.num_ps) for job_id, a in allocation.jobs.items()}
 
 
 @runtime_checkable
@@ -143,9 +171,7 @@ def record(
     simulation = Simulation(workload, sim, speed, interference_model())
     observer = Observer(observation)
     teacher.reset()
-    observations: list[np.ndarray] = []
-    masks: list[np.ndarray] = []
-    actions: list[int] = []
+    recorder = _Recorder(observation)
     slot = 0
     while not simulation.done:
         view = simulation.begin_slot()
@@ -156,26 +182,16 @@ def record(
         elif isinstance(teacher, SlotTeacher):
             replay = replay_stream(decision, teacher.heuristic_for(simulation, view))
         else:
-            allocation = teacher.schedule(view)
-            targets = {job_id: (a.num_workers, a.num_ps) for job_id, a in allocation.jobs.items()}
-            replay = replay_targets(decision, targets)
+            replay = replay_targets(decision, _targets(teacher, view))
         for action in replay:
             if keep:
-                observations.append(observer(decision))
-                masks.append(decision.mask())
-                actions.append(action)
+                recorder.add(observer(decision), decision.mask(), action)
             decision.step(action)
         simulation.apply(decision.allocation())
         slot += 1
     result = simulation.result(teacher.name)
     average_jct = float(np.mean([job.jct_s for job in result.jobs]))
-    size = observation.size
-    data = Demonstrations(
-        np.array(observations, dtype=np.float32).reshape(-1, size),
-        np.array(masks, dtype=np.int8).reshape(-1, 3 * observation.window + 1),
-        np.array(actions, dtype=np.int64),
-    )
-    return data, average_jct
+    return recorder.demonstrations(), average_jct
 
 
 def teacher_action(decision: SlotDecision, teacher: Scheduler, targets: dict[str, tuple[int, int]] | None) -> int:
@@ -224,9 +240,7 @@ def record_on_policy(
     )
     observer = Observer(observation)
     teacher.reset()
-    observations: list[np.ndarray] = []
-    masks: list[np.ndarray] = []
-    actions: list[int] = []
+    recorder = _Recorder(observation)
     slot = 0
     while not simulation.done and slot < max_slots:
         view = simulation.begin_slot()
@@ -241,22 +255,14 @@ def record_on_policy(
         else:
             labeller = teacher if slot % every == 0 else None
             if not isinstance(teacher, HeuristicScheduler):  # it may keep state: it decides every slot
-                allocation = teacher.schedule(view)
-                targets = {job_id: (a.num_workers, a.num_ps) for job_id, a in allocation.jobs.items()}
+                targets = _targets(teacher, view)
         while not decision.done:
             state = observer(decision)
             mask = decision.mask()
             if labeller is not None:
                 label = teacher_action(decision, labeller, targets)
-                observations.append(state)
-                masks.append(np.maximum(mask, np.eye(1, len(mask), label, dtype=np.int8)[0]))
-                actions.append(label)
+                recorder.add(state, np.maximum(mask, np.eye(1, len(mask), label, dtype=np.int8)[0]), label)
             decision.step(student(state, mask))
         simulation.apply(decision.allocation())
         slot += 1
-    size = observation.size
-    return Demonstrations(
-        np.array(observations, dtype=np.float32).reshape(-1, size),
-        np.array(masks, dtype=np.int8).reshape(-1, 3 * observation.window + 1),
-        np.array(actions, dtype=np.int64),
-    )
+    return recorder.demonstrations()

@@ -1,19 +1,18 @@
 """Exact credit for single decisions (compatibility mode): replace one decision, finish the run, compare.
 
-Why: a DL2 slot holds ~100-190 decisions, and sampling from a warmed-up policy rarely leaves its teacher's
-choices. A DRF student's worker-only, PS-only and stop actions sit ~450 logits below its bundles, so neither
-DL2's returns nor exact slot credit (`dl2.rl.perturbation`) ever see them tried, and the runs that do try them
-credit ~100 decisions with one number.
+Why: sampling from a warmed-up policy rarely leaves its teacher's choices (plain cross-entropy puts the actions a
+teacher never takes far below the ones it takes), so neither DL2's returns nor exact slot credit
+(`dl2.rl.perturbation`) see those actions tried, and the runs that do try them credit a whole slot's ~100-190
+decisions with one number.
 
-Here the greedy policy plays a training workload, and at a few random slots one decision, drawn uniformly from
-the slot's decisions, is replaced by each of up to `alternatives` other possible actions, drawn uniformly. The
-rest of that slot is greedy, and a continuation policy finishes the run: the greedy policy itself (exact
-Q-values of the policy being improved, policy iteration) or a heuristic run by its own mechanism (AggreVaTe,
-Ross & Bagnell 2014: the teacher's cost-to-go, about 20 times cheaper on the authors' small workloads). The
-difference in total JCT against the greedy decision is that action's exact advantage in that state, with common
-random numbers: classification-based approximate policy iteration (Lagoudakis & Parr 2003) on the policy's own
-states. The update that uses it (`ActorCritic.update_deviations`) reweights the policy by these advantages
-within a KL trust region.
+The greedy policy plays a training workload, and at a few random slots one decision, drawn uniformly from the
+slot's decisions, is replaced by each of up to `alternatives` other possible actions, drawn uniformly. The rest of
+that slot is greedy, and a continuation policy finishes the run: the greedy policy itself (exact Q-values of the
+policy being improved: policy iteration) or a heuristic run by its own mechanism (the teacher's cost-to-go, as in
+AggreVaTe, Ross & Bagnell 2014; much cheaper). The difference in total JCT against the greedy decision is that
+action's exact advantage in that state, with common random numbers: classification-based approximate policy
+iteration (Lagoudakis & Parr 2003) on the policy's own states. The update that uses it
+(`ActorCritic.update_deviations`) reweights the policy by these advantages within a KL trust region.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ from dl2.env.observation import Observer
 from dl2.rl.inference import NumpyPolicy
 from dl2.rl.learned import LearnedScheduler
 from dl2.rl.model_io import PolicyConfig
-from dl2.rl.perturbation import allocation_counts, finish, greedy_run_with_forks
+from dl2.rl.perturbation import ForkedRunTask, allocation_counts, finish
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import Mode
 from dl2.sim.run import speed_model
@@ -39,22 +38,13 @@ POLICY = "policy"
 
 
 @dataclass(frozen=True, slots=True)
-class DeviationTask:
-    """One training workload's deviations (picklable, for rollout workers)."""
+class DeviationTask(ForkedRunTask):
+    """One training workload's deviations: at each fork one decision is replaced."""
 
-    policy: NumpyPolicy
-    config: PolicyConfig
-    source: str
-    workload_seed: int
-    rng_seed: int
-    slot_probability: float
-    """Chance that a slot with a decision gets one decision replaced."""
     alternatives: int = 6
     """Other possible actions tried in place of the chosen decision (fewer when fewer are possible)."""
     continuation: str = POLICY
     """Who finishes each run: 'policy' (the greedy policy) or a heuristic's name (its own mechanism)."""
-    max_slots: int = 3_000
-    """Runs are cut at this slot; a job unfinished by then counts the time it has spent so far."""
 
 
 @dataclass(slots=True)
@@ -122,10 +112,7 @@ def run_deviations(task: DeviationTask) -> DeviationBatch:
         raise ValueError("deviation credit needs compatibility mode (a deterministic simulator)")
     if task.alternatives < 1:
         raise ValueError("deviation credit needs at least one alternative per state")
-    rng = np.random.default_rng(task.rng_seed)
-    run = greedy_run_with_forks(
-        task.policy, config, task.source, task.workload_seed, task.max_slots, task.slot_probability, rng
-    )
+    run, rng = task.forked_run()
     work, greedy_total = run.work, run.total_jct_s
     continue_with = _continuation(task, run.greedy)
     scale = len(work.jobs) * work.slot_s  # advantages in slots of average JCT

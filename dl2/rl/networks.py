@@ -9,7 +9,7 @@
 - `per-job-local`: the same, except that the per-job encoder sees only the job's own features; the cluster-wide
   features enter through the context, which the job head sees. A task granted to one job then changes only
   that job's embedding, so inference within a slot updates one row per decision instead of re-encoding all J
-  jobs (`inference.NumpyPolicy`, `compiled`): what the decision-latency bar (a whole slot in 5 ms) needs.
+  jobs (`inference.NumpyPolicy`, `compiled`): what a slot's decision latency needs.
 
 Impossible actions are masked out of the softmax.
 """

@@ -1,18 +1,16 @@
-"""Exact credit for one slot's decisions (compatibility mode): perturb one slot, finish greedily, compare.
+"""Exact credit for one slot's decisions (compatibility mode): sample one slot, finish greedily, compare.
 
-Why: in the contended setting a slot holds ~150-190 decisions and an episode ~250 slots. With returns as the
-signal (`dl2.rl.actor_critic`, DL2 §4.3), every decision of a slot shares one advantage that the sampling noise
-of every later slot also moves; `benchmarks/counterfactuals.py` measured that one action changes the total JCT by
-at most 0.17 %, so that advantage is nearly pure noise, and RL from a warm-up drifted (entropy up, JCT up).
+Why: with returns as the signal (DL2 §4.3, `dl2.rl.actor_critic`), the ~150-190 decisions of a slot share one
+advantage that the sampling of every later slot also moves, while one decision changes the total JCT very little
+(`benchmarks/counterfactuals.py`): that advantage is mostly noise.
 
 Compatibility mode is deterministic, so one slot's effect can be measured exactly, with common random numbers:
-run the greedy policy through a workload and keep a copy of the simulation at a few randomly chosen slots
-(`Simulation.fork`); at each copy, sample that one slot's decisions from the policy, then let the greedy policy
-finish the run. The difference between the greedy run's total JCT and this one is the exact advantage of the
-sampled decisions over the greedy ones (REINFORCE for a policy that samples at that slot and acts greedily
-elsewhere, with the greedy continuation as its baseline: an unbiased, low-variance gradient for improving the
-greedy policy one slot at a time). A sampled slot that gives the greedy allocation has advantage 0 and costs no
-continuation.
+the greedy policy plays a workload and a copy of the simulation is kept at a few random slots (`Simulation.fork`);
+at each copy that one slot's decisions are sampled from the policy and the greedy policy finishes the run. The
+greedy run's total JCT minus this one is the exact advantage of the sampled decisions over the greedy ones
+(REINFORCE for a policy that samples at that slot and acts greedily elsewhere, with the greedy continuation as its
+baseline: an unbiased, low-variance gradient for improving the greedy policy one slot at a time). A sampled slot
+that gives the greedy allocation has advantage 0 and costs no continuation.
 """
 
 from __future__ import annotations
@@ -35,8 +33,9 @@ from dl2.sim.simulator import Simulation
 
 
 @dataclass(frozen=True, slots=True)
-class PerturbationTask:
-    """One training workload's perturbed slots (picklable, for rollout workers)."""
+class ForkedRunTask:
+    """What every exact-credit task starts from: the greedy policy through one training workload, forked at
+    random slots (picklable, for rollout workers)."""
 
     policy: NumpyPolicy
     config: PolicyConfig
@@ -44,10 +43,23 @@ class PerturbationTask:
     workload_seed: int
     rng_seed: int
     slot_probability: float
-    """Chance that a slot with a decision is perturbed."""
+    """Chance that a slot with a decision is forked (perturbed, or one of its decisions replaced)."""
     max_slots: int = 3_000
     """Runs are cut at this slot; a job unfinished by then counts the time it has spent so far (the same cut for
     the greedy run and every branch, so that a policy that starves jobs is still compared, never stalled)."""
+
+    def forked_run(self) -> tuple[GreedyRun, np.random.Generator]:
+        """The forked greedy run, and the task's generator after the forks were drawn (for its own draws)."""
+        rng = np.random.default_rng(self.rng_seed)
+        run = greedy_run_with_forks(
+            self.policy, self.config, self.source, self.workload_seed, self.max_slots, self.slot_probability, rng
+        )
+        return run, rng
+
+
+@dataclass(frozen=True, slots=True)
+class PerturbationTask(ForkedRunTask):
+    """One training workload's perturbed slots."""
 
 
 @dataclass(slots=True)
@@ -128,10 +140,7 @@ def run_perturbations(task: PerturbationTask) -> PerturbationBatch:
     config = task.config
     if config.mode != "compat":
         raise ValueError("perturbation credit needs compatibility mode (a deterministic simulator)")
-    rng = np.random.default_rng(task.rng_seed)
-    run = greedy_run_with_forks(
-        task.policy, config, task.source, task.workload_seed, task.max_slots, task.slot_probability, rng
-    )
+    run, rng = task.forked_run()
     work, greedy, greedy_total = run.work, run.greedy, run.total_jct_s
     scale = len(work.jobs) * work.slot_s  # advantages in slots of average JCT
     observations, masks, actions, advantages = [], [], [], []

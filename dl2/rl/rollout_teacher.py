@@ -1,32 +1,21 @@
-"""A teacher better than any one heuristic: rollout policy improvement over `srpt-knee-fill`.
+"""A rollout teacher over `srpt-knee-fill`: one step of policy iteration by simulation.
 
-Imitation cannot beat its teacher, and per-action policy gradients find almost nothing to learn in the
-authors' setting (`benchmarks/counterfactuals.py`: three changes in four to a single decision leave the
-outcome unchanged). A whole slot's allocation matters more, and the simulator can say by how much. At every
-slot this teacher tries each of a few variants of the base heuristic (other knee and fill levels of
-`srpt-knee-fill`, `dl2.schedulers.srpt_knee`), continues a copy of the run (`Simulation.fork`) with the base
-heuristic from the allocation each variant gives, and acts as the variant whose run ends with the lowest total
-JCT. This is one step of policy iteration by simulation, the *rollout algorithm* (Bertsekas, Tsitsiklis & Wu
-1997; Tesauro & Galperin 1996): as the base heuristic is one of the variants, the result is never worse than the
-base on the workload it runs on, and usually better.
+Imitation cannot beat its teacher, so this teacher is better than any one heuristic: at every slot it tries
+variants of the base heuristic (other knee and fill levels, `dl2.schedulers.srpt_knee`), finishes a copy of the
+run (`Simulation.fork`) from each variant's allocation with the base heuristic, and acts as the variant whose copy
+ends with the lowest total JCT. This is the rollout algorithm (Bertsekas, Tsitsiklis & Wu 1997; Tesauro &
+Galperin 1996): the base is one of the variants and wins ties, so on the workload it runs the teacher is never
+worse than its base while at most J jobs are active (beyond J, windows of J order a slot differently).
 
-The teacher is privileged, like Optimus's speed oracle: its continuations see the training workload's future
-arrivals and exact epochs. The student it trains (`dl2 train-sl --teacher rollout:srpt-knee-fill`) sees only
-the observation, so what it can learn is which variant suits which state, not the future. Measured: the
-teacher is better than its base on the validation workloads (`benchmarks/rollout_teacher.py`), but a student
-distilled from it (the shipped warm-up continued on its runs, then two DAgger rounds it labelled) lands on the
-base, not on the teacher (69.84 slots on the validation workloads, 70.63 on the test ones, against 69.86 and
-70.06 for the base): when to switch variants is not visible in what the policy observes.
+The teacher is privileged, as Optimus's speed oracle is: continuations see the workload's future arrivals and
+exact epochs. A student (`dl2 train-sl --teacher rollout:srpt-knee-fill`) sees only its observation, so what it
+can learn is which variant suits which state, not the future.
 
-Variants give their first slot through the same `SlotDecision` the policy drives (a refused request is
-skipped, as when a teacher's decisions are replayed), so they are allocations the student can reproduce.
-Continuations use the base heuristic's own mechanism, which is about five times faster. In compatibility mode
-that mechanism stops at the first refused request, so its own slot is a variant too (`UntilRefused`), and the
-base's own run is always among the choices: the teacher's run is never worse than the base heuristic's, while
-at most J jobs are active. Beyond J, the student's windows of J order the slot differently (the base gives
-69.62 slots on the validation workloads on its own, 69.86 replayed through windows of 40). On those
-workloads `UntilRefused` never added an allocation of its own: after a refusal, the least-loaded server
-refuses the later requests too.
+Variants give their slot through the same `SlotDecision` the policy drives (a refused request is skipped, as when
+a teacher's decisions are replayed), so every choice is an allocation the student can reproduce. Continuations run
+the base heuristic's own, faster mechanism; in compatibility mode that mechanism stops at the first refused
+request, so its slot (`UntilRefused`) is a variant too and the base's own run is always among the choices.
+What the teacher and its students measure: `docs/results.md`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,6 +20,13 @@ class SupervisedHistory:
 
     train_loss: list[float] = field(default_factory=list)
     held_out_accuracy: list[float] = field(default_factory=list)
+
+
+def minibatches(rng: np.random.Generator, count: int, size: int) -> Iterator[torch.Tensor]:
+    """One pass over `count` samples in a fresh random order: index tensors of `size` (the last may be shorter)."""
+    order = torch.from_numpy(rng.permutation(count))
+    for start in range(0, count, size):
+        yield order[start : start + size]
 
 
 def accuracy(policy: PolicyNetwork, data: Demonstrations, batch_size: int = 4096) -> float:
@@ -66,10 +73,8 @@ def train_supervised(
     masks = torch.from_numpy(train.masks)
     actions = torch.from_numpy(train.actions)
     for epoch in range(config.epochs):
-        order = torch.from_numpy(rng.permutation(len(train)))
         total, batches = 0.0, 0
-        for start in range(0, len(train), config.batch_size):
-            batch = order[start : start + config.batch_size]
+        for batch in minibatches(rng, len(train), config.batch_size):
             loss = imitation_loss(
                 policy.masked_logits(observations[batch], masks[batch]),
                 masks[batch],

@@ -10,9 +10,8 @@ the throughput added as a fraction of the job's best throughput:
 until the next segment no longer fits the cluster's free capacity. With alpha = 0 this maximises the sum over
 jobs of speed / best speed (how many jobs' worth of full-speed progress the cluster makes); marginal allocation
 on concave pieces is the classical optimal rule for a separable concave objective under one budget (Fox, 1966).
-A small alpha breaks ties towards shorter jobs (SRPT). Chosen on the validation workloads `authors-small` seeds
-5000-5009 (compatibility mode): alpha 0.1 gives 63.01 slots, 0 gives 63.02, 0.25 63.16, 0.5 64.40, 1 70.66 and
--0.25 72.43; `srpt-knee-ladder` gives 67.88 there. Never tuned on test workloads.
+A small alpha breaks ties towards shorter jobs (SRPT). `DEFAULT_SIZE_EXPONENT` (0.1) was chosen on the validation
+workloads `authors-small` seeds 5000-5009, never on test workloads (`benchmarks/speedup_hull.py`, `docs/results.md`).
 
 In the contended setting the cluster is full nearly every slot and jobs hardly queue, so what is lost against
 the no-contention bound is jobs running below their best speed; spending each task where it buys the most speed

@@ -6,21 +6,19 @@ Jobs are served in order of remaining time at their knee (SRPT, which minimises 
 machine), each up to its knee configuration. In compatibility mode a job's workers are requested before its
 PS: the authors' least-loaded placement otherwise fills servers' CPUs with PS tasks, and a CPU-full server
 with little load then blocks every later task. Like Optimus, it uses the simulator's speed function (an oracle).
-`efficiency` was chosen on validation workloads (`benchmarks/`), never on test workloads.
 
 `srpt-knee-fill` adds a second pass: once every job has asked for its knee, jobs are topped up in the same SRPT
 order towards the configuration reaching `fill_efficiency` of their best speed. A cluster that the knees leave
 partly idle (the tail of a workload, or between arrivals) then speeds up the shortest jobs instead of idling.
-Its parameters (knee at 0.6, fill to 0.9) were chosen on the validation workloads `authors-small` seeds
-5000-5009 (69.6 slots against srpt-knee's 77.3), never on test workloads.
 
-`srpt-knee-ladder` fills in several passes, every job a step at a time: after the knees (0.6), jobs are topped up
-in SRPT order towards 0.7 of their best speed, then 0.8, 0.9 and 1.0. Climbing in steps shares what the knees
+`srpt-knee-ladder` fills in several passes, every job a step at a time: after the knees, jobs are topped up in
+SRPT order towards each of `LADDER_FILLS` of their best speed in turn. Climbing in steps shares what the knees
 leave among more jobs before the shortest take it all, the way optimal schedules for jobs with concave speed-ups
 give every job a share that grows as it nears the front of the queue (heSRPT: Berg, Vesilo & Harchol-Balter,
-SIGMETRICS 2020). Chosen on the same validation workloads: 67.88 slots, against 68.10 for (0.75, 0.9, 1.0),
-68.61 for (0.8, 0.9, 1.0) and 69.62 for srpt-knee-fill. The landscape is rough: a first level of 0.55 or 0.65
-instead of 0.6 gives 70.79 and 72.05 with the (0.9, 1.0) fills.
+SIGMETRICS 2020).
+
+Every level here was chosen on the validation workloads `authors-small` seeds 5000-5009, never on test
+workloads; the candidates and their figures are in `docs/results.md`.
 """
 
 from __future__ import annotations

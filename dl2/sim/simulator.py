@@ -530,9 +530,8 @@ def young_collections_only() -> Iterator[None]:
     A run on a large cluster keeps millions of objects alive (jobs, views, allocations) while each slot's
     scheduling allocates and frees large transient structures (request heaps, placement heaps). Objects of
     those survive long enough to be promoted, so the automatic collector keeps triggering full collections
-    that scan every live object: 341 of them in a 100k-job DRF run (25 at 10k), which made each slot there
-    about 60% slower than at 10k and the cost grow faster than linearly. Reference counting frees all of it
-    anyway: the simulator and the heuristics create no reference cycles (checked by
+    that scan every live object, and the cost per slot grows with the run's size (`docs/results.md`). Reference
+    counting frees all of it anyway: the simulator and the heuristics create no reference cycles (checked by
     `tests/test_scheduler_invariants.py::test_runs_create_no_reference_cycles`), and collecting the young
     generations now and then catches any that a custom scheduler creates.
     """

@@ -1,0 +1,404 @@
+"""The closed loop on a local Kubernetes cluster: the champion runs in the cluster, its decision records become
+training feedback, the fine-tuned challenger goes through the gate, and the controller runs what the gate leaves.
+
+1. shadow: a Philly slice on the local cluster (`dl2.kube.apiserver`, simulated realistic mode, a real API server
+   on loopback) with `dl2 serve` (a separate process, the official client) running the champion in shadow mode:
+   every decision recorded under `data.incoming`, no job resized (jobs keep the sizes they asked for).
+2. learn: `pipelines.collect` turns the records into versioned feedback, `dvc repro` reruns what they made stale
+   (the `online` stage learns from them, `evaluate` re-evaluates), the result is registered as challenger, and
+   the gate decides; its
+   confirmation is the SchedulerPolicy handshake with the controller (`dl2.kube.promotion`).
+3. active: the same slice again, the controller running the champion in active mode; the JCTs obtained through
+   the API next to `dl2 simulate`'s for the same workload and policy, the incumbent's, and the shadow run's.
+
+The outcome is kept in `reports/cluster_loop.json`; a run whose champion already ran in active mode on the same
+slice shows it again and changes nothing.
+
+    python -m pipelines.cluster_loop [--json]     # the slice: params.yaml `cluster`
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dl2.core import DecisionRecord, Workload
+from dl2.io import print_json, to_json, write_json_atomic
+from pipelines.params import ClusterParams, Params
+from pipelines.stage import Layout, StageFailed, read_json_object
+
+CLUSTER_NAME = "dl2-local"
+SLOT_TIMEOUT_S = 120.0
+CONFIRM_TIMEOUT_S = 120.0
+REPORT = "cluster_loop.json"
+
+
+def load_slice(cluster: ClusterParams) -> Workload:
+    """The first `cluster.jobs` jobs of the workload on its first `cluster.nodes` nodes."""
+    from dl2.kube.apiserver.sim.workloads import first_jobs, first_nodes
+    from dl2.workload.registry import load_workloads
+
+    workload = load_workloads(cluster.workload, seed=cluster.seed)[0]
+    return first_jobs(first_nodes(workload, cluster.nodes), cluster.jobs)
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One pass of the slice through the API."""
+
+    mode: str
+    version: int
+    avg_jct_h: float
+    p99_jct_h: float
+    slots: int
+    records: int
+    resizes: int
+    wall_s: float
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return to_json(self)  # type: ignore[no-any-return]
+
+
+class LocalCluster:
+    """A simulated cluster behind a real API server, and `dl2 serve` as a separate process deciding its slots."""
+
+    def __init__(
+        self, workload: Workload, placer: str, folder: Path, decisions: Path, mlflow_uri: str, seed: int
+    ) -> None:
+        from dl2.kube.apiserver import THIRD_PARTY_CRDS, LocalApiServer
+        from dl2.kube.apiserver.sim import simulate_cluster
+        from dl2.paths import REPO_ROOT
+        from dl2.sim.config import SimConfig
+
+        folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
+        self.server = LocalApiServer(crd_files=[*THIRD_PARTY_CRDS, REPO_ROOT / "k8s" / "crd-schedulerpolicy.yaml"])
+        self.server.start()
+        self.cluster = simulate_cluster(self.server, workload, SimConfig.realistic(seed=seed), placer)
+        self.kubeconfig = self.server.write_kubeconfig(folder / "kubeconfig")
+        self.decisions = decisions
+        self.command = [
+            sys.executable, "-m", "dl2.cli.main", "serve", "--kubeconfig", str(self.kubeconfig), "--clock", "cluster",
+            "--decision-log", str(decisions), "--cluster-name", CLUSTER_NAME, "--mlflow-uri", mlflow_uri,
+            "--model-cache", str(folder / "model-cache"), "--placer", placer, "--metrics-port", "0",
+            "--metrics-host", "127.0.0.1", "--no-leader-election", "--log-level", "WARNING",
+        ]  # fmt: skip
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def create_policy(self, mode: str, version: int | None, incumbent: str) -> None:
+        from dl2.kube.lockstep import POLICIES
+
+        spec: dict[str, Any] = {"mode": mode, "incumbent": incumbent}
+        if version is not None:
+            spec["model"] = {"name": "dl2-policy", "version": str(version)}
+        body = {"apiVersion": "dl2.io/v1alpha1", "kind": "SchedulerPolicy", "metadata": {"name": "default"}}
+        self.server.create(POLICIES, None, {**body, "spec": spec})
+
+    def start_controller(self) -> None:
+        log = (self.folder / "serve.log").open("wb")
+        self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT)
+
+    def api(self) -> Any:
+        from kubernetes import config
+
+        return config.new_client_from_config(str(self.kubeconfig))
+
+    def run_to_end(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Advance slot by slot as the controller reports each done, then wait for the final slot's records."""
+        from dl2.kube.lockstep import clock_slot, controller_done, run_lockstep
+
+        slots = 0
+        while not self.cluster.done:
+            slots += run_lockstep(self.server, self.cluster, SLOT_TIMEOUT_S, max_slots=1, waiting=self._alive)
+            if progress is not None:
+                progress(self.cluster.status()["finished"], len(self.cluster.cluster.jobs))
+        started = time.monotonic()
+        while not controller_done(self.server) and time.monotonic() - started < SLOT_TIMEOUT_S:
+            self._alive(clock_slot(self.server))
+            time.sleep(0.02)
+        return slots
+
+    def _alive(self, slot: int) -> None:
+        if self.process is not None and self.process.poll() is not None:
+            tail = (self.folder / "serve.log").read_text(errors="replace").strip().splitlines()[-5:]
+            raise StageFailed(
+                f"cluster loop: dl2 serve exited with {self.process.returncode} at slot {slot}: " + " | ".join(tail)
+            )
+
+    def resizes(self) -> int:
+        """Resize requests the controller sent (PyTorchJob scale and Volcano job patches)."""
+        return sum(
+            1
+            for r in self.server.records()
+            if r.verb == "patch" and r.code < 300 and r.rbac_resource in ("pytorchjobs/scale", "jobs")
+        )
+
+    def close(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        self.server.stop()
+
+
+@contextmanager
+def local_cluster(
+    workload: Workload, placer: str, folder: Path, decisions: Path, mlflow_uri: str, seed: int
+) -> Iterator[LocalCluster]:
+    cluster = LocalCluster(workload, placer, folder, decisions, mlflow_uri, seed)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+def pass_through(cluster: LocalCluster, mode: str, version: int, started: float, say: Callable[[str], None]) -> Run:
+    from dl2.sim.metrics import summarize
+
+    def progress(finished: int, total: int) -> None:
+        if finished and (finished == total or finished % 10 == 0):
+            say(f"    {finished}/{total} jobs finished")
+
+    slots = cluster.run_to_end(progress)
+    summary = summarize(cluster.cluster.result(f"dl2-policy v{version} ({mode})"))
+    log = cluster.decisions / CLUSTER_NAME
+    records = len(_records(log)) if log.exists() else 0
+    return Run(
+        mode, version, summary.avg_jct_s / 3600, summary.p99_jct_s / 3600, slots, records, cluster.resizes(),
+        time.perf_counter() - started,
+    )  # fmt: skip
+
+
+def _records(log: Path) -> list[DecisionRecord]:
+    from dl2.sim.decision_log import read_log
+
+    return read_log(log)
+
+
+def decision_lines(records: Sequence[DecisionRecord], incumbent: str, limit: int = 8) -> list[str]:
+    """The first records where the policy would decide differently from the incumbent (else the first ones)."""
+    differing = [r for r in records if (r.proposed_workers, r.proposed_ps) != (r.incumbent_workers, r.incumbent_ps)]
+    shown = (differing or list(records))[:limit]
+    header = f"{'slot':>5}  {'job':<14} {'held':>7} {incumbent + ' (w,ps)':>12} {'policy (w,ps)':>14} {'applied':>8}"
+    lines = [f"    {header}"]
+    for r in shown:
+        lines.append(
+            f"    {round(r.time_s / r.slot_s):>5}  {r.job_id[:14]:<14} {f'{r.held_workers},{r.held_ps}':>7}"
+            f" {f'{r.incumbent_workers},{r.incumbent_ps}':>12} {f'{r.proposed_workers},{r.proposed_ps}':>14}"
+            f" {f'{r.applied_workers},{r.applied_ps}':>8}"
+        )
+    lines.append(f"    ({len(differing)} of {len(records)} records where the policy differs from {incumbent})")
+    return lines
+
+
+def simulated(workload: Workload, model_dir: Path, placer: str, cluster: ClusterParams) -> dict[str, float]:
+    """`dl2 simulate` of the same slice: the policy (as the controller runs it) and the incumbent."""
+    from dl2.rl.learned import LearnedScheduler
+    from dl2.schedulers.registry import make_scheduler
+    from dl2.sim.config import Mode, SimConfig
+    from dl2.sim.metrics import summarize
+    from dl2.sim.run import interference_model, speed_model
+    from dl2.sim.simulator import simulate
+
+    config, speed = SimConfig.realistic(seed=cluster.seed), speed_model(Mode.REALISTIC)
+    policy = LearnedScheduler.from_dir(model_dir, compat=False)
+    incumbent = make_scheduler(cluster.incumbent, speed, False, placer)
+    return {
+        name: summarize(simulate(workload, scheduler, config, speed, interference_model())).avg_jct_s / 3600
+        for name, scheduler in (("policy", policy), ("incumbent", incumbent))
+    }
+
+
+def champion_version() -> int | None:
+    from pipelines import registry
+
+    champion = registry.alias(registry.CHAMPION)
+    return champion.version if champion is not None else None
+
+
+def model_placer(version: int, folder: Path) -> tuple[Path, str]:
+    """The version's model folder (downloaded) and the placement its config names (the cluster places alike)."""
+    from dl2.rl.model_io import load_config
+    from pipelines import registry
+
+    model_dir = registry.download(version, folder / f"v{version}")
+    config, _ = load_config(model_dir)
+    return model_dir, config.placer
+
+
+def result_lines(report: dict[str, Any]) -> list[str]:
+    shadow, active, sim = report["shadow"], report["active"], report["simulate"]
+    width = 44
+    lines = [
+        f"  {'run of ' + report['slice']['workload'] + ' slice':<{width}} {'avg JCT (h)':>12} {'p99 (h)':>9}"
+        f" {'slots':>6} {'records':>8} {'resizes':>8}",
+        f"  {'shadow: jobs at their asked sizes, v' + str(shadow['version']) + ' recording':<{width}}"
+        f" {shadow['avg_jct_h']:>12.2f} {shadow['p99_jct_h']:>9.2f} {shadow['slots']:>6} {shadow['records']:>8}"
+        f" {shadow['resizes']:>8}",
+        f"  {'active: v' + str(active['version']) + ' through the API':<{width}} {active['avg_jct_h']:>12.2f}"
+        f" {active['p99_jct_h']:>9.2f} {active['slots']:>6} {active['records']:>8} {active['resizes']:>8}",
+        f"  {'dl2 simulate, v' + str(active['version']) + ', same slice':<{width}} {sim['policy']:>12.2f}",
+        f"  {'dl2 simulate, ' + report['slice']['incumbent'] + ' (incumbent), same slice':<{width}}"
+        f" {sim['incumbent']:>12.2f}",
+    ]
+    return lines
+
+
+@dataclass(frozen=True, slots=True)
+class Passes:
+    """The two passes of the loop over one slice, each on a fresh local cluster."""
+
+    workload: Workload
+    placer: str
+    """The placement the cluster uses: the champion's (the controller and `dl2 simulate` place alike)."""
+    folder: Path
+    decisions: Path
+    mlflow_uri: str
+    cluster: ClusterParams
+    say: Callable[[str], None]
+
+    def shadow(self, champion: int) -> Run:
+        """The champion in shadow mode: every decision recorded, no job resized."""
+        self.say(f"  a. shadow: dl2 serve runs the champion v{champion}, records every decision, resizes nothing")
+        started = time.perf_counter()
+        with self._cluster("shadow") as cluster:
+            cluster.create_policy("shadow", champion, self.cluster.incumbent)
+            cluster.start_controller()
+            return pass_through(cluster, "shadow", champion, started, self.say)
+
+    def learn_then_active(self, champion: int, learn: Learn, reports: Path) -> tuple[str, Run]:
+        """With the controller up (mode off), `learn` with the handshake as the gate's confirmation; then the
+        champion (the promoted challenger, else the one before) in active mode over the slice."""
+        from dl2.kube.promotion import confirm_hook, promote_policy
+
+        started = time.perf_counter()
+        with self._cluster("active") as cluster:
+            cluster.create_policy("off", champion, self.cluster.incumbent)
+            cluster.start_controller()
+            api = cluster.api()
+            outcome = learn(confirm_hook(api, mode="active"))
+            self.say(f"    {outcome}")
+            confirmation = (read_json_object(reports / "promotion.json") or {}).get("confirmation") or {}
+            if confirmation.get("detail"):
+                self.say(f"    the controller's answer: {confirmation['detail']}")
+            version = champion_version() or champion
+            if version == champion:  # nothing promoted: the operator's step from shadow to active
+                handshake = promote_policy(api, champion, "active", timeout_s=CONFIRM_TIMEOUT_S)
+                if not handshake.confirmed:
+                    raise StageFailed(f"cluster loop: the controller did not run v{champion}: {handshake.detail}")
+                self.say(f"    {handshake.detail}")
+            self.say(f"  c. active: the controller runs the champion v{version} and resizes jobs")
+            return outcome, pass_through(cluster, "active", version, started, self.say)
+
+    @contextmanager
+    def _cluster(self, name: str) -> Iterator[LocalCluster]:
+        with local_cluster(
+            self.workload, self.placer, self.folder / name, self.decisions, self.mlflow_uri, self.cluster.seed
+        ) as cluster:
+            yield cluster
+
+
+Learn = Callable[[Callable[[int, Any, float], tuple[bool, str]]], str]
+"""(the gate's confirmation) -> the gate's outcome line: collect, dvc repro, register, gate."""
+
+
+def up_to_date(
+    params: Params, layout: Layout, champion: int | None, say: Callable[[str], None]
+) -> dict[str, Any] | None:
+    """The report to show instead of running: the loop is off, there is no champion, or the champion already ran
+    this slice in active mode (None: run the loop)."""
+    if not params.cluster.enabled:
+        say("  skipped (cluster.enabled is false)")
+        return {}
+    if champion is None:
+        say("  no champion: nothing to run in the cluster")
+        return {}
+    previous = read_json_object(layout.reports / REPORT)
+    if previous and previous.get("slice") == to_json(params.cluster) and previous["active"]["version"] == champion:
+        where = layout.relative(layout.reports / REPORT)
+        say(f"  up to date: v{champion} already ran in active mode on this slice ({where})")
+        for line in result_lines(previous):
+            say(line)
+        return previous
+    return None
+
+
+def run(params: Params, layout: Layout, learn: Learn, say: Callable[[str], None] = print) -> dict[str, Any]:
+    """The loop: shadow pass, `learn(confirmation)`, active pass. Returns the report (also written to
+    reports/cluster_loop.json)."""
+    from pipelines.tracking import configure
+
+    champion = champion_version()
+    shown = up_to_date(params, layout, champion, say)
+    if shown is not None or champion is None:
+        return shown or {}
+    workload, decisions = load_slice(params.cluster), layout.root / params.data.incoming
+    nodes = len(workload.cluster.nodes)
+    say(f"  {params.cluster.workload} slice: {len(workload.jobs)} jobs on {nodes} nodes (realistic mode)")
+    with tempfile.TemporaryDirectory(prefix="dl2-loop-", dir=layout.root / "work") as scratch:
+        folder = Path(scratch)
+        model_dir, placer = model_placer(champion, folder)
+        passes = Passes(workload, placer, folder, decisions, configure(), params.cluster, say)
+        shadow = passes.shadow(champion)
+        say(f"    {shadow.records} decision records in {layout.relative(decisions / CLUSTER_NAME)}; some decisions:")
+        for line in decision_lines(_records(decisions / CLUSTER_NAME), params.cluster.incumbent):
+            say(line)
+        say("  b. learn: collect the records, dvc repro (the online stage learns from them), register, gate")
+        outcome, active = passes.learn_then_active(champion, learn, layout.reports)
+        if active.version != champion:
+            model_dir, _ = model_placer(active.version, folder)
+        reference = simulated(workload, model_dir, placer, params.cluster)
+    report = {
+        "slice": to_json(params.cluster),
+        "shadow": shadow.to_json_dict(),
+        "gate": outcome,
+        "active": active.to_json_dict(),
+        "simulate": reference,
+        "records": layout.relative(decisions / CLUSTER_NAME),
+    }
+    write_json_atomic(layout.reports / REPORT, report)
+    for line in result_lines(report):
+        say(line)
+    return report
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM (a timeout, `kill`, Airflow) exits through `finally` blocks, so the controller process and the API
+    server this run started are stopped with it."""
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
+def cli(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipelines.cluster_loop", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = parser.parse_args(argv)
+    exit_on_sigterm()
+    from pipelines import lifecycle
+    from pipelines import params as params_module
+
+    params, layout = params_module.load(), Layout()
+    try:
+        learn = lifecycle.learn_from_cluster(params, layout)
+        report = run(params, layout, learn)
+    except StageFailed as failure:
+        print(str(failure), file=sys.stderr)
+        return 1
+    if args.json:
+        print_json(report)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(cli())
