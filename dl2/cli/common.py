@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from dl2.core import Dl2Error, InputError, Workload
@@ -37,8 +38,18 @@ def add_sim_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--placer",
         default=None,
+        type=placer_argument,
         help=f"realistic-mode placement: {', '.join(sorted(PLACERS))} or a Harmony placer folder (models/harmony-...); "
         "default: load-balance for heuristics, a trained policy's own placer for a model folder",
+    )
+
+
+def placer_argument(text: str) -> str:
+    """A placer's name or a folder (a Harmony placer, checked when loaded); anything else is refused by argparse."""
+    if text in PLACERS or Path(text).is_dir():
+        return text
+    raise argparse.ArgumentTypeError(
+        f"invalid choice: {text!r} (choose from {', '.join(sorted(PLACERS))}, or a Harmony placer folder)"
     )
 
 
