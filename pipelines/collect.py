@@ -104,14 +104,14 @@ def _from_folder(log: Path, relative: str, seen: Mapping[str, Any]) -> Taken | N
     new = [p for p in sorted(log.glob("segment-*.jsonl")) if p.name not in done]
     if not new:
         return None
-    lines = tuple(line for segment in new for line in segment.read_text().splitlines())
+    lines = tuple(line for segment in new for line in _text(segment.read_bytes()).splitlines())
     cluster = log / CLUSTER_FILE
     return Taken(relative, lines, tuple(p.name for p in new), cluster=cluster if cluster.is_file() else None)
 
 
 def _from_file(log: Path, relative: str, seen: Mapping[str, Any]) -> Taken | None:
     data = log.read_bytes()
-    lines = data.decode("utf-8", errors="replace").splitlines()
+    lines = _text(data).splitlines()
     complete = len(lines) if data.endswith(b"\n") else len(lines) - 1
     start = int(seen.get("lines", 0))
     if complete <= start:
@@ -122,9 +122,15 @@ def _from_file(log: Path, relative: str, seen: Mapping[str, Any]) -> Taken | Non
     )
 
 
+def _text(data: bytes) -> str:
+    """A log's bytes as text that writes back to the same bytes: bytes that are not UTF-8 reach validation (and
+    quarantine) as they were, rather than being replaced or stopping the collection."""
+    return data.decode("utf-8", errors="surrogateescape")
+
+
 def collect(params: Params, layout: Layout, window: str) -> Collection:
     """Move the records logged since the watermark into the training feedback (or quarantine), then advance it."""
-    from pipelines.validate import failure_text, validate_log
+    from pipelines.validate import failure_summary, validate_log
 
     incoming = layout.root / params.data.incoming
     consumed = watermark(layout)
@@ -139,7 +145,9 @@ def collect(params: Params, layout: Layout, window: str) -> Collection:
         target = clusters_dir(layout) / name
         number = len(list(target.glob("segment-*.jsonl"))) + 1 if target.is_dir() else 1
         segment = f"segment-{number:06d}-{safe_name(window)}.jsonl"  # numbered: segments sort in log order
-        (candidate / segment).write_text("".join(f"{line}\n" for line in taken.lines))
+        (candidate / segment).write_bytes(
+            "".join(f"{line}\n" for line in taken.lines).encode("utf-8", "surrogateescape")
+        )
         if taken.cluster is not None:
             shutil.copyfile(taken.cluster, candidate / CLUSTER_FILE)
         report = _validate(validate_log, candidate, params, layout)
@@ -153,7 +161,7 @@ def collect(params: Params, layout: Layout, window: str) -> Collection:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(candidate), str(target))
             write_json(target / "validation.json", report)
-            reason = failure_text(report, layout.relative(target / "validation.json")).splitlines()[0]
+            reason = failure_summary(report)
             result.quarantined[taken.log] = f"{layout.relative(target)}: {reason}"
         _advance(consumed, taken)
     shutil.rmtree(staging, ignore_errors=True)
@@ -166,9 +174,12 @@ def collect(params: Params, layout: Layout, window: str) -> Collection:
 def _validate(validate_log: Any, candidate: Path, params: Params, layout: Layout) -> dict[str, Any] | None:
     """The suite's report on the candidate records; records that cannot even be read are a failed report."""
     from dl2.core import InputError
+    from dl2.sim.decision_log import read_cluster
 
     try:
         report: dict[str, Any] = validate_log(candidate, params, layout)
+        if (candidate / CLUSTER_FILE).is_file():
+            read_cluster(candidate / CLUSTER_FILE)
     except InputError as error:
         return {"success": False, "name": candidate.name, "kind": "decision log", "path": layout.relative(candidate),
                 "evaluated": 0, "failed": 1, "expectations": [], "data_docs": "", "error": str(error)}  # fmt: skip

@@ -13,12 +13,11 @@ policy). Every log passes the decision-log suite before the folder is put in pla
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from dl2.core import ClusterSpec, InputError
-from dl2.sim.decision_log import CLUSTER_FILE, cluster_from_json, cluster_to_json
+from dl2.sim.decision_log import CLUSTER_FILE, cluster_to_json, read_cluster
 from pipelines.code import code_version
 from pipelines.params import Params
 from pipelines.stage import Layout, StageFailed, StageResult, main_without_arguments, published_folder, write_json
@@ -33,7 +32,7 @@ def log_cluster(log: Path, cluster_name: str) -> ClusterSpec:
 
     described = (log if log.is_dir() else log.parent) / CLUSTER_FILE
     if described.is_file():
-        return cluster_from_json(json.loads(described.read_text()), str(described))
+        return read_cluster(described)
     if cluster_name in SETTINGS:
         return generate_authors_workload(SETTINGS[cluster_name], 0).cluster
     if cluster_name == "philly":

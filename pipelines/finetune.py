@@ -4,10 +4,10 @@ are learned from by the next stage, `online`.
 
 RL starts from the warm-up (or from any model folder given by `--init`, e.g. the current champion) and keeps
 the checkpoint with the best average JCT on the validation workloads (`dl2.rl.training.fine_tune`). Then every
-decision log under `data/feedback/simulated` is validated with the decision-log suite (a failing log stops the stage
-before anything is written) and turned into samples (`dl2.rl.feedback.feedback_batch`) for
-`learn_from_feedback`; the policy after feedback is kept only if it does not validate worse. The MLflow run logs
-per-iteration metrics, the learning curve and the model folder.
+decision log under `data/feedback/simulated` is validated with the decision-log suite (a failing log is skipped
+and named in the output and the summary; the others are used) and turned into samples
+(`dl2.rl.feedback.feedback_batch`) for `learn_from_feedback`; the policy after feedback is kept only if it does
+not validate worse. The MLflow run logs per-iteration metrics, the learning curve and the model folder.
 
     python -m pipelines.finetune [--smoke] [--init models/champion]
 """
@@ -16,17 +16,19 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dl2.core import InputError
 from dl2.sim.metrics import report_unit
 from pipelines import tracking
 from pipelines.code import code_version
 from pipelines.params import Params
 from pipelines.rl import env_config, finetune_config, rl_seeds, save
-from pipelines.stage import Layout, StageFailed, StageResult, main, write_json
+from pipelines.stage import Layout, StageResult, main, write_json
 from pipelines.workloads import require_within, training_dataset
 
 
@@ -36,20 +38,45 @@ def init_folder(params: Params, layout: Layout, init: Path | None) -> Path:
     return layout.root / params.finetune.init if params.finetune.init else layout.model("warmup")
 
 
+def usable_logs(params: Params, layout: Layout, logs: Sequence[Path]) -> tuple[list[Path], dict[str, str]]:
+    """The logs that pass the decision-log suite, and {log: why} for those that do not: a malformed log is
+    skipped and named, never a reason to stop learning from the others (`pipelines.collect` quarantines such
+    logs before they reach `data/feedback/clusters`; this catches one put there by other means)."""
+    from dl2.sim.decision_log import CLUSTER_FILE, read_cluster
+    from pipelines.validate import failure_summary, validate_log
+
+    good, skipped = [], {}
+    for log in logs:
+        try:
+            report = validate_log(log, params, layout)
+            problem = None if report["success"] else failure_summary(report)
+            described = (log if log.is_dir() else log.parent) / CLUSTER_FILE
+            if problem is None and described.is_file():
+                read_cluster(described)
+        except InputError as error:
+            problem = str(error)
+        if problem is None:
+            good.append(log)
+        else:
+            skipped[layout.relative(log)] = problem
+            print(f"finetune: skipped decision log {layout.relative(log)}: {problem}", file=sys.stderr)
+    return good, skipped
+
+
+def skipped_summary(skipped: dict[str, str]) -> dict[str, Any]:
+    """A stage summary's entry for the malformed logs it left out, when there were any."""
+    return {"skipped_logs": skipped} if skipped else {}
+
+
 def feedback_batches(
     params: Params, layout: Layout, policy_config: Any, logs: Sequence[Path]
 ) -> tuple[list[Any], list[dict[str, Any]]]:
-    """Samples of each decision log, every log validated first (StageFailed on a bad one: nothing learned)."""
+    """Samples of the given (validated) decision logs, one batch per log and cluster."""
     from dl2.rl.feedback import feedback_batch
     from dl2.schedulers.registry import PLACERS
     from dl2.sim.decision_log import read_log
     from pipelines.feedback import log_cluster
-    from pipelines.validate import failure_text, validate_log
 
-    for log in logs:  # all of them before any learning: one bad log and nothing is written
-        report = validate_log(log, params, layout)
-        if not report["success"]:
-            raise StageFailed(failure_text(report, layout.relative(log)))
     batches, facts = [], []
     for log in logs:
         records = read_log(log)
@@ -82,7 +109,7 @@ def run(params: Params, layout: Layout | None = None, init: Path | None = None) 
 
     layout = layout or Layout()
     start = init_folder(params, layout, init)
-    logs = find_logs(layout.simulated_feedback)
+    logs, skipped = usable_logs(params, layout, find_logs(layout.simulated_feedback))
     trained = load_trained(start)
     config = finetune_config(params, trained.config.network)
     require_within(layout, params, "rl", rl_seeds(config))
@@ -118,6 +145,7 @@ def run(params: Params, layout: Layout | None = None, init: Path | None = None) 
         summary = {
             "best_validation_avg_jct_s": state.best_validation_jct_s,
             "feedback_logs": len(logs),
+            **skipped_summary(skipped),
             "seconds": round(seconds, 1),
         }
         return StageResult("finetune", (layout.relative(folder),), version, active.info.run_id, summary)

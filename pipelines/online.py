@@ -2,9 +2,10 @@
 online); writes `models/staging/online`, the model `evaluate` and `register` take as the candidate.
 
 The records are those `pipelines.collect` versioned under `data/feedback/clusters` (what `dl2 serve` wrote in
-shadow, canary or active mode). Each log is validated with the decision-log suite first (a failing log stops the
-stage before anything is written); then advantage-weighted steps on its decisions (`learn_from_feedback`), and
-the result is kept only if it does not validate worse than the fine-tuned model: logged behaviour can mislead.
+shadow, canary or active mode). Each log is validated with the decision-log suite first (a failing log is
+skipped and named in the output and the summary: one poison log never blocks the others); then
+advantage-weighted steps on its decisions (`learn_from_feedback`), and the result is kept only if it does not
+validate worse than the fine-tuned model: logged behaviour can mislead.
 Without collected records the fine-tuned model passes through unchanged. Split from `finetune` so that new
 cluster feedback reruns this short stage, not reinforcement learning in the simulator.
 
@@ -45,11 +46,17 @@ def run(params: Params, layout: Layout | None = None) -> StageResult:
     from dl2.rl.actor_critic import ActorCritic, TrainingState
     from dl2.rl.training import load_trained
     from dl2.rl.workers import make_pool
-    from pipelines.finetune import feedback_batches, feedback_datasets, learn_from_logs
+    from pipelines.finetune import (
+        feedback_batches,
+        feedback_datasets,
+        learn_from_logs,
+        skipped_summary,
+        usable_logs,
+    )
 
     layout = layout or Layout()
     start, folder = layout.model("finetune"), layout.model("online")
-    logs = cluster_logs(layout)
+    logs, skipped = usable_logs(params, layout, cluster_logs(layout))
     trained = load_trained(start)
     version = code_version("pipelines.online")
     settings = {"finetune": params.section("finetune"), "init": layout.relative(start)}
@@ -58,7 +65,7 @@ def run(params: Params, layout: Layout | None = None) -> StageResult:
         if not logs:
             _copy_model(start, folder)
             mlflow.log_metric("feedback.decisions", 0.0)
-            summary: dict[str, Any] = {"cluster_logs": 0, "kept": None}
+            summary: dict[str, Any] = {"cluster_logs": 0, "kept": None, **skipped_summary(skipped)}
             write_json(folder / RECORD, {"code_version": version, "from": layout.relative(start), **summary})
             return StageResult("online", (layout.relative(folder),), version, active.info.run_id, summary)
         batches, facts = feedback_batches(params, layout, trained.config, logs)
@@ -76,7 +83,7 @@ def run(params: Params, layout: Layout | None = None) -> StageResult:
         metadata = {**trained.metadata, "online": feedback, "online_code_version": version}
         title = "DL2 policy trained with actor-critic RL, then on logged cluster feedback"
         save(folder, trained.config, chosen, state.best_value, title, metadata)
-        summary = {"cluster_logs": len(logs), "kept": bool(feedback and feedback["kept"])}
+        summary = {"cluster_logs": len(logs), "kept": bool(feedback and feedback["kept"]), **skipped_summary(skipped)}
         write_json(folder / RECORD, {"code_version": version, "from": layout.relative(start), **summary})
         mlflow.log_artifacts(str(folder), artifact_path="model")
         return StageResult("online", (layout.relative(folder),), version, active.info.run_id, summary)

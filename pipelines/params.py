@@ -21,19 +21,21 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from annotated_types import Ge, Gt, Le, MinLen
+from annotated_types import Ge, Gt, Le, Lt, MinLen
 
 from dl2.config import ConfigError, Keys, build, config, merge, refuse
-from dl2.core import Dl2Error
+from dl2.core import Dl2Error, InputError
+from dl2.core.inputs import read_text
+from dl2.core.limits import MAX_TASKS_PER_JOB, MAX_TIME_S
 from dl2.env.config import EnvConfig
-from dl2.rl.config import RL_KEYS, WARMUP_KEYS, RLConfig, WarmUpConfig, check_training
+from dl2.rl.config import RL_KEYS, WARMUP_KEYS, RLConfig, WarmUpConfig, check_source, check_training
 from pipelines.tracking import ROOT
 
 DEFAULT_PATH = ROOT / "params.yaml"
 ABLATION_VARIANTS = ("full", "no-exploration", "no-replay", "no-value-baseline")
 """RL components that `ablate` can switch off (DL2 §6.5), `full` being none."""
 Variant = Literal["full", "no-exploration", "no-replay", "no-value-baseline"]
-Seed = Annotated[int, Ge(0)]
+Seed = Annotated[int, Ge(0), Lt(2**63)]
 Count = Annotated[int, Ge(0), Le(1_000_000)]
 
 
@@ -56,15 +58,15 @@ class DataParams:
 
 @config
 class ValidateParams:
-    max_gpus: Annotated[int, Ge(1)] = 512
+    max_gpus: Annotated[int, Ge(1), Le(MAX_TASKS_PER_JOB)] = 512
     """Largest plausible GPU count of one job (the shipped traces reach 32)."""
-    max_duration_s: Annotated[float, Gt(0)] = 5_184_000.0
+    max_duration_s: Annotated[float, Gt(0), Le(MAX_TIME_S)] = 5_184_000.0
     """Longest plausible run time of one job, 60 days (the shipped traces reach about 30)."""
     job_types: tuple[str, ...] = ("unknown", "LS", "BE", "Burstable", "Guaranteed")
     """Known job classes besides the catalogue's model names (which are always allowed)."""
     statuses: tuple[str, ...] = ("unknown", "succeeded", "failed", "running", "killed")
     """Known final job statuses."""
-    max_progress_ratio: Annotated[float, Gt(0)] = 2.0
+    max_progress_ratio: Annotated[float, Gt(0), Le(1_000)] = 2.0
     """Decision logs: epochs done over declared epochs at most this (declared epochs may err, DL2 §6.4)."""
     sample_rows: Annotated[int, Ge(1), Le(1000)] = 5
     """Rows shown per failed expectation in the report."""
@@ -82,6 +84,10 @@ class WorkloadsParams:
     """Held-out workloads (a workload name or a source), never trained or selected on."""
     test_seeds: Annotated[tuple[Seed, ...], MinLen(1)] = (0,)
     """Seeds of the test workloads (a source: one workload per seed; a name: the simulation seeds)."""
+
+    def __post_init__(self) -> None:
+        check_source("train_source", self.train_source)
+        check_source("test", self.test)
 
 
 @config
@@ -139,7 +145,7 @@ class EvaluateParams:
     """Heuristics the policy is compared with on the test workloads (with the teacher and the incumbents)."""
     champion: str = ""
     """Model folder of the current champion to compare with (empty: none; `--champion` overrides)."""
-    stall_slots: Annotated[int, Ge(1)] = 500
+    stall_slots: Annotated[int, Ge(1), Le(10_000_000)] = 500
     """A run in which no job progresses for this many slots is stopped and its scheduler reported unsafe."""
     workers: Annotated[int, Ge(1), Le(1024)] = 2
     """Processes running the test workloads (of the evaluation, the ablation's variants and the gate)."""
@@ -151,9 +157,9 @@ class AblateParams:
     """RL variants (`full` or `no-<component>`), each trained from the warm-up and tested."""
     seeds: Annotated[tuple[Seed, ...], MinLen(1)] = (0, 1, 2, 3, 4)
     """Training seeds per variant (the confidence interval is over them)."""
-    iterations: Annotated[int, Ge(1)] = 4
+    iterations: Annotated[int, Ge(1), Le(1_000_000)] = 4
     """RL iterations per variant and seed."""
-    episodes_per_iteration: Annotated[int, Ge(1)] = 2
+    episodes_per_iteration: Annotated[int, Ge(1), Le(1_000_000)] = 2
     """Episodes per RL iteration of each variant (smaller than fine-tuning's: ablations compare, not ship)."""
     test_workloads: Count = 0
     """Test workloads each variant and seed runs on (the first ones of `workloads.test`; 0: all)."""
@@ -162,7 +168,7 @@ class AblateParams:
     and replay needs at least two of them to replay anything."""
     epochs: Annotated[int, Ge(1), Le(1000)] = 1
     """Passes over each iteration's decisions (fewer than fine-tuning's: the ablation compares components)."""
-    samples_per_iteration: Annotated[int, Ge(1)] = 20_000
+    samples_per_iteration: Annotated[int, Ge(1), Le(100_000_000)] = 20_000
     """Fresh decisions each update uses (a random subset of the iteration's)."""
 
 
@@ -173,7 +179,7 @@ class PromoteParams:
     the best heuristic too to require that)."""
     margin: Annotated[float, Ge(0), Le(1)] = 0.0
     """The challenger must beat what it replaces (the champion, else every incumbent) by this fraction."""
-    max_slowdown_p99: Annotated[float, Ge(1)] = 1.5
+    max_slowdown_p99: Annotated[float, Ge(1), Le(1_000)] = 1.5
     """Safety: p99 JCT at most this multiple of what it replaces."""
 
 
@@ -241,14 +247,22 @@ def load(path: Path | str | None = None, smoke: bool = False, overrides: Sequenc
     set, then apply `key.sub=value` overrides (last, so that `--smoke --set warmup.epochs=3` means 3)."""
     location = Path(path) if path is not None else DEFAULT_PATH
     try:
-        raw = yaml.safe_load(location.read_text()) or {}
-    except FileNotFoundError:
-        raise ParamsError(f"{location}: file not found") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as error:
-        raise ParamsError(f"{location}: not valid YAML ({str(error).splitlines()[0]})") from None
+        raw = parse_yaml(read_text(location), str(location)) or {}
+    except InputError as error:
+        raise ParamsError(str(error)) from None
     if not isinstance(raw, dict):
         raise ParamsError(f"{location}: expected a mapping of sections")
     return from_mapping(raw, smoke, str(location), overrides)
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """A YAML document (safe types only); invalid or too deeply nested YAML is an InputError."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise InputError(where, f"not valid YAML ({str(error).splitlines()[0]})") from None
+    except RecursionError:
+        raise InputError(where, "not valid YAML (nested too deeply)") from None
 
 
 def from_mapping(
@@ -330,9 +344,9 @@ def _apply_override(raw: dict[str, Any], override: str) -> None:
     if not sep or not key.strip():
         raise ParamsError(f"override {override!r}: expected key.sub=value")
     try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        raise ParamsError(f"override {override!r}: the value is not valid YAML") from None
+        value = parse_yaml(text, f"override {override!r}")
+    except InputError as error:
+        raise ParamsError(str(error)) from None
     node = raw
     parts = key.strip().split(".")
     for part in parts[:-1]:

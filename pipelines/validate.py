@@ -37,9 +37,10 @@ ROW = "csv_row"
 """Added to a trace frame: the 1-based data row (header excluded), as dl2's loaders number rows."""
 RECORD = "log_record"
 """Added to a decision-log frame: the 1-based record number in log order (segment by segment)."""
-LOG_DERIVED = ("time_step_s", "progress_step_epochs", "progress_ratio")
-"""Columns computed per job before validation (a suite checks columns, not groups): the step from the job's
-previous record in time and in progress, and progress over declared epochs."""
+LOG_DERIVED = ("type_problem", "time_step_s", "progress_step_epochs", "progress_ratio")
+"""Columns computed per record before validation (a suite checks columns, not groups): the first field whose
+JSON type or range is wrong (the record parser's check, `dl2.sim.decision_log.record_problem`), the step from
+the job's previous record in time and in progress, and progress over declared epochs."""
 
 
 # -- suites ----------------------------------------------------------------------------------------------------
@@ -75,6 +76,8 @@ def log_expectations(config: ValidateParams) -> list[Any]:
     numeric = [name for name in fields if name not in _TEXT_FIELDS and name not in NODE_FIELDS]
     return [
         gxe.ExpectTableColumnsToMatchSet(column_set=[*fields, RECORD, *LOG_DERIVED], exact_match=True),
+        # types first: a string "3" where a count belongs is refused, not coerced (the fine-tune reader refuses it)
+        gxe.ExpectColumnValuesToBeNull(column="type_problem"),
         *(gxe.ExpectColumnValuesToNotBeNull(column=name) for name in fields),
         gxe.ExpectColumnValuesToBeInSet(column="mode", value_set=list(MODES)),
         gxe.ExpectColumnValuesToBeInSet(column="architecture", value_set=["ps", "allreduce"]),
@@ -123,17 +126,15 @@ def log_frames(location: Path) -> tuple[Any, Any]:
     """(raw, typed) frames of a decision log (a folder of segments or one .jsonl file), in log order."""
     import pandas as pd
 
-    from dl2.sim.decision_log import NODE_FIELDS, segments
+    from dl2.core.inputs import parse_json, read_lines
+    from dl2.sim.decision_log import NODE_FIELDS, record_problem, segments
 
     rows: list[dict[str, Any]] = []
     for path in segments(location):
-        for number, line in enumerate(path.read_text().splitlines(), start=1):
+        for number, line in enumerate(read_lines(path), start=1):
             if not line.strip():
                 continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise InputError(str(path), f"not valid JSON ({error.msg})", row=number) from None
+            data = parse_json(line, str(path), number)
             if not isinstance(data, dict):
                 raise InputError(str(path), "expected a JSON object", row=number)
             rows.append(data)
@@ -145,9 +146,22 @@ def log_frames(location: Path) -> tuple[Any, Any]:
         if name not in raw:
             raw[name] = [[] for _ in range(len(raw))]
     typed = raw.copy()
-    for name in DecisionRecord.field_names():
-        if name in typed and name not in _TEXT_FIELDS and name not in NODE_FIELDS:
+    kinds = DecisionRecord.field_kinds()
+    problems: list[str | None] = [None] * len(rows)
+    for name, kind in kinds.items():
+        if name not in typed:
+            continue
+        # the parsed JSON values, not the frame's (pandas turns a column of ints into numpy integers)
+        values = [row.get(name, [] if kind == "nodes" else None) for row in rows]
+        wrong = [record_problem(value, kind) if value is not None else None for value in values]
+        for index, problem in enumerate(wrong):
+            if problem is not None and problems[index] is None:
+                problems[index] = f"{name}: {problem}"
+        kept = [None if problem is not None else value for value, problem in zip(values, wrong, strict=True)]
+        typed[name] = pd.Series(kept, index=typed.index, dtype=object)
+        if kind in ("integer", "real"):  # only values of the right JSON type reach the numeric checks
             typed[name] = pd.to_numeric(typed[name], errors="coerce")
+    typed["type_problem"] = pd.Series(problems, index=typed.index, dtype=object)
     if {"cluster", "job_id", "time_s", "progress_epochs", "declared_epochs"} <= set(typed.columns):
         by_job = typed.groupby(["cluster", "job_id"], sort=False)
         typed["time_step_s"] = by_job["time_s"].diff()
@@ -258,6 +272,22 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple | set):
         return [_plain(v) for v in value]
     return value
+
+
+def failure_summary(report: dict[str, Any]) -> str:
+    """A failed report in one line: what could not be read, or the failed expectations with a sample value."""
+    if report.get("error"):
+        return str(report["error"])
+    failed = [check for check in report["expectations"] if not check["success"]]
+    parts = []
+    for check in failed[:3]:
+        column = check["kwargs"].get("column", "")
+        sample = check.get("sample_values") or check.get("observed")
+        parts.append(
+            f"{check['expectation']}({column}) e.g. {sample!r:.120}" if sample else f"{check['expectation']}({column})"
+        )
+    more = f" and {len(failed) - 3} more" if len(failed) > 3 else ""
+    return f"{report['failed']} of {report['evaluated']} expectations failed: {'; '.join(parts)}{more}"
 
 
 def failure_text(report: dict[str, Any], report_path: str) -> str:

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dl2.cli.common import UsageError, add_sim_options, check_seed, sim_config
+from dl2.cli.common import UsageError, add_sim_options, check_range, check_seed, sim_config
+from dl2.core.limits import MAX_JOBS, MAX_NODES, MAX_TIME_S
 from dl2.io import print_json, write_json_atomic
 from dl2.schedulers.registry import PLACERS
 from dl2.sim.config import Mode
@@ -75,10 +76,16 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def run(args: argparse.Namespace) -> int:
-    if not 0 <= args.port <= 65535:
-        raise UsageError(f"--port must be in 0..65535, got {args.port}")
-    if args.tick_s < 0:
-        raise UsageError(f"--tick-s must be non-negative, got {args.tick_s}")
+    check_range("--port", args.port, 0, 65535)
+    check_range("--tick-s", args.tick_s, 0, MAX_TIME_S)
+    check_range("--history", args.history, 1, 1_000_000)
+    check_range("--bookmark-interval-s", args.bookmark_interval_s, 0.001, MAX_TIME_S)
+    check_range("--allreduce-fraction", args.allreduce_fraction, 0, 1)
+    check_range("--kueue-fraction", args.kueue_fraction, 0, 1)
+    if args.jobs is not None:
+        check_range("--jobs", args.jobs, 1, MAX_JOBS)
+    if args.nodes is not None:
+        check_range("--nodes", args.nodes, 1, MAX_NODES)
     if args.simulate is None and (
         any(value is not None for value in (args.jobs, args.nodes, args.reference)) or args.lockstep
     ):

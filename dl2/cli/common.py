@@ -54,9 +54,21 @@ def placer_argument(text: str) -> str:
 
 
 def check_seed(seed: int) -> int:
-    if seed < 0:
-        raise UsageError(f"seeds must be non-negative integers, got {seed}")
+    if not 0 <= seed < 2**63:
+        raise UsageError(f"seeds must be integers from 0 to 2**63 - 1, got {seed}")
     return seed
+
+
+def check_range(flag: str, value: float, low: float, high: float) -> None:
+    """A numeric flag within [low, high] (NaN is outside every range)."""
+    if not low <= value <= high:
+        raise UsageError(f"{flag} must be from {low:g} to {high:g}, got {value:g}")
+
+
+def check_out_folder(path: Path) -> None:
+    """An output folder that can be written: absent, or a folder (a file there is refused, not replaced)."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--out {path} is a file; name a folder (it is created if missing)")
 
 
 def console() -> Any:
@@ -77,13 +89,13 @@ def scheduler_builder(
 ) -> SchedulerBuilder:
     """A builder for a heuristic by name or a trained policy by model folder, placing with `placer` (a name or a
     Harmony placer folder; None: the default). Checked now, so a typo fails before any work."""
-    from dl2.rl.model_io import is_model_dir
+    from dl2.workload.registry import looks_like_path
 
     make_placer = placer_factory(placer)
-    if is_model_dir(name):
+    if name not in SCHEDULERS and (Path(name).exists() or looks_like_path(name)):
         from dl2.rl.learned import LearnedScheduler
 
-        LearnedScheduler.from_dir(name)  # fail now on a broken model, not after loading workloads
+        LearnedScheduler.from_dir(name)  # fail now on a missing or broken model, not after loading workloads
         return lambda speed, compat: LearnedScheduler.from_dir(
             name, greedy=greedy, seed=seed, compat=compat, placer=make_placer() if make_placer else None
         )

@@ -13,6 +13,7 @@ from dl2.cli.common import (
     UsageError,
     add_sim_options,
     add_workload_options,
+    check_out_folder,
     check_seed,
     console,
     load,
@@ -20,6 +21,7 @@ from dl2.cli.common import (
     sim_config,
 )
 from dl2.cli.plots import plot_comparison
+from dl2.core.limits import MAX_SEEDS
 from dl2.io import write_json_atomic
 from dl2.sim.config import Mode
 from dl2.sim.metrics import mean_ci95
@@ -50,15 +52,20 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def parse_seeds(text: str) -> list[int]:
-    try:
-        if "," not in text and text.strip().isdigit() and int(text) > 1:
-            return list(range(int(text)))
-        seeds = [check_seed(int(part)) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise UsageError(f"--seeds must be integers separated by commas or a count, got '{text}'") from None
-    if not seeds:
+    """`N` (more than one) for 0..N-1, or seeds separated by commas; at most `MAX_SEEDS` of them."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts:
         raise UsageError("--seeds names no seed")
-    return seeds
+    if not all(part.isdigit() and len(part) <= 19 for part in parts):
+        raise UsageError(f"--seeds must be whole numbers separated by commas, or a count, got '{text:.80}'")
+    if len(parts) == 1 and "," not in text and int(parts[0]) > 1:
+        count = int(parts[0])
+        if count > MAX_SEEDS:
+            raise UsageError(f"--seeds {count}: at most {MAX_SEEDS:,} seeds")
+        return list(range(count))
+    if len(parts) > MAX_SEEDS:
+        raise UsageError(f"--seeds names {len(parts):,} seeds, at most {MAX_SEEDS:,}")
+    return [check_seed(int(part)) for part in parts]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
     seeds = parse_seeds(args.seeds)
     config = sim_config(args, seeds[0])
     out = args.out or Path("results") / f"compare-{Path(args.workload).stem}-{mode.value}"
+    check_out_folder(out)
     workloads_by_seed = {seed: load(args.workload, seed) for seed in seeds}
     total = len(names) * sum(len(w) for w in workloads_by_seed.values())
     runs: list[GridRun] = []

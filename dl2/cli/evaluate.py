@@ -44,13 +44,15 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def run(args: argparse.Namespace) -> int:
     from dl2.cli.compare import parse_seeds
+    from dl2.rl.model_io import load_config
 
     mode = Mode(args.mode)
     seeds = parse_seeds(args.seeds)
+    if args.out is not None and args.out.is_dir():
+        raise UsageError(f"--out {args.out} is a folder; name the JSON file to write")
     builders: dict[str, SchedulerBuilder] = {}
     for model in args.model:
-        if not (model / "config.json").is_file():
-            raise UsageError(f"{model} is not a model folder (no config.json)")
+        load_config(model)  # a missing folder, or one without config.json, is named as such
         builders[f"{model.name} (greedy)"] = scheduler_builder(str(model), args.placer, mode, greedy=True)
         if args.sampled:
             builders[f"{model.name} (sampled)"] = scheduler_builder(

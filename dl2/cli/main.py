@@ -27,6 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="dl2: a learned scheduler for deep-learning training clusters (DL2, Harmony) and its simulator.",
     )
     parser.add_argument("--version", action="version", version=f"dl2 {__version__}")
+    parser.add_argument(
+        "--debug", action="store_true", help="let an error end with its Python traceback (to report a bug)"
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     subparsers.required = True
     for module in (simulate, compare, workloads, speed, evaluate, cluster, serve, extender):
@@ -37,12 +40,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run a command: 0 done, 2 refused input (one line naming what and why), 1 an unexpected error (a bug:
+    one line, and `dl2 --debug ...` shows its traceback), 130 interrupted."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.run(args))
     except Dl2Error as error:
-        print(f"dl2 {args.command}: error: {error}", file=sys.stderr)
+        if args.debug:
+            raise
+        print(f"dl2 {args.command}: error: {one_line(str(error))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("dl2: interrupted", file=sys.stderr)
@@ -51,6 +58,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the reader went away (`dl2 ... | head`): stop quietly, and keep Python from complaining at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as error:  # the safety net, not the fix: every bad input has its own Dl2Error
+        if args.debug:
+            raise
+        text = one_line(f"{type(error).__name__}: {error}", limit=300)
+        print(f"dl2 {args.command}: internal error: {text} (run `dl2 --debug {args.command} ...` for the "
+              "traceback, and please report it)", file=sys.stderr)  # fmt: skip
+        return 1
+
+
+def one_line(text: str, limit: int = 2_000) -> str:
+    """A message as one line of at most `limit` characters (scripts read the first line)."""
+    flat = " ".join(line.strip() for line in text.splitlines() if line.strip())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from dl2.cli.common import UsageError, check_seed
+from dl2.cli.common import UsageError, check_range, check_seed
+from dl2.core.limits import MAX_TIME_S
 from dl2.schedulers.registry import PLACERS
 
 CRASH_ENV = "DL2_SERVE_CRASH_AT"
@@ -108,6 +109,9 @@ def run(args: argparse.Namespace) -> int:
     check_seed(args.seed)
     if not 0 <= args.metrics_port <= 65535:
         raise UsageError(f"--metrics-port must be in 0..65535, got {args.metrics_port}")
+    check_range("--slot-s", args.slot_s, 0.001, MAX_TIME_S)
+    for flag in ("--request-timeout-s", "--lease-s", "--renew-deadline-s", "--retry-s"):
+        check_range(flag, getattr(args, flag.removeprefix("--").replace("-", "_")), 0.001, 86_400)
     identity = args.identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
     try:
         config = ControllerConfig(

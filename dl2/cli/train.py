@@ -14,8 +14,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from dl2.cli.common import UsageError
+from dl2.cli.common import UsageError, check_range
 from dl2.config import Keys
+from dl2.core.limits import MAX_PROCESSES
 from dl2.env.config import ENV_KEYS
 from dl2.rl.config import RL_KEYS, WARMUP_KEYS
 from dl2.rl.model_io import PolicyConfig
@@ -148,8 +149,7 @@ def rl_configs(args: argparse.Namespace, loaded: PolicyConfig | None) -> tuple[A
     if env.observation.packed and mode != "compat":
         raise UsageError("--packed is a compat-mode option (realistic mode places by --placer)")
     check_training(mode, rl, key="--credit")
-    if args.workers < 0:
-        raise UsageError(f"--workers must not be negative, got {args.workers}")
+    check_range("--workers", args.workers, 0, MAX_PROCESSES)
     return env, rl
 
 

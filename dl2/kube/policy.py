@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from dl2.core.limits import MAX_TASKS_PER_JOB
 from dl2.kube.apiserver.contract import GROUP
 from dl2.schedulers.registry import SCHEDULERS
 
@@ -48,7 +49,11 @@ class PolicyError(ValueError):
 
     def __init__(self, field_path: str, message: str) -> None:
         self.field_path = field_path
+        self.message = message
         super().__init__(f"spec.{field_path}: {message}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return PolicyError, (self.field_path, self.message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +180,8 @@ def _count(value: Any, where: str, allow_none: bool) -> int | None:
         raise PolicyError(where, f"expected a whole number, got {value!r}")
     if value < 0:
         raise PolicyError(where, f"must not be negative, got {value}")
+    if value > MAX_TASKS_PER_JOB:
+        raise PolicyError(where, f"must be at most {MAX_TASKS_PER_JOB:,}, got {value}")
     return value
 
 

@@ -14,6 +14,7 @@ from annotated_types import Ge, Gt, Le, Lt, MinLen
 
 from dl2.config import ConfigError, Keys, config, refuse
 from dl2.env.observation import ObservationConfig
+from dl2.rl.workload_source import source_problem
 from dl2.schedulers.registry import check_placer, check_scheduler
 
 MASKED_LOGIT = -1e9
@@ -96,6 +97,7 @@ class WarmUpConfig:
 
     def __post_init__(self) -> None:
         check_scheduler("teacher", self.teacher, self.mode, rollout=True)
+        check_source("source", self.source)
         check_placer("placer", self.placer)
         if self.observation.packed and self.mode != "compat":
             raise refuse("observation.packed", True, "packed requests are a compat-mode option")
@@ -222,11 +224,21 @@ class RLConfig:
             )
         if self.continuation != "policy":
             check_scheduler("continuation", self.continuation, "compat", extra=("policy",))
+        check_source("train_source", self.train_source)
+        if self.validation_source is not None:
+            check_source("validation_source", self.validation_source)
 
     @property
     def validation(self) -> str:
         """The validation workloads' source."""
         return self.validation_source or self.train_source
+
+
+def check_source(key: str, source: str) -> None:
+    """Refuse (ConfigError naming `key`) a workload source that names nothing (`dl2.rl.workload_source`)."""
+    problem = source_problem(source)
+    if problem is not None:
+        raise refuse(key, source, problem)
 
 
 def check_training(mode: str, rl: RLConfig, key: str = "credit") -> None:

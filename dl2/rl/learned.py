@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dl2.core import Allocation, ClusterView, InputError
+from dl2.core import Allocation, ClusterView
 from dl2.env.decision import SlotDecision
 from dl2.env.observation import Observer
 from dl2.rl.inference import NumpyPolicy
@@ -52,12 +52,8 @@ class LearnedScheduler:
         placer: Placer | None = None,
     ) -> LearnedScheduler:
         config, _ = load_config(Path(directory))
-        try:
-            policy = NumpyPolicy.from_state_dict(load_state(Path(directory)), config.observation.shape, config.network)
-        except KeyError as error:
-            raise InputError(str(directory), f"weights do not match the configured network ({error})") from None
-        if policy.input_size != config.input_size:
-            raise InputError(str(directory), "weights do not match the configured observation size")
+        state = load_state(Path(directory), config=config)  # shapes checked against config.json
+        policy = NumpyPolicy.from_state_dict(state, config.observation.shape, config.network)
         return cls(config, policy, greedy, seed, name=Path(directory).name, compat=compat, placer=placer)
 
     def reset(self) -> None:

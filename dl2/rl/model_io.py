@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from dl2.config import ConfigError, build, config, refuse
 from dl2.core import InputError
+from dl2.core.inputs import read_json
 from dl2.env.decision import action_count
 from dl2.env.observation import ObservationConfig
 from dl2.io import to_json
@@ -139,17 +140,24 @@ def write_model_dir(
 
 
 def load_config(directory: Path) -> tuple[PolicyConfig, dict[str, Any]]:
-    path = Path(directory) / "config.json"
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(str(directory), "not a model folder (no config.json)") from None
-    except json.JSONDecodeError as error:
-        raise InputError(str(path), f"not valid JSON ({error.msg})") from None
-    return PolicyConfig.from_json_dict(data, str(path)), dict(data.get("metadata", {}))
+    folder = Path(directory)
+    if not folder.is_dir():
+        raise InputError(str(directory), "model folder not found" if not folder.exists() else "not a model folder")
+    path = folder / "config.json"
+    if not path.is_file():
+        raise InputError(str(directory), "not a model folder (no config.json)")
+    data = read_json(path)
+    config = PolicyConfig.from_json_dict(data, str(path))
+    metadata = data.get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise InputError(str(path), f"expected a JSON object, got {type(metadata).__name__}", field="metadata")
+    return config, dict(metadata)
 
 
-def load_state(directory: Path, name: str = "policy.pt") -> dict[str, Any]:
+def load_state(directory: Path, name: str = "policy.pt", config: PolicyConfig | None = None) -> dict[str, Any]:
+    """A network's weights (tensors only); with `config`, checked against the shapes it needs (`weight_shapes`),
+    so that a folder whose `config.json` disagrees with its weights is refused when it is loaded, not when its
+    first decision multiplies mismatched matrices."""
     import torch
 
     path = Path(directory) / name
@@ -159,7 +167,57 @@ def load_state(directory: Path, name: str = "policy.pt") -> dict[str, Any]:
         state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # a corrupt or foreign file: report it, never execute it
         raise InputError(str(path), f"cannot load weights ({type(error).__name__}: {error})") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise InputError(str(path), "expected a state dict of tensors")
+    if config is not None:
+        check_weights(state, weight_shapes(config, "value" if name == "value.pt" else "policy"), str(path))
     return state
+
+
+def weight_shapes(config: PolicyConfig, role: Literal["policy", "value"] = "policy") -> dict[str, tuple[int, ...]]:
+    """The parameter shapes of the networks `config` describes (`dl2.rl.networks`: Linear layers of each
+    `nn.Sequential` at indices 0, 2, 4, ..., ReLUs between), computed without torch."""
+    shape = config.observation.shape
+    hidden = config.network.hidden
+    shapes: dict[str, tuple[int, ...]] = {}
+
+    def linear(prefix: str, inputs: int, outputs: int) -> None:
+        shapes[f"{prefix}.weight"] = (outputs, inputs)
+        shapes[f"{prefix}.bias"] = (outputs,)
+
+    def sequential(prefix: str, sizes: list[int]) -> None:
+        for index in range(len(sizes) - 1):
+            linear(f"{prefix}.{2 * index}", sizes[index], sizes[index + 1])
+
+    outputs = config.num_actions if role == "policy" else 1
+    if config.network.kind == "mlp":
+        sequential("trunk", [shape.size, *hidden])
+        linear("head", hidden[-1], outputs)
+        return shapes
+    width = hidden[-1]
+    encoder_inputs = shape.job_features + (shape.global_features if config.network.kind == "per-job" else 0)
+    sequential("jobs.encoder", [encoder_inputs, *hidden])
+    sequential("jobs.context", [width + shape.global_features, width])
+    if role == "policy":
+        sequential("job_head", [2 * width, width, 3])
+        linear("stop_head", width, 1)
+    else:
+        linear("head", width, 1)
+    return shapes
+
+
+def check_weights(state: dict[str, Any], expected: dict[str, tuple[int, ...]], where: str) -> None:
+    """InputError naming the first parameter that is missing, unexpected or of another shape."""
+    for key, needed in expected.items():
+        if key not in state:
+            raise InputError(where, f"weights do not match config.json: no {key} (network {needed})")
+        actual = tuple(state[key].shape)
+        if actual != needed:
+            raise InputError(where, f"weights do not match config.json: {key} is {list(actual)}, the configured "
+                             f"network needs {list(needed)}")  # fmt: skip
+    unexpected = sorted(set(state) - set(expected))
+    if unexpected:
+        raise InputError(where, f"weights do not match config.json: unexpected {unexpected[0]}")
 
 
 def model_card(title: str, metadata: dict[str, Any]) -> str:

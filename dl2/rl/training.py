@@ -245,11 +245,11 @@ def load_trained(folder: Path) -> Trained:
     """A model folder's networks, to continue training it (`--init`)."""
     config, metadata = load_config(folder)
     policy = PolicyNetwork(config.observation.shape, config.network)
-    policy.load_state_dict(load_state(folder))
+    policy.load_state_dict(load_state(folder, config=config))
     value = None
     if (Path(folder) / "value.pt").is_file():
         value = ValueNetwork(config.observation.shape, config.network)
-        value.load_state_dict(load_state(folder, "value.pt"))
+        value.load_state_dict(load_state(folder, "value.pt", config))
     return Trained(config, policy, value, metadata)
 
 

@@ -11,19 +11,69 @@ data only).
 from __future__ import annotations
 
 from functools import cache
+from pathlib import Path
 
 from dl2.core import InputError, Workload
+from dl2.core.limits import MAX_JOBS, MAX_NODES
 from dl2.workload.authors import SETTINGS, generate_authors_workload
-from dl2.workload.registry import load_workloads
+from dl2.workload.catalogue import MODEL_NAMES
+from dl2.workload.registry import WORKLOAD_NAMES, load_workloads, looks_like_path
 from dl2.workload.synthetic import PRESETS, generate, scaled
+
+ARRIVALS = ("uniform", "poisson")
+"""Arrival options of the authors' generator."""
+
+
+def source_problem(source: str) -> str | None:
+    """Why `source` names nothing (None if it names something), found before any workload is drawn or loaded:
+    an unknown setting, option, preset or name, a size that is not a whole number of jobs within the limits, a
+    missing file. A file's contents are checked when it is loaded."""
+    if source.startswith("authors-"):
+        setting, *options = source.removeprefix("authors-").split(":")
+        if setting not in SETTINGS:
+            return f"unknown authors' setting {setting!r}; known: {', '.join(SETTINGS)}"
+        for option in options:
+            if option.startswith("without="):
+                unknown = sorted(set(option.removeprefix("without=").split("+")) - set(MODEL_NAMES))
+                if unknown:
+                    return f"unknown job type {unknown[0]!r}; known: {', '.join(MODEL_NAMES)}"
+            elif option not in ARRIVALS:
+                return f"unknown option {option!r}; known: {', '.join(ARRIVALS)}, without=<type>+<type>"
+        return None
+    name, at, size = source.partition("@")
+    if name in PRESETS:
+        if not at:
+            return None
+        if not (size.isdigit() and 1 <= int(size) <= MAX_JOBS):
+            return f"the size after @ must be a whole number of jobs from 1 to {MAX_JOBS:,}"
+        nodes = scaled(PRESETS[name], int(size)).num_nodes
+        return f"{size} jobs need {nodes:,} nodes, more than {MAX_NODES:,}" if nodes > MAX_NODES else None
+    path = Path(source)
+    if source in WORKLOAD_NAMES or path.is_file():
+        return None
+    if path.is_dir():
+        return "is a folder; expected a workload source, name or file"
+    if looks_like_path(source):
+        return "file not found"
+    presets = ", ".join(f"{preset}[@jobs]" for preset in PRESETS)
+    settings = "|".join(SETTINGS)
+    return f"unknown workload source; known: authors-<{settings}>[:poisson][:without=<types>], {presets}, " + (
+        f"{', '.join(WORKLOAD_NAMES)}, or a file"
+    )
+
+
+def check_source(source: str) -> None:
+    """InputError (naming the source) if `source_problem` finds one."""
+    problem = source_problem(source)
+    if problem is not None:
+        raise InputError(source, problem)
 
 
 def workload(source: str, seed: int) -> Workload:
     """The workload of `source` for `seed` (fixed sources cycle through their workloads)."""
+    check_source(source)
     if source.startswith("authors-"):
         setting, *options = source.removeprefix("authors-").split(":")
-        if setting not in SETTINGS:
-            raise InputError(source, f"unknown authors' setting; known: {', '.join(SETTINGS)}")
         arrivals, without = "uniform", tuple[str, ...]()
         for option in options:
             if option.startswith("without="):

@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import Annotated, Any
 
 import numpy as np
-from annotated_types import Ge, Gt, Lt
+from annotated_types import Ge, Gt, Le, Lt
 
 from dl2.config import Keys, config, refuse
 
@@ -76,11 +76,11 @@ class SimConfig:
     """Error e of users' declared epochs: true = declared x (1 + e U(-1, 1)) (DL2 §6.4 sweeps up to 0.2)."""
     interference: bool = True
     """Slow co-located tasks of different jobs down (Harmony's measurements)."""
-    seed: Annotated[int, Ge(0)] = 0
+    seed: Annotated[int, Ge(0), Lt(2**63)] = 0
     """Seed of the run's one random generator (noise, estimate errors, restore times)."""
-    max_slots: Annotated[int, Ge(1)] = 200_000
+    max_slots: Annotated[int, Ge(1), Le(100_000_000)] = 200_000
     """Safety stop: a run that has not finished after this many slots is an error."""
-    stall_slots: Annotated[int, Ge(1)] = 2_000
+    stall_slots: Annotated[int, Ge(1), Le(100_000_000)] = 2_000
     """A run in which no job progresses for this many consecutive slots while jobs wait is an error (a scheduler
     that starves everyone would otherwise spin until `max_slots`)."""
 

@@ -16,12 +16,12 @@ runs at the pace of its slowest task.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
 
 from dl2.core import InputError
+from dl2.core.inputs import read_json
 from dl2.workload.catalogue import CATALOGUE, MODEL_NAMES
 
 BASE_SLOWDOWN = 0.05
@@ -59,19 +59,18 @@ class InterferenceModel:
     @classmethod
     def from_json(cls, path: Path) -> InterferenceModel:
         """A JSON object {victim: {aggressor: slowdown}} covering every catalogue model pair."""
-        try:
-            matrix = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as error:
-            raise InputError(str(path), f"cannot read interference matrix ({error})") from None
+        matrix = read_json(path)
         for victim in MODEL_NAMES:
             row = matrix.get(victim) if isinstance(matrix, dict) else None
             if not isinstance(row, dict):
                 raise InputError(str(path), "missing row", field=victim)
             for aggressor in MODEL_NAMES:
                 value = row.get(aggressor)
-                if not isinstance(value, int | float) or value < 1.0:
+                if isinstance(value, bool) or not isinstance(value, int | float) or not 1.0 <= value <= 1_000.0:
                     raise InputError(
-                        str(path), f"slowdown must be a number >= 1, got {value!r}", field=f"{victim}.{aggressor}"
+                        str(path),
+                        f"slowdown must be a number from 1 to 1000, got {value!r:.80}",
+                        field=f"{victim}.{aggressor}",
                     )
         return cls(matrix)
 

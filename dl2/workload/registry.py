@@ -46,6 +46,12 @@ def load_workloads(name_or_path: str, seed: int = 0) -> tuple[Workload, ...]:
     return _load_file(Path(name_or_path), seed)
 
 
+def looks_like_path(text: str) -> bool:
+    """Whether a name that is no known name was meant as a file (it has a folder or a file suffix): a missing
+    file is then reported as such, not as an unknown name."""
+    return "/" in text or "\\" in text or Path(text).suffix != ""
+
+
 def describe_available() -> list[dict[str, Any]]:
     """One row per known name: name, kind, workloads, jobs (all workloads together), nodes, gpus, source.
 
@@ -71,8 +77,12 @@ def describe_available() -> list[dict[str, Any]]:
 
 
 def _load_file(path: Path, seed: int) -> tuple[Workload, ...]:
+    if path.is_dir():
+        raise InputError(str(path), "is a folder; expected a workload name, a .csv job trace or a .json workload file")
     if not path.is_file():
-        raise InputError(str(path), f"unknown workload; known names: {', '.join(WORKLOAD_NAMES)}")
+        if looks_like_path(str(path)):
+            raise InputError(str(path), "file not found")
+        raise InputError(str(path), f"unknown workload; known names: {', '.join(WORKLOAD_NAMES)}, or a file")
     suffix = path.suffix.lower()
     if suffix == ".json":
         return load_reference_workloads(path)

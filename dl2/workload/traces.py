@@ -16,11 +16,15 @@ column. Decisions worth knowing:
   job's model or architecture.
 - A time window keeps the jobs submitted in [start, end) and shifts them so the window starts at 0. All rows are
   still validated and mapped, so a job gets the same model whatever window it is loaded in.
+- Limits (`dl2.core.limits`): submit times and durations within a year, at most `MAX_JOBS` rows, and a job's GPUs
+  at most its cluster's (and `MAX_TASKS_PER_JOB`); a cluster file describes at most `MAX_NODES` servers. A value
+  past them is refused before any job or node is built.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -29,6 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from dl2.core import ClusterSpec, InputError, Job, NodeSpec, Resources, Workload
+from dl2.core.inputs import read_text
+from dl2.core.limits import MAX_JOBS, MAX_NODE_CAPACITY, MAX_NODES, MAX_TASKS_PER_JOB, MAX_TIME_S
 from dl2.paths import traces_dir
 from dl2.workload.catalogue import CATALOGUE, MODEL_NAMES
 from dl2.workload.mapping import DEFAULT_MAPPING, TraceMapping, map_trace_job
@@ -86,7 +92,9 @@ def load_trace_csv(
     if time_window_s is not None and not (math.isfinite(time_window_s[0]) and time_window_s[0] < time_window_s[1]):
         raise ValueError(f"time_window_s must be (start, end) with a finite start < end, got {time_window_s}")
     table = _read_table(path, COMMON_COLUMNS)
-    rows = _trace_rows(table)
+    if len(table.records) > MAX_JOBS:
+        raise InputError(table.where, f"{len(table.records):,} jobs, more than {MAX_JOBS:,}")
+    rows = _trace_rows(table, cluster)
     rng = np.random.default_rng(seed)
     jobs = [_map_row(row, rng, mapping) for row in rows]  # every row, in file order: models ignore the window
     if time_window_s is not None:
@@ -119,7 +127,9 @@ def philly_cluster(path: Path | None = None) -> ClusterSpec:
     total = 0
     for row, cells in table.records:
         _unique(table.where, seen, _text(table.where, table.cell(cells, "vc"), row, "vc"), row, "vc")
-        total += _positive_int(table.where, table.cell(cells, "node num"), row, "node num")
+        total += _positive_int(table.where, table.cell(cells, "node num"), row, "node num", MAX_NODES)
+        if total > MAX_NODES:
+            raise InputError(table.where, f"{total:,} nodes so far, more than {MAX_NODES:,}", row=row, field="node num")
     return ClusterSpec.homogeneous(total, PHILLY_NODE, kind="philly-8gpu", name="philly")
 
 
@@ -127,14 +137,22 @@ def alibaba_cluster(path: Path | None = None) -> ClusterSpec:
     """Alibaba GPU 2023: one node per row of `nodes_gpu.csv` (`sn,cpu_milli,memory_mib,gpu,model`), kind = model."""
     columns = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
     table = _read_table(path or traces_dir() / "alibaba_gpu2023" / "nodes_gpu.csv", columns)
+    if len(table.records) > MAX_NODES:
+        raise InputError(table.where, f"{len(table.records):,} nodes, more than {MAX_NODES:,}")
     seen: dict[str, int] = {}
     nodes = []
     for index, (row, cells) in enumerate(table.records):
         _unique(table.where, seen, _text(table.where, table.cell(cells, "sn"), row, "sn"), row, "sn")
         capacity = Resources(
-            gpu=float(_positive_int(table.where, table.cell(cells, "gpu"), row, "gpu")),
-            cpu=_positive_number(table.where, table.cell(cells, "cpu_milli"), row, "cpu_milli") / 1000,
-            mem_gb=_positive_number(table.where, table.cell(cells, "memory_mib"), row, "memory_mib") / 1024,
+            gpu=float(_positive_int(table.where, table.cell(cells, "gpu"), row, "gpu", int(MAX_NODE_CAPACITY))),
+            cpu=_positive_number(
+                table.where, table.cell(cells, "cpu_milli"), row, "cpu_milli", MAX_NODE_CAPACITY * 1000
+            )
+            / 1000,
+            mem_gb=_positive_number(
+                table.where, table.cell(cells, "memory_mib"), row, "memory_mib", MAX_NODE_CAPACITY * 1024
+            )
+            / 1024,
         )
         nodes.append(NodeSpec(index, capacity, kind=_text(table.where, table.cell(cells, "model"), row, "model")))
     return ClusterSpec(tuple(nodes), name="alibaba-gpu2023")
@@ -143,12 +161,10 @@ def alibaba_cluster(path: Path | None = None) -> ClusterSpec:
 def _read_table(path: Path, required: Sequence[str]) -> _Table:
     """Read a CSV file whole (the shipped traces are under 1 MB) and check its header and row lengths."""
     where = str(path)
+    text = read_text(path)  # a spreadsheet's byte-order mark is dropped; binary bytes are refused
     try:
-        with path.open(newline="", encoding="utf-8-sig") as handle:  # -sig: tolerate a spreadsheet's BOM
-            lines = list(csv.reader(handle))
-    except FileNotFoundError:
-        raise InputError(where, "file not found") from None
-    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        lines = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as error:
         raise InputError(where, f"cannot read as CSV ({error})") from None
     if not lines or not any(cell.strip() for cell in lines[0]):
         raise InputError(where, "empty file: no header")
@@ -178,7 +194,9 @@ def _columns(where: str, header: list[str], required: Sequence[str]) -> dict[str
     return columns
 
 
-def _trace_rows(table: _Table) -> list[_TraceRow]:
+def _trace_rows(table: _Table, cluster: ClusterSpec) -> list[_TraceRow]:
+    """The rows, validated; a job asks for at most its cluster's GPUs (and `MAX_TASKS_PER_JOB`)."""
+    most_gpus = min(MAX_TASKS_PER_JOB, int(cluster.total_capacity.gpu))
     seen: dict[str, int] = {}
     rows = []
     for row, cells in table.records:
@@ -186,12 +204,15 @@ def _trace_rows(table: _Table) -> list[_TraceRow]:
         submit_s = _number(table.where, table.cell(cells, "submit_time"), row, "submit_time")
         if submit_s < 0:
             raise InputError(table.where, f"must not be negative, got {submit_s:g}", row=row, field="submit_time")
+        if submit_s > MAX_TIME_S:
+            raise InputError(table.where, f"must be at most {MAX_TIME_S:g} s (a year), got {submit_s:g}", row=row,
+                             field="submit_time")  # fmt: skip
         rows.append(
             _TraceRow(
                 job_id=job_id,
                 submit_s=submit_s,
-                num_gpus=_positive_int(table.where, table.cell(cells, "num_gpus"), row, "num_gpus"),
-                duration_s=_positive_number(table.where, table.cell(cells, "duration"), row, "duration"),
+                num_gpus=_gpus(table.where, table.cell(cells, "num_gpus"), row, most_gpus, cluster.name),
+                duration_s=_positive_number(table.where, table.cell(cells, "duration"), row, "duration", MAX_TIME_S),
                 model=_pinned_model(table, cells, row),
             )
         )
@@ -249,15 +270,27 @@ def _number(where: str, text: str, row: int, field: str) -> float:
     return value
 
 
-def _positive_number(where: str, text: str, row: int, field: str) -> float:
+def _positive_number(where: str, text: str, row: int, field: str, most: float) -> float:
     value = _number(where, text, row, field)
     if value <= 0:
         raise InputError(where, f"must be positive, got {text!r}", row=row, field=field)
+    if value > most:
+        raise InputError(where, f"must be at most {most:g}, got {text!r}", row=row, field=field)
     return value
 
 
-def _positive_int(where: str, text: str, row: int, field: str) -> int:
+def _gpus(where: str, text: str, row: int, most: int, cluster: str) -> int:
+    value = _positive_int(where, text, row, "num_gpus", 2**63)
+    if value > most:
+        raise InputError(where, f"{text} GPUs, more than one job may have on cluster {cluster!r} (at most {most:,})",
+                         row=row, field="num_gpus")  # fmt: skip
+    return value
+
+
+def _positive_int(where: str, text: str, row: int, field: str, most: int) -> int:
     value = _number(where, text, row, field)
     if value < 1 or not value.is_integer():
         raise InputError(where, f"must be a positive integer, got {text!r}", row=row, field=field)
+    if value > most:
+        raise InputError(where, f"must be at most {most:,}, got {text!r}", row=row, field=field)
     return int(value)
