@@ -70,10 +70,10 @@ def trace_expectations(config: ValidateParams) -> list[Any]:
 def log_expectations(config: ValidateParams) -> list[Any]:
     import great_expectations.expectations as gxe
 
-    from dl2.sim.decision_log import MODES
+    from dl2.sim.decision_log import MODES, NODE_FIELDS
 
     fields = DecisionRecord.field_names()
-    numeric = [name for name in fields if name not in _TEXT_FIELDS]
+    numeric = [name for name in fields if name not in _TEXT_FIELDS and name not in NODE_FIELDS]
     return [
         gxe.ExpectTableColumnsToMatchSet(column_set=[*fields, RECORD, *LOG_DERIVED], exact_match=True),
         # types first: a string "3" where a count belongs is refused, not coerced (the fine-tune reader refuses it)
@@ -127,7 +127,7 @@ def log_frames(location: Path) -> tuple[Any, Any]:
     import pandas as pd
 
     from dl2.core.inputs import parse_json, read_lines
-    from dl2.sim.decision_log import record_problem, segments
+    from dl2.sim.decision_log import NODE_FIELDS, record_problem, segments
 
     rows: list[dict[str, Any]] = []
     for path in segments(location):
@@ -142,6 +142,9 @@ def log_frames(location: Path) -> tuple[Any, Any]:
         raise InputError(str(location), "the decision log has no records")
     raw = pd.DataFrame(rows)
     raw.insert(0, RECORD, range(1, len(raw) + 1))
+    for name in NODE_FIELDS:  # optional in the format: a log without placement has none
+        if name not in raw:
+            raw[name] = [[] for _ in range(len(raw))]
     typed = raw.copy()
     kinds = DecisionRecord.field_kinds()
     problems: list[str | None] = [None] * len(rows)
@@ -149,14 +152,14 @@ def log_frames(location: Path) -> tuple[Any, Any]:
         if name not in typed:
             continue
         # the parsed JSON values, not the frame's (pandas turns a column of ints into numpy integers)
-        values = [row.get(name) for row in rows]
+        values = [row.get(name, [] if kind == "nodes" else None) for row in rows]
         wrong = [record_problem(value, kind) if value is not None else None for value in values]
         for index, problem in enumerate(wrong):
             if problem is not None and problems[index] is None:
                 problems[index] = f"{name}: {problem}"
         kept = [None if problem is not None else value for value, problem in zip(values, wrong, strict=True)]
         typed[name] = pd.Series(kept, index=typed.index, dtype=object)
-        if kind != "text":  # only values of the right JSON type reach the numeric checks
+        if kind in ("integer", "real"):  # only values of the right JSON type reach the numeric checks
             typed[name] = pd.to_numeric(typed[name], errors="coerce")
     typed["type_problem"] = pd.Series(problems, index=typed.index, dtype=object)
     if {"cluster", "job_id", "time_s", "progress_epochs", "declared_epochs"} <= set(typed.columns):

@@ -36,6 +36,11 @@ def by_kind(kind: str) -> list[dict]:
     return [doc for _, doc in manifests() if doc["kind"] == kind]
 
 
+def named(kind: str, name: str) -> dict:
+    (doc,) = [doc for doc in by_kind(kind) if doc["metadata"]["name"] == name]
+    return doc
+
+
 @pytest.mark.parametrize(("where", "doc"), [m for m in manifests() if m[1]["kind"] not in CUSTOM_KINDS])
 def test_every_object_is_valid_for_kubernetes(where, doc):
     kubernetes_validate.validate(doc, KUBERNETES, strict=True)
@@ -89,7 +94,12 @@ def test_the_crd_knows_every_heuristic_the_controller_accepts():
 
 def test_rbac_grants_no_secrets_no_wildcards_and_no_cluster_admin():
     roles = [*by_kind("ClusterRole"), *by_kind("Role")]
-    assert {role["metadata"]["name"] for role in roles} == {"dl2-scheduler", "dl2-policy-promoter"}
+    assert {role["metadata"]["name"] for role in roles} == {
+        "dl2-scheduler",
+        "dl2-policy-promoter",
+        "dl2-extender",
+        "dl2-kube-scheduler-lease",
+    }
     for role in roles:
         for rule in role["rules"]:
             for key in ("apiGroups", "resources", "verbs", "resourceNames"):
@@ -97,6 +107,8 @@ def test_rbac_grants_no_secrets_no_wildcards_and_no_cluster_admin():
             assert "secrets" not in rule["resources"]
     for binding in [*by_kind("ClusterRoleBinding"), *by_kind("RoleBinding")]:
         assert binding["roleRef"]["name"] != "cluster-admin"
+    extender = named("ClusterRole", "dl2-extender")
+    assert {verb for rule in extender["rules"] for verb in rule["verbs"]} == {"list"}  # it writes nothing
     (promoter,) = [r for r in by_kind("ClusterRole") if r["metadata"]["name"] == "dl2-policy-promoter"]
     assert promoter["rules"] == [
         {"apiGroups": ["dl2.io"], "resources": ["schedulerpolicies"], "resourceNames": ["default"],
@@ -105,7 +117,7 @@ def test_rbac_grants_no_secrets_no_wildcards_and_no_cluster_admin():
 
 
 def test_the_deployment_is_locked_down_and_highly_available():
-    (deployment,) = by_kind("Deployment")
+    deployment = named("Deployment", "dl2-scheduler")
     spec = deployment["spec"]
     pod = spec["template"]["spec"]
     (container,) = pod["containers"]
@@ -131,10 +143,10 @@ def test_the_deployment_s_arguments_are_ones_dl2_serve_accepts():
 
     from dl2.cli.main import build_parser
 
-    (deployment,) = by_kind("Deployment")
+    deployment = named("Deployment", "dl2-scheduler")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["command"] == ["dl2", "serve"]
-    values = {**by_kind("ConfigMap")[0]["data"], "POD_NAME": "dl2-scheduler-0"}
+    values = {**named("ConfigMap", "dl2-scheduler-config")["data"], "POD_NAME": "dl2-scheduler-0"}
     args = [re.sub(r"\$\((\w+)\)", lambda m: values[m[1]], arg) for arg in container["args"]]  # as the kubelet
     parsed = build_parser().parse_args(["serve", *args])
     assert (parsed.policy_name, parsed.metrics_port, parsed.slot_s) == ("default", 8080, 600.0)
@@ -146,3 +158,53 @@ def test_the_third_party_crds_are_attributed():
     for path in (K8S / "third-party").glob("*.yaml"):
         assert path.name in readme
     assert "Apache" in readme
+
+
+def scheduler_configuration() -> dict:
+    return yaml.safe_load(named("ConfigMap", "dl2-kube-scheduler-config")["data"]["config.yaml"])
+
+
+def test_the_second_scheduler_profile_consults_the_extender_and_can_ignore_it():
+    from dl2.kube.extender import FILTER_VERB, PRIORITIZE_VERB
+
+    configuration = scheduler_configuration()
+    assert configuration["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert configuration["kind"] == "KubeSchedulerConfiguration"
+    assert [profile["schedulerName"] for profile in configuration["profiles"]] == ["dl2-scheduler"]
+    (extender,) = configuration["extenders"]
+    known = {
+        "urlPrefix", "filterVerb", "preemptVerb", "prioritizeVerb", "bindVerb", "weight", "enableHTTPS", "tlsConfig",
+        "httpTimeout", "nodeCacheCapable", "managedResources", "ignorable",
+    }  # fmt: skip
+    assert set(extender) <= known  # KubeSchedulerConfiguration v1's Extender fields (strict decoding refuses others)
+    assert (extender["filterVerb"], extender["prioritizeVerb"]) == (FILTER_VERB, PRIORITIZE_VERB)
+    assert (
+        extender["ignorable"] is True and "bindVerb" not in extender
+    )  # kube-scheduler binds; a dead extender is skipped
+    assert extender["nodeCacheCapable"] is True  # node names in ExtenderArgs, which dl2's extender parses
+    assert 1 <= extender["weight"] <= 100 and extender["httpTimeout"].endswith("s")
+    leader = configuration["leaderElection"]
+    lease = named("Role", "dl2-kube-scheduler-lease")
+    assert [leader["resourceName"]] == lease["rules"][1]["resourceNames"]
+    assert leader["resourceNamespace"] == lease["metadata"]["namespace"]
+
+
+def test_the_extender_url_reaches_the_extender_s_service_and_its_arguments_parse():
+    from urllib.parse import urlparse
+
+    from dl2.cli.main import build_parser
+
+    (extender,) = scheduler_configuration()["extenders"]
+    url = urlparse(extender["urlPrefix"])
+    service = named("Service", "dl2-extender")
+    assert url.hostname == f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
+    assert url.port in {port["port"] for port in service["spec"]["ports"]}
+    deployment = named("Deployment", "dl2-extender")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["dl2", "extender"]
+    parsed = build_parser().parse_args(["extender", *container["args"]])
+    assert parsed.prefix == url.path and parsed.port == url.port
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "dl2-extender"
+    scheduler = named("Deployment", "dl2-kube-scheduler")["spec"]["template"]["spec"]
+    (volume,) = scheduler["volumes"]
+    assert volume["configMap"]["name"] == "dl2-kube-scheduler-config"

@@ -13,6 +13,7 @@ from typing import Any
 from dl2.cli.common import UsageError, add_sim_options, check_range, check_seed, sim_config
 from dl2.core.limits import MAX_JOBS, MAX_NODES, MAX_TIME_S
 from dl2.io import print_json, write_json_atomic
+from dl2.schedulers.registry import PLACERS
 from dl2.sim.config import Mode
 
 DEFAULT_KUBECONFIG = Path("work/dl2-cluster.kubeconfig")
@@ -167,7 +168,15 @@ def _start_cluster(server: Any, workload: Any, config: Any, args: argparse.Names
         options = ClusterOptions(namespaces=namespaces, kueue_fraction=args.kueue_fraction, seed=args.seed)
     except ValueError as error:
         raise UsageError(str(error)) from None
-    return simulate_cluster(server, workload, config, args.placer, options).cluster
+    return simulate_cluster(server, workload, config, _heuristic_placer(args), options).cluster
+
+
+def _heuristic_placer(args: argparse.Namespace) -> str:
+    """The simulated cluster's placer: a heuristic by name (a learned placer plugs in as a scheduler extender)."""
+    placer: str = args.placer or "load-balance"
+    if placer not in PLACERS:
+        raise UsageError(f"dl2 cluster places with a heuristic ({', '.join(sorted(PLACERS))}), got '{placer}'")
+    return placer
 
 
 def _controller_done(server: Any) -> Any:
@@ -223,7 +232,7 @@ def _report(cluster: Any, workload: Any, config: Any, args: argparse.Namespace) 
     if cluster.done and not report["status"]["cancelled"]:
         report["metrics"] = summarize(cluster.result()).to_json_dict()
     if args.reference is not None:
-        reference = summarize(reference_result(workload, args.reference, config, args.placer))
+        reference = summarize(reference_result(workload, args.reference, config, _heuristic_placer(args)))
         report["reference"] = reference.to_json_dict()
         table.add_row(f"simulator, {args.reference}", f"{reference.avg_jct_s:,.1f}", str(reference.num_jobs))
     Console(stderr=True).print(table)  # stdout carries JSON lines only

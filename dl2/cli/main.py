@@ -20,7 +20,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from dl2.cli import cluster, compare, evaluate, serve, simulate, speed, train, workloads
+    from dl2.cli import cluster, compare, evaluate, extender, harmony, serve, simulate, speed, train, workloads
 
     parser = OneLineParser(
         prog="dl2",
@@ -32,9 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     subparsers.required = True
-    for module in (simulate, compare, workloads, speed, evaluate, cluster, serve):
+    for module in (simulate, compare, workloads, speed, evaluate, cluster, serve, extender):
         module.add_parser(subparsers)
     train.add_parsers(subparsers)
+    harmony.add_parsers(subparsers)
     return parser
 
 

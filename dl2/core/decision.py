@@ -2,7 +2,9 @@
 
 A record is self-contained: with the cluster it came from, the records of one slot rebuild the scheduler's
 view of that slot (the job's demands and limits are in the record), so the log can drive supervised warm-up
-(the applied decisions are a teacher) and online fine-tuning (the observed progress is the reward).
+(the applied decisions are a teacher) and online fine-tuning (the observed progress is the reward). Where the
+applied placement is recorded, the records of a slot also say which jobs shared which servers, and with the
+observed progress they are samples of a speed-prediction model (`dl2.placement.samples`).
 The log itself (append-only, atomic segments) is `dl2.sim.decision_log`.
 """
 
@@ -15,7 +17,8 @@ from typing import Any, Literal
 from dl2.core.job import Architecture, JobSpec
 from dl2.core.resources import Resources
 
-FieldKind = Literal["text", "integer", "real"]
+FieldKind = Literal["text", "integer", "real", "nodes"]
+"""'nodes': a list of node indices, optional (a log written without placement leaves it out)."""
 JOB_STATE_FIELDS = (
     "job_id",
     "model",
@@ -84,6 +87,11 @@ class DecisionRecord:
     """'shadow' (incumbent applied), 'canary' or 'active' (proposal applied where allowed), 'simulated'."""
     observed_epochs: float
     """Epoch progress observed during the slot."""
+    applied_worker_nodes: tuple[int, ...] = ()
+    """Nodes of the applied workers, one entry per worker (empty where the log does not say: placement is then
+    unknown, as in logs written before placement was recorded)."""
+    applied_ps_nodes: tuple[int, ...] = ()
+    """Nodes of the applied parameter servers, one entry per PS."""
 
     def to_json_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,5 +125,10 @@ class DecisionRecord:
 
 @cache
 def _kinds() -> dict[str, FieldKind]:
-    by_annotation: dict[str, FieldKind] = {"str": "text", "int": "integer", "float": "real"}
+    by_annotation: dict[str, FieldKind] = {
+        "str": "text",
+        "int": "integer",
+        "float": "real",
+        "tuple[int, ...]": "nodes",
+    }
     return {f.name: by_annotation[str(f.type)] for f in fields(DecisionRecord)}

@@ -15,6 +15,7 @@ from dl2.env.decision import SlotDecision
 from dl2.env.observation import Observer
 from dl2.rl.inference import NumpyPolicy
 from dl2.rl.model_io import PolicyConfig, load_config, load_state
+from dl2.schedulers.placement import Placer
 from dl2.schedulers.registry import PLACERS
 
 
@@ -27,26 +28,33 @@ class LearnedScheduler:
         seed: int = 0,
         name: str = "dl2",
         compat: bool | None = None,
+        placer: Placer | None = None,
     ) -> None:
-        """`compat`: the simulator mode it runs in (its slot mechanism follows the mode); None = its training mode."""
+        """`compat`: the simulator mode it runs in (its slot mechanism follows the mode); None = its training mode.
+        `placer`: realistic-mode placement of its counts; None = the placer it was trained with."""
         self.config = config
         self.policy = policy
         self.greedy = greedy
         self.seed = seed
         self.name = name
         self.observer = Observer(config.observation)
-        self.placer = PLACERS[config.placer]()
+        self.placer = placer or PLACERS[config.placer]()
         self.compat = config.mode == "compat" if compat is None else compat
         self.reset()
 
     @classmethod
     def from_dir(
-        cls, directory: str | Path, greedy: bool = True, seed: int = 0, compat: bool | None = None
+        cls,
+        directory: str | Path,
+        greedy: bool = True,
+        seed: int = 0,
+        compat: bool | None = None,
+        placer: Placer | None = None,
     ) -> LearnedScheduler:
         config, _ = load_config(Path(directory))
         state = load_state(Path(directory), config=config)  # shapes checked against config.json
         policy = NumpyPolicy.from_state_dict(state, config.observation.shape, config.network)
-        return cls(config, policy, greedy, seed, name=Path(directory).name, compat=compat)
+        return cls(config, policy, greedy, seed, name=Path(directory).name, compat=compat, placer=placer)
 
     def reset(self) -> None:
         self.rng = None if self.greedy else np.random.default_rng(self.seed)

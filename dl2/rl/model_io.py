@@ -94,6 +94,23 @@ def save_model(
     metadata: dict[str, Any] | None = None,
     overwrite: bool = False,
 ) -> Path:
+    weights = (
+        {"policy.pt": policy_state} if value_state is None else {"policy.pt": policy_state, "value.pt": value_state}
+    )
+    document = {**config.to_json_dict(), "metadata": metadata or {}}
+    return write_model_dir(directory, weights, document, card, overwrite=overwrite)
+
+
+def write_model_dir(
+    directory: Path,
+    weights: dict[str, dict[str, Any]],
+    document: dict[str, Any],
+    card: str = "",
+    files: dict[str, bytes] | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """A model folder: each state dict of `weights` under its file name, `document` as `config.json`, the card
+    and any other `files`, written under a temporary name and renamed into place (see the module docstring)."""
     import torch
 
     directory = Path(directory)
@@ -102,13 +119,13 @@ def save_model(
     directory.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}."))
     try:
-        torch.save(policy_state, staging / "policy.pt")
-        if value_state is not None:
-            torch.save(value_state, staging / "value.pt")
-        document = {**config.to_json_dict(), "metadata": metadata or {}}
+        for name, state in weights.items():
+            torch.save(state, staging / name)
         (staging / "config.json").write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
         if card:
             (staging / "MODEL_CARD.md").write_text(card)
+        for name, content in (files or {}).items():
+            (staging / name).write_bytes(content)
         staging.chmod(0o755)
         if directory.exists():
             backup = directory.with_name(directory.name + ".previous")

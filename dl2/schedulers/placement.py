@@ -19,6 +19,7 @@ from typing import Protocol
 import numpy as np
 
 from dl2.core import Allocation, Architecture, ClusterSpec, ClusterView, JobAllocation, JobSpec
+from dl2.schedulers.tenancy import Tenancy
 
 Demand = tuple[float, float, float]
 NodeKey = Callable[["NodeState", int], float]
@@ -44,8 +45,12 @@ class NodeState:
     """A ranking's first use is computed with NumPy from this many nodes on (below it, a scalar ranking costs less
     than NumPy's per-call overhead); the same order either way."""
 
-    def __init__(self, cluster: ClusterSpec, used: dict[Demand, list[int]] | None = None) -> None:
-        """`used`: nodes of the tasks already placed, grouped by their demand (one entry per task)."""
+    def __init__(
+        self, cluster: ClusterSpec, used: dict[Demand, list[int]] | None = None, tenancy: Tenancy | None = None
+    ) -> None:
+        """`used`: nodes of the tasks already placed, grouped by their demand (one entry per task); `tenancy`:
+        which jobs those tasks belong to, for placers that ask for it (`Placer`)."""
+        self.tenancy = tenancy
         shape = _ClusterArrays.of(cluster)
         free = shape.capacity.copy()
         for demand, nodes in (used or {}).items():
@@ -95,6 +100,19 @@ class NodeState:
             1.0 - free[2] * inverse[2] if inverse[2] else 0.0,
         )
 
+    def fitting_nodes(self, demand: Demand) -> np.ndarray:
+        """Indices of the nodes that fit `demand` (the test of `fits`, for every node at once)."""
+        free = self._synced_free()
+        result: np.ndarray = np.flatnonzero(
+            (demand[0] <= free[:, 0] + _EPS) & (demand[1] <= free[:, 1] + _EPS) & (demand[2] <= free[:, 2] + _EPS)
+        )
+        return result
+
+    def free_fractions(self) -> np.ndarray:
+        """Free / capacity per node and resource type, shape (nodes, 3) (0 for a resource the node lacks)."""
+        result: np.ndarray = self._synced_free() * self._inverse_array
+        return result
+
     def utilisation_of_all(self) -> np.ndarray:
         """`utilisation` of every node (the same float operations, so the same values)."""
         used = 1.0 - self._synced_free() * self._inverse_array
@@ -125,14 +143,9 @@ class NodeState:
             if vectorised is not None and self.num_nodes >= self.vectorise_from_nodes:
                 # a ranking's first use on a big cluster: keys and fits for every node at once (the same float
                 # operations as the scalar key and `fits`, so the same order)
-                free = self._synced_free()
-                fitting = np.flatnonzero(
-                    (demand[0] <= free[:, 0] + _EPS)
-                    & (demand[1] <= free[:, 1] + _EPS)
-                    & (demand[2] <= free[:, 2] + _EPS)
-                )
+                fitting = self.fitting_nodes(demand)
                 keys = vectorised(self)[fitting]
-                nodes = fitting.tolist()
+                nodes: list[int] = fitting.tolist()
                 heap = list(zip(keys.tolist(), nodes, [version[node] for node in nodes], strict=True))
             else:
                 heap = [
@@ -177,7 +190,11 @@ class _ClusterArrays:
 
 
 class Placer(Protocol):
-    """Chooses a node for one task."""
+    """Chooses a node for one task.
+
+    A placer whose class sets `needs_tenancy = True` finds `state.tenancy` set while it places: who holds what on
+    each node and which job and role the task is for (`dl2.schedulers.tenancy`).
+    """
 
     name: str
 
@@ -197,10 +214,10 @@ def place_sticky(view: ClusterView, targets: Sequence[tuple[int, int]], placer: 
     """Allocation giving job `view.jobs[r]` up to `targets[r]` = (workers, PS), keeping existing tasks in place."""
     # per job that holds tasks or will (a long queue of waiting jobs costs nothing here): its allocation as it
     # stands when its target is what it holds (most jobs in most slots), else what it keeps and its targets
-    entries: list[tuple[JobSpec, JobAllocation, _Growth | None]] = []
+    entries: list[tuple[int, JobSpec, JobAllocation, _Growth | None]] = []
     used: dict[Demand, list[int]] = {}
     grows = False
-    for job, (workers, ps) in zip(view.jobs, targets, strict=True):
+    for rank, (job, (workers, ps)) in enumerate(zip(view.jobs, targets, strict=True)):
         old = job.allocation
         held_workers, held_ps = old.worker_nodes, old.ps_nodes
         if not (workers or ps or held_workers or held_ps):
@@ -211,38 +228,55 @@ def place_sticky(view: ClusterView, targets: Sequence[tuple[int, int]], placer: 
         if len(held_workers) == workers and len(held_ps) == ps and _runnable(spec, held_workers, held_ps):
             worker_used.extend(held_workers)
             ps_used.extend(held_ps)
-            entries.append((spec, old, None))  # runnable as it stands: nothing to place or give back
+            entries.append((rank, spec, old, None))  # runnable as it stands: nothing to place or give back
             continue
         keep_workers = list(held_workers[:workers])
         keep_ps = list(held_ps[:ps])
         worker_used.extend(keep_workers)
         ps_used.extend(keep_ps)
-        entries.append((spec, old, (workers, ps, keep_workers, keep_ps)))
+        entries.append((rank, spec, old, (workers, ps, keep_workers, keep_ps)))
         grows = grows or len(keep_workers) < workers or len(keep_ps) < ps
     # with no task to place, the free resources per node are never needed (on a big cluster, building them is
     # most of the cost of a slot in which a job finished and the others keep what they hold)
-    state = NodeState(view.cluster, used) if grows else None
+    tenancy = None
+    if grows and getattr(placer, "needs_tenancy", False):
+        tenancy = Tenancy(view.jobs, targets, view.cluster.num_nodes)
+        for rank, _, old, growth in entries:
+            held = (old.worker_nodes, old.ps_nodes) if growth is None else (growth[2], growth[3])
+            tenancy.add_all(rank, *held)
+    state = NodeState(view.cluster, used, tenancy) if grows else None
     jobs: dict[str, JobAllocation] = {}
-    for spec, old, growth in entries:
+    for rank, spec, old, growth in entries:
         if growth is None:
             jobs[spec.job_id] = old
             continue
         workers, ps, worker_nodes, ps_nodes = growth
         worker_demand, ps_demand = spec.worker_demand.as_tuple(), spec.ps_demand.as_tuple()
-        for count, nodes, demand in ((workers, worker_nodes, worker_demand), (ps, ps_nodes, ps_demand)):
+        for is_ps, count, nodes, demand in (
+            (False, workers, worker_nodes, worker_demand),
+            (True, ps, ps_nodes, ps_demand),
+        ):
             while len(nodes) < count:
                 assert state is not None  # a job that grows means the state was built
+                if tenancy is not None:
+                    tenancy.placing, tenancy.placing_ps = rank, is_ps
                 node = placer.choose(state, demand, worker_nodes + ps_nodes)
                 if node < 0:
                     break
                 state.take(node, demand)
                 nodes.append(node)
+                if tenancy is not None:
+                    tenancy.add(rank, node, is_ps)
         if not _runnable(spec, worker_nodes, ps_nodes):
             if state is not None:
                 for node in worker_nodes:
                     state.give(node, worker_demand)
                 for node in ps_nodes:
                     state.give(node, ps_demand)
+            if tenancy is not None:
+                for is_ps, nodes in ((False, worker_nodes), (True, ps_nodes)):
+                    for node in nodes:
+                        tenancy.remove(rank, node, is_ps)
             continue
         if tuple(worker_nodes) == old.worker_nodes and tuple(ps_nodes) == old.ps_nodes:
             jobs[spec.job_id] = old

@@ -63,7 +63,8 @@ COMPAT_SCHEDULERS = (
 use their mechanism."""
 
 
-def make_scheduler(name: str, speed: SpeedModel, compat: bool, placer: str = "load-balance") -> Scheduler:
+def make_scheduler(name: str, speed: SpeedModel, compat: bool, placer: str | Placer = "load-balance") -> Scheduler:
+    """A heuristic by name; `placer` is a placer's name or a placer (a learned one, say)."""
     if compat and name not in COMPAT_SCHEDULERS:
         raise KeyError(
             f"scheduler '{name}' has no compatibility-mode version; use one of {', '.join(COMPAT_SCHEDULERS)}"
@@ -72,6 +73,8 @@ def make_scheduler(name: str, speed: SpeedModel, compat: bool, placer: str = "lo
         factory = SCHEDULERS[name]
     except KeyError:
         raise KeyError(f"unknown scheduler '{name}'; known: {', '.join(SCHEDULERS)}") from None
+    if not isinstance(placer, str):
+        return factory(speed, compat, placer)
     try:
         placer_instance = PLACERS[placer]()
     except KeyError:

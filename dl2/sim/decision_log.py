@@ -45,6 +45,8 @@ MAX_COUNT = MAX_TASKS_PER_JOB
 """Largest task count of a record (held, proposed, applied, limits)."""
 
 
+NODE_FIELDS = tuple(name for name, kind in DecisionRecord.field_kinds().items() if kind == "nodes")
+"""Lists of node indices; optional (a log written without placement leaves them out)."""
 CLUSTER_FILE = "cluster.json"
 """Next to a log's segments: the cluster its records come from (records name it, but fine-tuning needs its
 nodes)."""
@@ -166,6 +168,12 @@ def record_problem(value: Any, kind: str) -> str | None:
         if len(value) > MAX_TEXT:
             return f"expected at most {MAX_TEXT} characters, got {len(value):,}"
         return None
+    if kind == "nodes":
+        if not isinstance(value, list | tuple) or not all(
+            isinstance(node, int) and not isinstance(node, bool) and 0 <= node <= MAX_COUNT for node in value
+        ):
+            return f"expected a list of node indices, got {value!r:.80}"
+        return None
     if kind == "integer":
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
             return f"expected a whole number from 0 to {MAX_COUNT:,}, got {value!r:.80}"
@@ -184,6 +192,13 @@ def parse_record(line: str, where: str, number: int) -> DecisionRecord:
         raise InputError(where, "unknown field", row=number, field=str(unknown[0])[:80])
     values: dict[str, Any] = {}
     for name, kind in DecisionRecord.field_kinds().items():
+        if kind == "nodes":  # optional: a log written without placement has none
+            value = data.get(name, [])
+            problem = record_problem(value, kind)
+            if problem is not None:
+                raise InputError(where, problem, row=number, field=name)
+            values[name] = tuple(value)
+            continue
         if name not in data:
             raise InputError(where, "missing", row=number, field=name)
         problem = record_problem(data[name], kind)
@@ -246,6 +261,8 @@ def log_run(
                     incumbent.name,
                     mode,
                     outcome.progress_epochs.get(job_id, 0.0),
+                    worker_nodes=placed.worker_nodes,
+                    ps_nodes=placed.ps_nodes,
                 )
             )
         if simulation.slot - first_slot >= slots_per_segment or simulation.done:
@@ -267,8 +284,11 @@ def decision_record(
     mode: str,
     observed_epochs: float,
     cluster: str | None = None,
+    worker_nodes: tuple[int, ...] = (),
+    ps_nodes: tuple[int, ...] = (),
 ) -> DecisionRecord:
-    """One job's record of a slot: its state in `view`, the three decisions, and the progress observed."""
+    """One job's record of a slot: its state in `view`, the three decisions, the progress observed and, where
+    known, the nodes of the applied workers and PS (`applied_worker_nodes`, `applied_ps_nodes`)."""
     spec = job.spec
     return DecisionRecord(
         time_s=view.time_s,
@@ -300,6 +320,8 @@ def decision_record(
         applied_ps=applied[1],
         mode=mode,
         observed_epochs=observed_epochs,
+        applied_worker_nodes=worker_nodes,
+        applied_ps_nodes=ps_nodes,
     )
 
 

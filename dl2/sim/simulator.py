@@ -347,6 +347,15 @@ class Simulation:
 
     def _throughputs(self, active: list[int], moved: list[int]) -> list[float]:
         """Throughput of each active job this slot: placement, interference and noise."""
+        values = self._noiseless_throughputs(active, moved)
+        if self.config.speed_noise > 0 and values:
+            noise = 1.0 + self.config.speed_noise * self.rng.uniform(-1.0, 1.0, len(values))
+            values = [v * float(e) for v, e in zip(values, noise, strict=True)]
+        return values
+
+    def _noiseless_throughputs(self, active: list[int], moved: list[int]) -> list[float]:
+        """Throughput of each active job this slot before noise (`moved`: the jobs whose servers changed). A
+        subclass may replace the speed function and interference with a model of them (`dl2.placement.world`)."""
         specs, allocation, speed = self.specs, self.allocation, self.speed
         if self.config.mode is Mode.COMPAT:
             values = [
@@ -363,9 +372,6 @@ class Simulation:
                     self._finished_since = []
                 factors = colocation.factors
                 values = [v / factors.get(i, 1.0) for v, i in zip(values, active, strict=True)]
-        if self.config.speed_noise > 0 and values:
-            noise = 1.0 + self.config.speed_noise * self.rng.uniform(-1.0, 1.0, len(values))
-            values = [v * float(e) for v, e in zip(values, noise, strict=True)]
         return values
 
     def _base_throughput(self, i: int) -> float:

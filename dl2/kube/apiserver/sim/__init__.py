@@ -11,7 +11,11 @@ from __future__ import annotations
 
 from dl2.core import Workload
 from dl2.kube.apiserver.server import LocalApiServer
+from dl2.kube.apiserver.sim import manifests
 from dl2.kube.apiserver.sim.cluster import ClusterHandle, ClusterOptions, SimulatedCluster
+from dl2.kube.apiserver.sim.extender_scheduling import ExtenderPlacer
+from dl2.kube.extender_http import ExtenderClient
+from dl2.schedulers.placement import Placer
 from dl2.schedulers.registry import PLACERS, make_scheduler
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.run import interference_model, speed_model
@@ -24,14 +28,25 @@ def simulate_cluster(
     config: SimConfig | None = None,
     placer: str = "load-balance",
     options: ClusterOptions | None = None,
+    extender: ExtenderClient | None = None,
 ) -> ClusterHandle:
-    """Start a simulated cluster on a running server (nodes, namespaces, clock, the first slot's jobs)."""
+    """Start a simulated cluster on a running server (nodes, namespaces, clock, the first slot's jobs); with
+    `extender`, its scheduler consults that scheduler extender for every pod (`ExtenderPlacer`)."""
     if placer not in PLACERS:
         raise KeyError(f"unknown placer {placer!r}; known: {', '.join(PLACERS)}")
     config = config or SimConfig.realistic()
 
     def build() -> SimulatedCluster:
-        cluster = SimulatedCluster(server.verbs, workload, config, PLACERS[placer](), options)
+        chosen: Placer = PLACERS[placer]()
+        if extender is not None:
+            cluster_spec = workload.cluster
+            names = [
+                manifests.node_name(cluster_spec.name, n.node_id, cluster_spec.num_nodes) for n in cluster_spec.nodes
+            ]
+            chosen = ExtenderPlacer(chosen, extender, names)
+        cluster = SimulatedCluster(server.verbs, workload, config, chosen, options)
+        if isinstance(chosen, ExtenderPlacer):
+            chosen.pod_of = cluster.pending_pod
         cluster.start()
         return cluster
 

@@ -224,6 +224,14 @@ class SimulatedCluster:
         status = manifests.job_status(stored.raw, {}, {c.WORKER: workers, c.PS: ps}, False, False, None, now)
         self.verbs.replace(job.resource, job.namespace, job.name, {"status": status}, "status")
 
+    def pending_pod(self, spec: JobSpec, is_ps: bool) -> dict[str, Any]:
+        """The Pending pod of the job's next worker or PS, as the scheduler would read it from the API."""
+        job = self.jobs[spec.job_id]
+        stored = self.verbs.store.get(job.resource, job.namespace, job.name)
+        assert stored is not None, "a job whose object is gone asks for no tasks"
+        role = c.PS if is_ps else c.WORKER
+        return manifests.pod(spec, stored.raw, role, len(job.pods[role]), None, self.verbs.now())
+
     # -- writing the outcome back ---------------------------------------------------------------------------
 
     def _sync_job(self, job: _Job, allocation: Allocation, target: tuple[int, int], finished: bool, now: str) -> None:

@@ -1,0 +1,91 @@
+"""The lower bound on JCT: a hand-computed case, brute force over placements, and single-job simulator runs."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import pytest
+from conftest import LinearSpeed, make_job, one_node_workload
+
+from dl2.core import Allocation, ClusterSpec, ClusterView, JobAllocation, JobSpec, Workload
+from dl2.schedulers.registry import make_scheduler
+from dl2.sim.config import RescaleCost, RescaleKind, SimConfig
+from dl2.sim.lower_bound import FastestPlacements, first_decision_s, workload_bounds
+from dl2.sim.run import interference_model, speed_model
+from dl2.sim.simulator import simulate
+from dl2.workload.registry import load_workloads
+from dl2.workload.traces import PHILLY_NODE
+
+
+class Fixed:
+    """Gives the one job of a workload the same allocation every slot."""
+
+    name = "fixed"
+
+    def __init__(self, job_id: str, allocation: JobAllocation) -> None:
+        self.job_id, self.allocation = job_id, allocation
+
+    def reset(self) -> None:
+        pass
+
+    def schedule(self, view: ClusterView) -> Allocation:
+        return Allocation({self.job_id: self.allocation} if view.jobs else {})
+
+
+def test_hand_computed_bound() -> None:
+    # one node of 8 GPU and 8 CPU slots: at most 2 workers (4 GPU, 2 CPU each) beside 2 PS (2 CPU each); the
+    # linear speed gives 2 samples/s with 2 workers, so 10 epochs of 1 sample take 5 s
+    workload = one_node_workload(make_job("a", 10.0, arrival_s=30.0))
+    config = SimConfig.realistic(0)
+    (bound,) = workload_bounds(workload, config, LinearSpeed())
+    assert first_decision_s(30.0, 100.0) == 100.0
+    assert bound.allocation.num_workers == 2
+    assert bound.throughput == 2.0
+    assert bound.jct_s == pytest.approx(100.0 + 0.05 + 5.0 - 30.0)
+    free = replace(config, rescale=RescaleCost(kind=RescaleKind.NONE))
+    assert workload_bounds(workload, free, LinearSpeed())[0].jct_s == pytest.approx(75.0)
+
+
+def test_the_search_finds_the_fastest_placement_of_every_small_job() -> None:
+    cluster = ClusterSpec.homogeneous(3, PHILLY_NODE)
+    speed = speed_model(SimConfig.realistic().mode)
+    fastest = FastestPlacements(cluster, speed)
+    kinds = {job.spec.model: job.spec for job in load_workloads("philly", 0)[0].jobs[:400]}
+    for spec in kinds.values():
+        small = replace(spec, max_workers=3, max_ps=2)
+        best = 0.0
+        for workers, ps in itertools.product(range(1, 4), range(1, 3)):
+            for nodes in itertools.product(range(3), repeat=workers + ps):
+                allocation = JobAllocation(nodes[:workers], nodes[workers:])
+                if _fits(allocation, small, cluster):
+                    best = max(best, speed.placed_throughput(small, allocation))
+        assert fastest(small)[1] == pytest.approx(best, rel=1e-12), spec.model
+
+
+def _fits(allocation: JobAllocation, spec: JobSpec, cluster: ClusterSpec) -> bool:
+    used = [[0.0, 0.0, 0.0] for _ in cluster.nodes]
+    for nodes, demand in ((allocation.worker_nodes, spec.worker_demand), (allocation.ps_nodes, spec.ps_demand)):
+        for node in nodes:
+            for k, value in enumerate(demand.as_tuple()):
+                used[node][k] += value
+    return all(
+        all(u <= c + 1e-9 for u, c in zip(row, node.capacity.as_tuple(), strict=True))
+        for row, node in zip(used, cluster.nodes, strict=True)
+    )
+
+
+@pytest.mark.parametrize("index", [0, 7, 100, 1000, 3000])
+def test_single_job_runs_meet_the_bound_and_no_heuristic_beats_it(index: int) -> None:
+    philly = load_workloads("philly", 0)[0]
+    job = philly.jobs[index]
+    alone = Workload("alone", philly.cluster, (job,), philly.slot_s)
+    config = SimConfig.realistic(0, speed_noise=0.0)
+    speed, interference = speed_model(config.mode), interference_model()
+    (bound,) = workload_bounds(alone, config, speed)
+    result = simulate(alone, Fixed(job.spec.job_id, bound.allocation), config, speed, interference)
+    assert result.jobs[0].jct_s == pytest.approx(bound.jct_s, rel=1e-9)
+    for name in ("drf", "optimus", "tiresias"):
+        for placer in ("load-balance", "binpack"):
+            run = simulate(alone, make_scheduler(name, speed, False, placer), config, speed, interference)
+            assert run.jobs[0].jct_s >= bound.jct_s * (1 - 1e-9), (name, placer)
