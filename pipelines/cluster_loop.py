@@ -247,9 +247,8 @@ def result_lines(report: dict[str, Any]) -> list[str]:
         f" {shadow['resizes']:>8}",
         f"  {'active: v' + str(active['version']) + ' through the API':<{width}} {active['avg_jct_h']:>12.2f}"
         f" {active['p99_jct_h']:>9.2f} {active['slots']:>6} {active['records']:>8} {active['resizes']:>8}",
-        f"  {'dl2 simulate, v' + str(active['version']) + ', same slice':<{width}} {sim['policy']:>12.2f}",
-        f"  {'dl2 simulate, ' + report['slice']['incumbent'] + ' (incumbent), same slice':<{width}}"
-        f" {sim['incumbent']:>12.2f}",
+        f"  {'simulator (dl2 simulate), v' + str(active['version']):<{width}} {sim['policy']:>12.2f}",
+        f"  {'simulator, ' + report['slice']['incumbent'] + ' (the incumbent)':<{width}} {sim['incumbent']:>12.2f}",
     ]
     return lines
 
@@ -286,8 +285,7 @@ class Passes:
             cluster.create_policy("off", champion, self.cluster.incumbent)
             cluster.start_controller()
             api = cluster.api()
-            outcome = learn(confirm_hook(api, mode="active"))
-            self.say(f"    {outcome}")
+            outcome = learn(confirm_hook(api, mode="active"))  # the gate prints its own outcome
             confirmation = (read_json_object(reports / "promotion.json") or {}).get("confirmation") or {}
             if confirmation.get("detail"):
                 self.say(f"    the controller's answer: {confirmation['detail']}")

@@ -91,7 +91,7 @@ def test_the_loop_records_in_shadow_promotes_through_the_controller_and_runs_act
     assert active["resizes"] > 0 and active["records"] > shadow["records"]
     # the simulator's JCTs, up to the progress the job objects report (annotations round it)
     assert active["avg_jct_h"] == pytest.approx(report["simulate"]["policy"], rel=1e-3)
-    assert "shadow: jobs at their asked sizes" in text and "dl2 simulate, drf (incumbent)" in text
+    assert "shadow: jobs at their asked sizes" in text and "simulator, drf (the incumbent)" in text
     records = list((tmp_path / "incoming" / CLUSTER_NAME).glob("segment-*.jsonl"))
     assert records and json.loads((tmp_path / "reports" / "cluster_loop.json").read_text()) == report
 
