@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dl2.io import to_json
 from pipelines import tracking
 from pipelines.code import code_version
 from pipelines.params import Params
@@ -80,7 +81,8 @@ def run(params: Params, layout: Layout | None = None) -> StageResult:
             chosen, feedback = learn_from_logs(params, trainer, state, batches, facts, pool)
         finally:
             pool.close()
-        metadata = {**trained.metadata, "online": feedback, "online_code_version": version}
+        # JSON-ready: a validation that did not finish is infinite, which JSON cannot hold (to_json makes it null)
+        metadata = to_json({**trained.metadata, "online": feedback, "online_code_version": version})
         title = "DL2 policy trained with actor-critic RL, then on logged cluster feedback"
         save(folder, trained.config, chosen, state.best_value, title, metadata)
         summary = {"cluster_logs": len(logs), "kept": bool(feedback and feedback["kept"]), **skipped_summary(skipped)}
