@@ -7,7 +7,8 @@ A small budget can leave a switched-off component nothing to do (replay needs ea
 the policy does not move while only the critic warms up), and then a variant trains exactly as `full` does. The
 table says so instead of showing a difference of zero as a finding: per seed it records whether the policy moved
 from the warm-up at all and whether its weights are bit-identical to `full`'s, and a variant whose every seed is
-identical to `full` is marked "cannot differ at this budget".
+identical to `full` is marked "cannot differ at this budget". A variant that cannot differ by construction
+(`no-replay` with one iteration: there is no earlier iteration to replay) is not trained; its row says why.
 
 Every (variant, seed) is an MLflow child run (its learning curve and test JCT); the parent run logs every child's
 JCT as `<variant>.seed<k>.test_avg_jct_s` and each variant's mean as `<variant>.test_avg_jct_s`, so the MLflow
@@ -83,9 +84,21 @@ def train_and_test(params: Params, layout: Layout, variant: str, seed: int, pool
     return Trained(jct, weights, weights != start)
 
 
-def summarize(params: Params, results: dict[str, dict[int, Trained]]) -> dict[str, Any]:
+def same_as_full(params: Params, variant: str) -> str | None:
+    """Why `variant` trains bit-identically to `full` at this budget by construction (None: it can differ)."""
+    if variant == "no-replay" and params.ablate.iterations < 2:
+        return (
+            "not trained: replay draws on earlier iterations and with ablate.iterations = 1 there is none, so it "
+            "trains as full does (ablate.iterations >= 2 measures it)"
+        )
+    return None
+
+
+def summarize(
+    params: Params, results: dict[str, dict[int, Trained]], not_run: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """Per variant: each seed's test JCT, their mean with a 95% CI over the safe seeds, the ratio to `full`, and
-    whether the budget let the variant differ from `full` at all."""
+    whether the budget let the variant differ from `full` at all (`not_run`: variants left out, and why)."""
     from dl2.sim.metrics import mean_ci95
 
     scale, unit_name = report_unit(params.workloads.mode)
@@ -106,6 +119,12 @@ def summarize(params: Params, results: dict[str, dict[int, Trained]]) -> dict[st
             "identical_to_full": len(identical),
             "cannot_differ": variant != "full" and bool(by_seed) and len(identical) == len(by_seed),
         }
+    for variant, why in (not_run or {}).items():
+        variants[variant] = {
+            "seeds": {}, "safe_runs": 0, "runs": 0, "test_avg_jct_s": None, "test_avg_jct_ci95_s": None,
+            f"test_avg_jct_{unit_name}": None, "moved_from_warmup": 0, "identical_to_full": 0,
+            "cannot_differ": True, "not_run": why,
+        }  # fmt: skip
     full = variants.get("full", {}).get("test_avg_jct_s")
     for row in variants.values():
         mean = row["test_avg_jct_s"]
@@ -115,7 +134,9 @@ def summarize(params: Params, results: dict[str, dict[int, Trained]]) -> dict[st
         "test_workloads": params.ablate.test_workloads,
         "iterations": params.ablate.iterations,
         "unit": unit_name,
-        "order": list(results),
+        "order": sorted(
+            variants, key=lambda v: list(params.ablate.variants).index(v) if v in params.ablate.variants else 99
+        ),
         "variants": variants,
     }
 
@@ -143,21 +164,24 @@ def run(params: Params, layout: Layout | None = None) -> StageResult:
         test = test_dataset(params)
         tracking.log_inputs([(training_dataset(layout), "training"), (test, "test")])
         pool = make_pool("local", params.finetune.workers)
-        cells = [(variant, seed) for variant in params.ablate.variants for seed in params.ablate.seeds]
-        results: dict[str, dict[int, Trained]] = {variant: {} for variant in params.ablate.variants}
+        not_run = {v: why for v in params.ablate.variants if (why := same_as_full(params, v)) is not None}
+        trained = [variant for variant in params.ablate.variants if variant not in not_run]
+        cells = [(variant, seed) for variant in trained for seed in params.ablate.seeds]
+        results: dict[str, dict[int, Trained]] = {variant: {} for variant in trained}
         try:
             for variant, seed in tqdm(cells, desc="ablate", unit="training", file=sys.stderr):
                 results[variant][seed] = train_and_test(params, layout, variant, seed, pool)
         finally:
             pool.close()
-        document = {"code_version": version, **summarize(params, results)}
+        document = {"code_version": version, **summarize(params, results, not_run)}
         for variant, row in document["variants"].items():
             for seed, value in row["seeds"].items():
                 if value is not None:
                     mlflow.log_metric(f"{variant}.seed{seed}.test_avg_jct_s", value, dataset=test)
             if row["test_avg_jct_s"] is not None:
                 mlflow.log_metric(f"{variant}.test_avg_jct_s", row["test_avg_jct_s"], dataset=test)
-            mlflow.log_metric(f"{variant}.safe_runs", float(row["safe_runs"]))
+            if not row.get("not_run"):
+                mlflow.log_metric(f"{variant}.safe_runs", float(row["safe_runs"]))
         write_json(output, document)
         summary = {variant: row["test_avg_jct_s"] for variant, row in document["variants"].items()}
         return StageResult("ablate", (layout.relative(output),), version, active.info.run_id, summary)

@@ -58,6 +58,17 @@ def heuristics(params: Params) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*params.evaluate.baselines, teacher, *params.promote.incumbent]))
 
 
+def test_set(params: Params) -> dict[str, Any]:
+    """What decides a run's outcome besides the scheduler and the code: the test workloads, mode and stall guard
+    (recorded in `reports/metrics.json`, so a reader can tell whether its figures are for its own settings)."""
+    return {
+        "workload": params.workloads.test,
+        "test_seeds": list(params.workloads.test_seeds),
+        "mode": params.workloads.mode,
+        "stall_slots": params.evaluate.stall_slots,
+    }
+
+
 def contenders(params: Params, layout: Layout, champion: Path | None) -> dict[str, str]:
     """Name -> heuristic name or model folder: the pipeline's policies, the champion, then the heuristics."""
     entries = {name: str(layout.model(name)) for name in POLICIES}
@@ -249,7 +260,8 @@ def run(params: Params, layout: Layout | None = None, champion: Path | None = No
         test = test_dataset(params)
         tracking.log_inputs([(test, "test")])
         outcomes = simulate_each(entries, models, params)
-        document = {"code_version": version, "model_digests": models, **table(outcomes, params)}
+        document = {"code_version": version, "test_set": test_set(params), "model_digests": models,
+                    **table(outcomes, params)}  # fmt: skip
         write_json(written[0], document)
         write_csv(written[1], distribution(outcomes, params))
         plot_cdf(outcomes, params, written[2])

@@ -189,9 +189,9 @@ class ClusterParams:
     """Run the closed loop on a local Kubernetes cluster after the gate (`pipelines.cluster_loop`)."""
     workload: str = "philly"
     """The workload whose first jobs and nodes the local cluster runs (realistic mode)."""
-    jobs: Annotated[int, Ge(1), Le(10_000)] = 40
+    jobs: Annotated[int, Ge(1), Le(10_000)] = 30
     """Jobs of the workload the cluster runs (the first ones by arrival)."""
-    nodes: Annotated[int, Ge(1), Le(4096)] = 6
+    nodes: Annotated[int, Ge(1), Le(4096)] = 4
     """Nodes of the workload's cluster the local cluster has (the first ones)."""
     seed: Seed = 0
     """Seed of the workload and of the simulated cluster."""

@@ -183,15 +183,45 @@ def score(scheduler: str, params: Params) -> Score:
     return Score(sum(outcome.avg_jct_s) / runs, sum(outcome.p99_jct_s) / runs, True, runs)
 
 
-def evaluate(params: Params, challenger: Path, champion: Path | None) -> dict[str, Score]:
-    """Scores of the challenger, the champion (if any) and every heuristic (`pipelines.evaluate.heuristics`)."""
+def evaluate(params: Params, challenger: Path, champion: Path | None, layout: Layout) -> dict[str, Score]:
+    """Scores of the challenger, the champion (if any) and every heuristic (`pipelines.evaluate.heuristics`).
+    The models are run here, from the registry's copies; a heuristic's score is the `evaluate` stage's when its
+    metrics were made by this code on this test set (`evaluated_heuristics`), else it is run here too."""
     from pipelines.evaluate import heuristics
 
     scores = {"challenger": score(str(challenger), params)}
     if champion is not None:
         scores["champion"] = score(str(champion), params)
+    evaluated = evaluated_heuristics(params, layout)
     for name in heuristics(params):
-        scores[name] = score(name, params)
+        scores[name] = evaluated[name] if name in evaluated else score(name, params)
+    return scores
+
+
+def evaluated_heuristics(params: Params, layout: Layout) -> dict[str, Score]:
+    """The heuristics' scores in `reports/metrics.json` when the `evaluate` stage's code and test set are this
+    gate's (a heuristic is deterministic for its workload, so its runs there are the runs the gate would make);
+    {} otherwise. DVC keeps that file current: the lifecycle reproduces it before the gate."""
+    from pipelines.code import code_version
+    from pipelines.evaluate import heuristics, test_set
+
+    document = read_json_object(layout.reports / "metrics.json")
+    if (
+        document is None
+        or document.get("code_version") != code_version("pipelines.evaluate")
+        or document.get("test_set") != test_set(params)
+    ):
+        return {}
+    rows = document.get("schedulers") or {}
+    scores = {}
+    for name in heuristics(params):
+        row = rows.get(name)
+        if not isinstance(row, dict):
+            continue
+        if row.get("safe") and row.get("avg_jct_s") is not None:
+            scores[name] = Score(float(row["avg_jct_s"]), float(row["p99_jct_s"]), True, int(row["runs"]))
+        else:
+            scores[name] = Score(math.inf, math.inf, False, int(row["runs"]), str(row.get("failure") or ""))
     return scores
 
 
@@ -416,7 +446,7 @@ def run(
     with tempfile.TemporaryDirectory(prefix="dl2-gate-") as scratch:
         challenger_dir = registry.download(challenger.version, Path(scratch) / "challenger")
         champion_dir = registry.download(champion.version, Path(scratch) / "champion") if champion else None
-        scores = evaluate(params, challenger_dir, champion_dir)
+        scores = evaluate(params, challenger_dir, champion_dir, layout)
     incumbents = {name: scores[name] for name in params.promote.incumbent}
     from dl2.sim.metrics import report_unit
 

@@ -96,6 +96,8 @@ def ablation_lines(ablation: Mapping[str, Any]) -> list[str]:
 
 def ablation_note(row: Mapping[str, Any]) -> str:
     """Why a row may not show what its component is worth: the budget left it nothing to change."""
+    if row.get("not_run"):
+        return str(row["not_run"])
     if row.get("cannot_differ"):
         return "cannot differ at this budget: bit-identical to full on every seed"
     if row.get("moved_from_warmup") == 0:

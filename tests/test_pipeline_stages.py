@@ -92,9 +92,13 @@ def test_ablation_children_are_logged_under_the_parent(
         filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'",
         output_format="list",
     )
-    assert len(children) == len(params.ablate.variants) * len(params.ablate.seeds)
-    assert {c.data.params["variant"] for c in children} == set(params.ablate.variants)
-    assert all(f"{v}.safe_runs" in parent.data.metrics for v in params.ablate.variants)
+    from pipelines.ablate import same_as_full
+
+    trained = [v for v in params.ablate.variants if same_as_full(params, v) is None]
+    assert trained and len(trained) < len(params.ablate.variants)  # one iteration: no-replay is not trained
+    assert len(children) == len(trained) * len(params.ablate.seeds)
+    assert {c.data.params["variant"] for c in children} == set(trained)
+    assert all(f"{v}.safe_runs" in parent.data.metrics for v in trained)
 
 
 def test_every_output_records_the_code_that_made_it(
@@ -304,3 +308,22 @@ def test_an_ablation_row_that_cannot_differ_says_so() -> None:
     text = "\n".join(ablation_lines(table))
     assert "| no-replay |" in text and "cannot differ at this budget" in text
     assert "no policy update at this budget" in text and "identical to full on 1 of 2 seeds" in text
+
+
+def test_a_variant_that_cannot_differ_by_construction_is_not_trained_and_says_why() -> None:
+    """With one iteration replay has no earlier iteration to draw from: `no-replay` is left out, its row says
+    why, and at two iterations it is trained like every other variant."""
+    from pipelines.ablate import Trained, same_as_full, summarize
+    from pipelines.report import ablation_lines
+
+    params = params_module.load(smoke=True, overrides=["ablate.iterations=1"])
+    assert [v for v in params.ablate.variants if same_as_full(params, v)] == ["no-replay"]
+    assert not any(same_as_full(params_module.load(smoke=True, overrides=["ablate.iterations=2"]), v)
+                   for v in params.ablate.variants)  # fmt: skip
+    results = {v: {0: Trained(100.0, v, True)} for v in params.ablate.variants if v != "no-replay"}
+    table = summarize(params, results, {"no-replay": str(same_as_full(params, "no-replay"))})
+    row = table["variants"]["no-replay"]
+    assert row["runs"] == 0 and row["test_avg_jct_s"] is None and row["cannot_differ"] and row["vs_full"] is None
+    assert table["order"] == list(params.ablate.variants)
+    text = "\n".join(ablation_lines(table))
+    assert "| no-replay | 0/0 |" in text and "not trained: replay draws on earlier iterations" in text

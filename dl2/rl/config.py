@@ -93,7 +93,8 @@ class WarmUpConfig:
     supervised: SupervisedConfig = field(default_factory=SupervisedConfig)
     """The supervised training itself."""
     workers: Annotated[int, Ge(1), Le(1024)] = 2
-    """Processes recording workloads in parallel (the recordings do not depend on it)."""
+    """Processes recording workloads in parallel, then threads training on them (the recordings do not depend
+    on it)."""
 
     def __post_init__(self) -> None:
         check_scheduler("teacher", self.teacher, self.mode, rollout=True)

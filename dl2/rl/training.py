@@ -109,7 +109,8 @@ def warm_up(
     trained on DAgger rounds only (its own states, labelled by the teacher)."""
     if policy is None and config.episodes == 0:
         raise ValueError("a warm-up from scratch needs teacher runs (episodes >= 1)")
-    torch.set_num_threads(1)
+    # recordings and training never overlap: the cores that record in `workers` processes train as threads
+    torch.set_num_threads(config.workers)
     seeds = list(range(config.seed_offset, config.seed_offset + config.episodes))
     *parts, (held_out, _) = record_teacher(config, [*seeds, config.held_out_seed], on_workload)
     train = Demonstrations.concatenate([part[0] for part in parts] or [held_out.empty()])
