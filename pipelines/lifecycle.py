@@ -125,9 +125,9 @@ def finetune_line(layout: Layout, mode: str) -> str:
 def online_line(layout: Layout, mode: str) -> str:
     """What the `online` stage did with the records clusters logged."""
     from dl2.sim.metrics import report_unit
+    from pipelines.online import RECORD
 
-    metadata = json.loads((layout.model("online") / "config.json").read_text()).get("metadata", {})
-    online = metadata.get("online")
+    online = json.loads((layout.model("online") / RECORD).read_text()).get("online")
     if not online:
         return "  online: no cluster records collected yet: the candidate is the fine-tuned model"
     scale, unit = report_unit(mode)
@@ -151,16 +151,25 @@ def register_challenger(params: Params, layout: Layout) -> None:
 
 
 def gate(params: Params, layout: Layout, confirmation: promote.Confirm | None = None) -> str:
-    """The promotion gate, with its table; returns its outcome line (also printed)."""
+    """The promotion gate, with its table when it judged (not for a challenger that is the champion already);
+    returns its outcome line (also printed)."""
     try:
         outcome = promote.run(params, layout, confirmation=confirmation)
-    finally:
-        decision = layout.reports / "promotion.json"
-        if decision.is_file() and "scores" in (document := json.loads(decision.read_text())):
-            say("\n".join(promote.report_lines(document)))
+    except BaseException:
+        show_decision(layout)  # what the gate had decided before it failed
+        raise
+    if outcome.summary.get("status") not in ("already-champion", "no-challenger"):
+        show_decision(layout)
     line = promote.outcome_line(outcome)
     say(line)
     return line
+
+
+def show_decision(layout: Layout) -> None:
+    """The gate's table from reports/promotion.json, if it holds one."""
+    decision = layout.reports / "promotion.json"
+    if decision.is_file() and "scores" in (document := json.loads(decision.read_text())):
+        say("\n".join(promote.report_lines(document)))
 
 
 def learn_from_cluster(params: Params, layout: Layout) -> Callable[[promote.Confirm], str]:

@@ -6,14 +6,17 @@ shadow, canary or active mode). Each log is validated with the decision-log suit
 skipped and named in the output and the summary: one poison log never blocks the others); then
 advantage-weighted steps on its decisions (`learn_from_feedback`), and the result is kept only if it does not
 validate worse than the fine-tuned model: logged behaviour can mislead.
-Without collected records the fine-tuned model passes through unchanged. Split from `finetune` so that new
-cluster feedback reruns this short stage, not reinforcement learning in the simulator.
+Without collected records, or when the steps on them are not kept, the fine-tuned model passes through byte for
+byte (so `register` has no new version to offer and `evaluate` runs it once); `online.json` says what was
+tried. Split from `finetune` so that new cluster feedback reruns this short stage, not reinforcement learning in
+the simulator.
 
     python -m pipelines.online [--smoke]
 """
 
 from __future__ import annotations
 
+import math
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -28,8 +31,9 @@ from pipelines.rl import env_config, finetune_config, save
 from pipelines.stage import Layout, StageResult, main_without_arguments, write_json
 
 RECORD = "online.json"
-"""What the stage did, in the model folder: its code version and the logs learned from (outside the model's digest,
-which covers config.json and the weights, so a pass-through keeps the fine-tuned model's digest)."""
+"""What the stage did, in the model folder: its code version, the logs learned from and what the steps on them gave
+(outside the model's digest, which covers config.json and the weights, so a model passed through unchanged keeps
+the fine-tuned model's digest)."""
 
 
 def cluster_logs(layout: Layout) -> list[Path]:
@@ -76,19 +80,35 @@ def run(params: Params, layout: Layout | None = None) -> StageResult:
         pool = make_pool("local", params.finetune.workers)
         try:
             trainer = ActorCritic(env_config(params, trained.config), config, trained.policy, trained.value)
-            before = trainer.validate(pool)
+            before = _validated(trained.metadata)
+            if before is None:
+                before = trainer.validate(pool)
             state = TrainingState(_state(trainer.policy), _state(trainer.value), before, -1, [])
             chosen, feedback = learn_from_logs(params, trainer, state, batches, facts, pool)
         finally:
             pool.close()
         # JSON-ready: a validation that did not finish is infinite, which JSON cannot hold (to_json makes it null)
-        metadata = to_json({**trained.metadata, "online": feedback, "online_code_version": version})
-        title = "DL2 policy trained with actor-critic RL, then on logged cluster feedback"
-        save(folder, trained.config, chosen, state.best_value, title, metadata)
-        summary = {"cluster_logs": len(logs), "kept": bool(feedback and feedback["kept"]), **skipped_summary(skipped)}
-        write_json(folder / RECORD, {"code_version": version, "from": layout.relative(start), **summary})
+        attempt = to_json(feedback)
+        kept = bool(feedback and feedback["kept"])
+        if kept:
+            metadata = {**trained.metadata, "online": attempt, "online_code_version": version}
+            title = "DL2 policy trained with actor-critic RL, then on logged cluster feedback"
+            save(folder, trained.config, chosen, state.best_value, title, metadata)
+        else:  # the fine-tuned model unchanged, byte for byte: the same digest, nothing new to register or evaluate
+            _copy_model(start, folder)
+        summary = {"cluster_logs": len(logs), "kept": kept, **skipped_summary(skipped)}
+        record = {"code_version": version, "from": layout.relative(start), **summary, "online": attempt}
+        write_json(folder / RECORD, record)
         mlflow.log_artifacts(str(folder), artifact_path="model")
         return StageResult("online", (layout.relative(folder),), version, active.info.run_id, summary)
+
+
+def _validated(metadata: dict[str, Any]) -> float | None:
+    """The fine-tuned model's validation JCT as `finetune` measured it: the same greedy runs on the same seeds
+    (both stages take them from the same parameters), so it is not run again; None when there is no finite one."""
+    value = metadata.get("best_validation_avg_jct_s")
+    finite = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if finite else None
 
 
 def _state(module: Any) -> dict[str, Any]:

@@ -185,25 +185,29 @@ def score(scheduler: str, params: Params) -> Score:
 
 def evaluate(params: Params, challenger: Path, champion: Path | None, layout: Layout) -> dict[str, Score]:
     """Scores of the challenger, the champion (if any) and every heuristic (`pipelines.evaluate.heuristics`).
-    The models are run here, from the registry's copies; a heuristic's score is the `evaluate` stage's when its
-    metrics were made by this code on this test set (`evaluated_heuristics`), else it is run here too."""
+    A contender's score is the `evaluate` stage's when that stage ran this code on this test set and, for a model,
+    on the same bytes (`evaluated_scores`): the runs are deterministic, so they are the runs the gate would make.
+    Anything else runs here, models from the registry's copies."""
     from pipelines.evaluate import heuristics
+    from pipelines.registry import model_digest
 
-    scores = {"challenger": score(str(challenger), params)}
-    if champion is not None:
-        scores["champion"] = score(str(champion), params)
-    evaluated = evaluated_heuristics(params, layout)
-    for name in heuristics(params):
-        scores[name] = evaluated[name] if name in evaluated else score(name, params)
+    entries = {"challenger": str(challenger), **({"champion": str(champion)} if champion is not None else {})}
+    entries.update({name: name for name in heuristics(params)})
+    evaluated = evaluated_scores(params, layout)
+    scores = {}
+    for name, scheduler in entries.items():
+        key = model_digest(Path(scheduler)) if name in ("challenger", "champion") else name
+        found = evaluated.get(key)
+        scores[name] = found if found is not None else score(scheduler, params)
     return scores
 
 
-def evaluated_heuristics(params: Params, layout: Layout) -> dict[str, Score]:
-    """The heuristics' scores in `reports/metrics.json` when the `evaluate` stage's code and test set are this
-    gate's (a heuristic is deterministic for its workload, so its runs there are the runs the gate would make);
-    {} otherwise. DVC keeps that file current: the lifecycle reproduces it before the gate."""
+def evaluated_scores(params: Params, layout: Layout) -> dict[str, Score]:
+    """The scores in `reports/metrics.json`, by heuristic name and by model digest, when the `evaluate` stage's
+    code and test set are this gate's; {} otherwise. DVC keeps that file current: the lifecycle reproduces it
+    before the gate."""
     from pipelines.code import code_version
-    from pipelines.evaluate import heuristics, test_set
+    from pipelines.evaluate import test_set
 
     document = read_json_object(layout.reports / "metrics.json")
     if (
@@ -213,15 +217,16 @@ def evaluated_heuristics(params: Params, layout: Layout) -> dict[str, Score]:
     ):
         return {}
     rows = document.get("schedulers") or {}
+    digests = document.get("model_digests") or {}
     scores = {}
-    for name in heuristics(params):
-        row = rows.get(name)
+    for name, row in rows.items():
         if not isinstance(row, dict):
             continue
         if row.get("safe") and row.get("avg_jct_s") is not None:
-            scores[name] = Score(float(row["avg_jct_s"]), float(row["p99_jct_s"]), True, int(row["runs"]))
+            found = Score(float(row["avg_jct_s"]), float(row["p99_jct_s"]), True, int(row["runs"]))
         else:
-            scores[name] = Score(math.inf, math.inf, False, int(row["runs"]), str(row.get("failure") or ""))
+            found = Score(math.inf, math.inf, False, int(row["runs"]), str(row.get("failure") or ""))
+        scores[str(digests.get(name, name))] = found
     return scores
 
 

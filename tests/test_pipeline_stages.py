@@ -266,8 +266,7 @@ def test_online_learns_from_collected_cluster_records_and_keeps_the_better_polic
     records = decision_log(clusters_dir(layout) / "cluster-a")
     result = online.run(params, layout)
     assert result.summary["cluster_logs"] == 1 and isinstance(result.summary["kept"], bool)
-    metadata = json.loads((layout.model("online") / "config.json").read_text())["metadata"]
-    learned = metadata["online"]
+    learned = json.loads((layout.model("online") / online.RECORD).read_text())["online"]
     assert learned["logs"][0]["decisions"] > 0 and learned["kept"] == result.summary["kept"]
     assert learned["logs"][0]["log"].endswith("cluster-a") and records > 0
     import torch
@@ -275,6 +274,9 @@ def test_online_learns_from_collected_cluster_records_and_keeps_the_better_polic
     weights = [torch.load(layout.model(n) / "policy.pt", weights_only=True) for n in ("online", "finetune")]
     same = all(torch.equal(weights[0][k], weights[1][k]) for k in weights[1])
     assert same != learned["kept"]  # not kept: the fine-tuned policy, under the record of what was tried
+    kept_in_config = json.loads((layout.model("online") / "config.json").read_text())["metadata"].get("online")
+    assert (model_digest(layout.model("online")) == finetuned) != learned["kept"]  # not kept: byte for byte
+    assert (kept_in_config is not None) == learned["kept"]
     assert model_digest(layout.model("finetune")) == finetuned
 
 

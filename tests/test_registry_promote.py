@@ -288,32 +288,39 @@ def test_gate_reports_every_heuristic_the_teacher_included(
     assert registry.model_metrics(challenger)["gate.avg_jct_s"] == decision["scores"]["challenger"]["avg_jct_s"]
 
 
-def test_the_gate_takes_heuristic_scores_from_evaluate_only_for_its_code_and_test_set(tmp_path: Path) -> None:
-    """A heuristic is deterministic for its workload: the `evaluate` stage's figures are the gate's when that
-    stage ran this code on this test set, and are ignored otherwise (the gate then runs the heuristic)."""
+def test_the_gate_takes_scores_from_evaluate_only_for_its_code_test_set_and_model_bytes(tmp_path: Path) -> None:
+    """Runs are deterministic: the `evaluate` stage's figures are the gate's when that stage ran this code on this
+    test set (for a model: on the same bytes, by digest), and are ignored otherwise (the gate then runs it)."""
     import math
 
     from pipelines.code import code_version
     from pipelines.evaluate import heuristics, test_set
-    from pipelines.promote import Score, evaluated_heuristics
+    from pipelines.promote import Score, evaluated_scores
 
     params, layout = smoke_params(), Layout(tmp_path)
     names = heuristics(params)
     rows: dict[str, Any] = {n: {"runs": 2, "safe": True, "avg_jct_s": 10.0 + i, "p99_jct_s": 20.0 + i}
                             for i, n in enumerate(names)}  # fmt: skip
     rows["drf"] = {"runs": 2, "safe": False, "avg_jct_s": None, "p99_jct_s": None, "failure": "stalled"}
-    document = {"code_version": code_version("pipelines.evaluate"), "test_set": test_set(params), "schedulers": rows}
+    rows["online"] = {"runs": 2, "safe": True, "avg_jct_s": 5.0, "p99_jct_s": 6.0}
+    document = {
+        "code_version": code_version("pipelines.evaluate"),
+        "test_set": test_set(params),
+        "model_digests": {"online": "abc"},
+        "schedulers": rows,
+    }
     metrics = tmp_path / "reports" / "metrics.json"
     metrics.parent.mkdir(parents=True)
     metrics.write_text(json.dumps(document))
-    scores = evaluated_heuristics(params, layout)
-    assert set(scores) == set(names) and scores["drf"] == Score(math.inf, math.inf, False, 2, "stalled")
+    scores = evaluated_scores(params, layout)
+    assert set(scores) == {*names, "abc"} and scores["drf"] == Score(math.inf, math.inf, False, 2, "stalled")
     assert scores["optimus"] == Score(10.0 + names.index("optimus"), 20.0 + names.index("optimus"), True, 2)
+    assert scores["abc"] == Score(5.0, 6.0, True, 2)  # a model by its digest, never by its folder's name
     for changed in ({"code_version": "0" * 16}, {"test_set": {**test_set(params), "stall_slots": 1}}):
         metrics.write_text(json.dumps({**document, **changed}))
-        assert evaluated_heuristics(params, layout) == {}
+        assert evaluated_scores(params, layout) == {}
     metrics.unlink()
-    assert evaluated_heuristics(params, layout) == {}
+    assert evaluated_scores(params, layout) == {}
 
 
 def test_gate_accepts_a_challenger_better_than_the_champion_and_confirms_it(
