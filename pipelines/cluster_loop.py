@@ -285,8 +285,11 @@ class Passes:
             cluster.create_policy("off", champion, self.cluster.incumbent)
             cluster.start_controller()
             api = cluster.api()
+            before = read_json_object(reports / "promotion.json")
             outcome = learn(confirm_hook(api, mode="active"))  # the gate prints its own outcome
-            confirmation = (read_json_object(reports / "promotion.json") or {}).get("confirmation") or {}
+            after = read_json_object(reports / "promotion.json")
+            # only a decision this gate took has the controller's answer (an earlier one is not this cluster's)
+            confirmation = ((after or {}).get("confirmation") or {}) if after != before else {}
             if confirmation.get("detail"):
                 self.say(f"    the controller's answer: {confirmation['detail']}")
             version = champion_version() or champion

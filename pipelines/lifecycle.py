@@ -127,7 +127,7 @@ def online_line(layout: Layout, mode: str) -> str:
     from dl2.sim.metrics import report_unit
     from pipelines.online import RECORD
 
-    online = json.loads((layout.model("online") / RECORD).read_text()).get("online")
+    online = json.loads((layout.reports / RECORD).read_text()).get("online")
     if not online:
         return "  online: no cluster records collected yet: the candidate is the fine-tuned model"
     scale, unit = report_unit(mode)

@@ -7,9 +7,9 @@ skipped and named in the output and the summary: one poison log never blocks the
 advantage-weighted steps on its decisions (`learn_from_feedback`), and the result is kept only if it does not
 validate worse than the fine-tuned model: logged behaviour can mislead.
 Without collected records, or when the steps on them are not kept, the fine-tuned model passes through byte for
-byte (so `register` has no new version to offer and `evaluate` runs it once); `online.json` says what was
-tried. Split from `finetune` so that new cluster feedback reruns this short stage, not reinforcement learning in
-the simulator.
+byte (so DVC reruns nothing downstream and `register` has no new version to offer); `reports/online.json`
+says what was tried. Split from `finetune` so that new cluster feedback reruns this short stage, not
+reinforcement learning in the simulator.
 
     python -m pipelines.online [--smoke]
 """
@@ -31,9 +31,9 @@ from pipelines.rl import env_config, finetune_config, save
 from pipelines.stage import Layout, StageResult, main_without_arguments, write_json
 
 RECORD = "online.json"
-"""What the stage did, in the model folder: its code version, the logs learned from and what the steps on them gave
-(outside the model's digest, which covers config.json and the weights, so a model passed through unchanged keeps
-the fine-tuned model's digest)."""
+"""What the stage did, under reports/: its code version, the logs learned from and what the steps on them gave.
+Outside the model folder, so that a model passed through unchanged is the fine-tuned one to the byte, and DVC
+reruns nothing downstream of it."""
 
 
 def cluster_logs(layout: Layout) -> list[Path]:
@@ -65,14 +65,15 @@ def run(params: Params, layout: Layout | None = None) -> StageResult:
     trained = load_trained(start)
     version = code_version("pipelines.online")
     settings = {"finetune": params.section("finetune"), "init": layout.relative(start)}
+    outputs = (layout.relative(folder), layout.relative(layout.reports / RECORD))
     with tracking.stage_run("online", settings, tags={"dl2.code_version": version}, root=layout.root) as active:
         tracking.log_inputs(feedback_datasets(layout, logs))
         if not logs:
             _copy_model(start, folder)
             mlflow.log_metric("feedback.decisions", 0.0)
             summary: dict[str, Any] = {"cluster_logs": 0, "kept": None, **skipped_summary(skipped)}
-            write_json(folder / RECORD, {"code_version": version, "from": layout.relative(start), **summary})
-            return StageResult("online", (layout.relative(folder),), version, active.info.run_id, summary)
+            write_json(layout.reports / RECORD, {"code_version": version, "from": layout.relative(start), **summary})
+            return StageResult("online", outputs, version, active.info.run_id, summary)
         batches, facts = feedback_batches(params, layout, trained.config, logs)
         config = finetune_config(params, trained.config.network)
         torch.manual_seed(config.seed)
@@ -98,9 +99,9 @@ def run(params: Params, layout: Layout | None = None) -> StageResult:
             _copy_model(start, folder)
         summary = {"cluster_logs": len(logs), "kept": kept, **skipped_summary(skipped)}
         record = {"code_version": version, "from": layout.relative(start), **summary, "online": attempt}
-        write_json(folder / RECORD, record)
+        write_json(layout.reports / RECORD, record)
         mlflow.log_artifacts(str(folder), artifact_path="model")
-        return StageResult("online", (layout.relative(folder),), version, active.info.run_id, summary)
+        return StageResult("online", outputs, version, active.info.run_id, summary)
 
 
 def _validated(metadata: dict[str, Any]) -> float | None:

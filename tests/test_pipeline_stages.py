@@ -116,7 +116,7 @@ def test_every_output_records_the_code_that_made_it(
         "warmup": json.loads((layout.model("warmup") / "config.json").read_text())["metadata"]["code_version"],
         "feedback": json.loads((layout.simulated_feedback / "MANIFEST.json").read_text())["code_version"],
         "finetune": json.loads((layout.model("finetune") / "config.json").read_text())["metadata"]["code_version"],
-        "online": json.loads((layout.model("online") / "online.json").read_text())["code_version"],
+        "online": json.loads((layout.reports / "online.json").read_text())["code_version"],
         "evaluate": json.loads((layout.reports / "metrics.json").read_text())["code_version"],
         "ablate": json.loads((layout.reports / "ablation.json").read_text())["code_version"],
     }
@@ -266,7 +266,7 @@ def test_online_learns_from_collected_cluster_records_and_keeps_the_better_polic
     records = decision_log(clusters_dir(layout) / "cluster-a")
     result = online.run(params, layout)
     assert result.summary["cluster_logs"] == 1 and isinstance(result.summary["kept"], bool)
-    learned = json.loads((layout.model("online") / online.RECORD).read_text())["online"]
+    learned = json.loads((layout.reports / online.RECORD).read_text())["online"]
     assert learned["logs"][0]["decisions"] > 0 and learned["kept"] == result.summary["kept"]
     assert learned["logs"][0]["log"].endswith("cluster-a") and records > 0
     import torch
