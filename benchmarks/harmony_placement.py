@@ -107,6 +107,7 @@ def main() -> None:
     parser.add_argument("--workload", choices=sorted(SEEDS), default="philly")
     parser.add_argument("--placer", default="models/harmony-placer", help="the Harmony placer folder")
     parser.add_argument("--schedulers", default=",".join(ALLOCATION))
+    parser.add_argument("--heuristics", default=",".join(HEURISTICS), help="the placers to compare with")
     parser.add_argument("--seeds", default=None, help="comma-separated (default: the workload's five test seeds)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--cache", default="", help="keep each run's result in this folder and reuse it")
@@ -116,10 +117,11 @@ def main() -> None:
         placer_factory(args.placer)  # fail now on a broken folder
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(SEEDS[args.workload])
     schedulers = args.schedulers.split(",")
-    placers = [*HEURISTICS, args.placer]
+    heuristics = args.heuristics.split(",")
+    placers = [*heuristics, args.placer]
     tasks = [(args.workload, seed, s, p) for s in schedulers for p in placers for seed in seeds]
     if args.only_heuristics:
-        tasks = [task for task in tasks if task[3] in HEURISTICS]
+        tasks = [task for task in tasks if task[3] in heuristics]
     with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
         bounds = dict(zip(seeds, pool.map(bound, [(args.workload, seed) for seed in seeds]), strict=True))
         outcomes = pool.map(cached_run, [(*task, args.cache) for task in tasks], chunksize=1)
