@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -412,18 +413,20 @@ def test_replay_keeps_the_newest_decisions_and_samples_whole_decisions() -> None
     assert set(sample.rewards.tolist()) <= {2.0, 3.0}
 
 
+def tiny_training(**changes: Any) -> PlacerTraining:
+    """Training on `TINY` under DRF, validated on one seed, with a small network; `changes` override."""
+    values: dict[str, Any] = {
+        "source": TINY,
+        "validation_seeds": (9,),
+        "schedulers": ("drf",),
+        "network": PlacerConfig((8,)),
+    }
+    return PlacerTraining(**{**values, **changes})
+
+
 def test_training_on_a_tiny_budget_runs_and_saves_a_usable_placer(tmp_path: Path) -> None:
     world = World(SPEED, INTERFERENCE, None)  # the simulator's world: no speed model needed
-    training = PlacerTraining(
-        iterations=2,
-        source=TINY,
-        validation_seeds=(9,),
-        schedulers=("drf",),
-        validate_every=1,
-        updates_per_iteration=2,
-        minibatch_size=64,
-        network=PlacerConfig((8,)),
-    )
+    training = tiny_training(iterations=2, validate_every=1, updates_per_iteration=2, minibatch_size=64)
     trainer = PlacerTrainer(training, world)
     result = trainer.train()
     assert len(result.history) == 2 and all(h.decisions > 0 for h in result.history)
@@ -438,11 +441,8 @@ def test_training_on_a_tiny_budget_runs_and_saves_a_usable_placer(tmp_path: Path
 
 
 def test_imitation_warm_up_learns_the_heuristic_s_choices_then_rl_goes_on() -> None:
-    training = PlacerTraining(
+    training = tiny_training(
         iterations=1,
-        source=TINY,
-        validation_seeds=(9,),
-        schedulers=("drf",),
         validate_every=10,
         updates_per_iteration=30,
         imitate="isolate",

@@ -8,6 +8,7 @@ placers pay nothing for it.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -83,14 +84,16 @@ class Tenancy:
         once, when next read, instead of element by element)."""
         held, on_node = self.held_by[rank], self.on_node
         joined = self._joined
+        # counted per server in C (a packed job has many tasks on few servers), workers' servers first
         for role, nodes in ((0, worker_nodes), (1, ps_nodes)):
             self._pending_tasks[role].extend(nodes)
-            for node in nodes:
+            counted = Counter(nodes)
+            for node, count in counted.items():
                 counts = held.get(node)
                 if counts is None:
                     counts = held[node] = on_node[node][rank] = [0, 0]
                     joined.append(node)
-                counts[role] += 1
+                counts[role] += count
         self._joined_types.extend([self.type_of[rank]] * (len(joined) - len(self._joined_types)))
         self.version += 1
 
