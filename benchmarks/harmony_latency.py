@@ -52,14 +52,18 @@ class Timed:
         return node
 
 
-def busy_views(placer: HarmonyPlacer, scheduler: str, every: int, min_jobs: int) -> list[ClusterView]:
+def busy_views(
+    placer: HarmonyPlacer, scheduler: str, every: int, min_jobs: int, max_states: int = 0
+) -> list[ClusterView]:
+    """States of the Philly week (every `every`-th slot with at least `min_jobs` jobs), the first `max_states` of
+    them if set."""
     workload = load_workloads("philly", 0)[0]
     config = SimConfig.realistic(0)
     speed = speed_model(config.mode)
     simulation = Simulation(workload, config, speed, interference_model())
     policy = make_scheduler(scheduler, speed, False, placer)
     views = []
-    while not simulation.done:
+    while not simulation.done and not (max_states and len(views) >= max_states):
         view = simulation.begin_slot()
         allocation = policy.schedule(view)
         if simulation.slot % every == 0 and len(view.jobs) >= min_jobs:
@@ -77,13 +81,14 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=25)
     parser.add_argument("--min-jobs", type=int, default=30)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--max-states", type=int, default=0, help="stop after this many states (0: the whole week)")
     args = parser.parse_args()
     core = pin_to_one_core()
     make = placer_factory(args.placer)
     assert make is not None
     placer = make()
     assert isinstance(placer, HarmonyPlacer), "the latency bar is about a Harmony placer"
-    views = busy_views(placer, args.scheduler, args.every, args.min_jobs)
+    views = busy_views(placer, args.scheduler, args.every, args.min_jobs, args.max_states)
     rng = np.random.default_rng(0)
     rounds, decisions, occupied, asked = [], [], [], []
     for index, view in enumerate(views):

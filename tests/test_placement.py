@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
 from dl2.cli.common import placer_factory
+from dl2.config import ConfigError
 from dl2.core import Allocation, ClusterSpec, ClusterView, InputError, Job, JobAllocation, JobView
+from dl2.placement.candidates import RoundCandidates
 from dl2.placement.config import (
     JOB_INPUTS,
     SERVER_INPUTS,
@@ -32,8 +35,11 @@ from dl2.placement.speed_model import NumpySpeedModel
 from dl2.placement.training import PlacerNetwork, PlacerTrainer
 from dl2.placement.world import PredictedSimulation, SimulatorSpeeds
 from dl2.rl.workload_source import workload
-from dl2.schedulers.placement import NodeState, place_sticky
+from dl2.schedulers.isolate import IsolatePlacer
+from dl2.schedulers.load_balance import LoadBalancePlacer
+from dl2.schedulers.placement import Demand, NodeState, place_sticky
 from dl2.schedulers.registry import make_scheduler
+from dl2.schedulers.tally import TallyingPlacer
 from dl2.schedulers.tenancy import Tenancy
 from dl2.sim.config import SimConfig
 from dl2.sim.run import interference_model, speed_model
@@ -260,6 +266,102 @@ def test_without_skip_a_task_is_left_unplaced_only_where_nothing_fits() -> None:
     assert inner.tasks_asked > 0
 
 
+def test_round_candidates_are_the_candidates_to_the_bit_throughout_a_run() -> None:
+    compared = []
+
+    class Compare:
+        name, needs_tenancy = "compare", True
+
+        def __init__(self) -> None:
+            self.inner = LoadBalancePlacer()
+            self.round: RoundCandidates | None = None
+
+        def choose(self, state: NodeState, demand: Demand, job_nodes: object) -> int:
+            tenancy = state.tenancy
+            assert tenancy is not None
+            if self.round is None or self.round.state is not state:
+                self.round = RoundCandidates(state)
+            for may_skip in (False, True):
+                nodes, rows = self.round.rows(tenancy.placing, demand, may_skip)
+                expected_nodes, expected_rows = candidates(state, tenancy, tenancy.placing, demand, may_skip)
+                np.testing.assert_array_equal(nodes, expected_nodes)
+                np.testing.assert_array_equal(rows, expected_rows)
+            compared.append(len(nodes))
+            return self.inner.choose(state, demand, job_nodes)  # type: ignore[arg-type]
+
+    simulate(workload(TINY, 3), make_scheduler("drf", SPEED, False, Compare()), SimConfig.realistic(0), SPEED, None)
+    assert len(compared) > 100 and min(compared) < max(compared)  # rounds with servers filling up
+
+
+def test_the_placer_decides_as_with_rows_built_from_scratch() -> None:
+    class FromScratch(HarmonyPlacer):
+        def _candidates(
+            self, state: NodeState, rank: int, demand: Demand, may_skip: bool
+        ) -> tuple[np.ndarray, np.ndarray]:
+            assert state.tenancy is not None
+            return candidates(state, state.tenancy, rank, demand, may_skip)
+
+    class Logged:
+        name, needs_tenancy = "logged", True
+
+        def __init__(self, inner: HarmonyPlacer) -> None:
+            self.inner, self.nodes = inner, list[int]()
+
+        def choose(self, state: NodeState, demand: Demand, job_nodes: object) -> int:
+            node = self.inner.choose(state, demand, job_nodes)  # type: ignore[arg-type]
+            self.nodes.append(node)
+            return node
+
+    runs = []
+    for kind in (HarmonyPlacer, FromScratch):
+        for greedy, skip in ((True, False), (False, True)):
+            base = random_placer(5, skip=skip)
+            logged = Logged(kind(base.policy, base.config, greedy=greedy, seed=5))
+            simulate(
+                workload(TINY, 4), make_scheduler("drf", SPEED, False, logged), SimConfig.realistic(0), SPEED, None
+            )
+            runs.append(logged.nodes)
+    assert runs[0] == runs[2] and runs[1] == runs[3]  # greedy, and sampling with the same seed
+    assert len(runs[0]) > 100 and runs[0] != runs[1]
+
+
+def test_isolate_keeps_a_job_on_its_servers_and_opens_empty_ones_before_sharing() -> None:
+    jobs = [philly_job(name, "resnet-50", 1) for name in "abcd"]
+    held = {"b": JobAllocation((0,), (0,))}
+    views = tuple(JobView(job.spec, 0.0, 0.0, held.get(job.spec.job_id, JobAllocation()), 0.0, 0.0, 0) for job in jobs)
+    view = ClusterView(0.0, 0, 600.0, cluster(), views, Allocation())
+    targets = [(2, 1), (1, 1), (1, 1), (1, 1)]
+    isolated = place_sticky(view, targets, IsolatePlacer())
+    assert isolated.get("a") == JobAllocation((1, 1), (1,))  # an empty server, then its own
+    assert isolated.get("c") == JobAllocation((2,), (2,))  # the last empty one
+    assert isolated.get("d") == JobAllocation((0,), (0,))  # none left: the least loaded (0 and 2 tie: the lower)
+    spread = place_sticky(view, targets, LoadBalancePlacer())
+    assert spread.get("a").worker_nodes == (1, 2)  # load balancing spreads a over two servers
+
+
+def test_tally_counts_the_tasks_asked_for_and_those_not_placed() -> None:
+    big = philly_job("big", "resnet-50", 8)
+    view = ClusterView(
+        0.0, 0, 600.0, cluster(1), (JobView(big.spec, 0.0, 0.0, JobAllocation(), 0.0, 0.0, 0),), Allocation()
+    )
+    tally = TallyingPlacer(LoadBalancePlacer())
+    allocation = place_sticky(view, [(9, 1)], tally)  # 8 GPUs: the ninth worker fits nowhere
+    tally.close()
+    assert allocation.get("big").num_workers == 8 and allocation.get("big").num_ps == 1
+    assert (tally.asked, tally.left) == (10, 1)
+
+    class Refuse:
+        name = "refuse"
+
+        def choose(self, state: NodeState, demand: Demand, job_nodes: object) -> int:
+            return -1
+
+    refused = TallyingPlacer(Refuse())
+    assert place_sticky(view, [(2, 1)], refused).get("big") == JobAllocation()
+    refused.close()
+    assert (refused.asked, refused.left) == (3, 3) and refused.share_left == 1.0
+
+
 # -- rewards and training ---------------------------------------------------------------------------------------
 
 
@@ -311,18 +413,20 @@ def test_replay_keeps_the_newest_decisions_and_samples_whole_decisions() -> None
     assert set(sample.rewards.tolist()) <= {2.0, 3.0}
 
 
+def tiny_training(**changes: Any) -> PlacerTraining:
+    """Training on `TINY` under DRF, validated on one seed, with a small network; `changes` override."""
+    values: dict[str, Any] = {
+        "source": TINY,
+        "validation_seeds": (9,),
+        "schedulers": ("drf",),
+        "network": PlacerConfig((8,)),
+    }
+    return PlacerTraining(**{**values, **changes})
+
+
 def test_training_on_a_tiny_budget_runs_and_saves_a_usable_placer(tmp_path: Path) -> None:
     world = World(SPEED, INTERFERENCE, None)  # the simulator's world: no speed model needed
-    training = PlacerTraining(
-        iterations=2,
-        source=TINY,
-        validation_seeds=(9,),
-        schedulers=("drf",),
-        validate_every=1,
-        updates_per_iteration=2,
-        minibatch_size=64,
-        network=PlacerConfig((8,)),
-    )
+    training = tiny_training(iterations=2, validate_every=1, updates_per_iteration=2, minibatch_size=64)
     trainer = PlacerTrainer(training, world)
     result = trainer.train()
     assert len(result.history) == 2 and all(h.decisions > 0 for h in result.history)
@@ -334,6 +438,30 @@ def test_training_on_a_tiny_budget_runs_and_saves_a_usable_placer(tmp_path: Path
     placer = HarmonyPlacer.from_dir(folder)
     episode = run_episode(world, workload(TINY, 10), "optimus-fitted", placer, SimConfig.realistic(0))
     assert episode.avg_jct_s > 0 and episode.decisions is None
+
+
+def test_imitation_warm_up_learns_the_heuristic_s_choices_then_rl_goes_on() -> None:
+    training = tiny_training(
+        iterations=1,
+        validate_every=10,
+        updates_per_iteration=30,
+        imitate="isolate",
+        imitation_iterations=2,
+        explorers=("isolate",),
+        network=PlacerConfig((16,)),
+    )
+    result = PlacerTrainer(training, World(SPEED, INTERFERENCE, None)).train()
+    assert [h.imitation for h in result.history] == [True, True, False]
+    # the cross-entropy of the copied choices falls; the warm-up ends with a validation, and so does the run
+    assert result.history[1].actor_loss < result.history[0].actor_loss
+    assert [h.validation_jct_s is not None for h in result.history] == [False, True, True]
+
+
+def test_training_refuses_an_unknown_heuristic() -> None:
+    with pytest.raises(ConfigError, match="imitate"):
+        PlacerTraining(imitate="nowhere", imitation_iterations=1)
+    with pytest.raises(ConfigError, match="explorers"):
+        PlacerTraining(explorers=("load-balance", "nowhere"))
 
 
 def test_speed_model_folder_round_trip(tmp_path: Path) -> None:

@@ -161,7 +161,7 @@ def run_placer(args: argparse.Namespace) -> int:
     source = PredictedSpeeds(NumpySpeedModel.from_dir(args.speed_model)) if args.world == "predicted" else None
     world = World(speed_model(Mode.REALISTIC), interference_model(), source)
     started = time.perf_counter()
-    bar = tqdm(total=training.iterations, desc="placer", unit="iter", file=sys.stderr)
+    bar = tqdm(total=training.imitation_iterations + training.iterations, desc="placer", unit="iter", file=sys.stderr)
     history: list[dict[str, Any]] = []
 
     def on_iteration(stats: Any) -> None:

@@ -134,8 +134,9 @@ class PlacerConfig:
 
     hidden: Widths = (64, 32)
     """Hidden widths of the per-server scorer (ReLU)."""
-    skip: bool = True
-    """Whether the policy may leave a job's remaining tasks of a role unplaced (`dl2.placement.policy`)."""
+    skip: bool = False
+    """Whether the policy may leave a job's remaining tasks of a role unplaced (`dl2.placement.policy`). Off by
+    default: the allocation policy's counts are then held exactly (Harmony places what the allocation decides)."""
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
@@ -163,7 +164,7 @@ class PlacerTraining:
     """Hyper-parameters of the placer's training (`dl2.placement.training`)."""
 
     iterations: Annotated[int, Ge(1), Le(1_000_000)] = 60
-    """Training episodes (one workload each)."""
+    """RL episodes (one workload each), after the imitation ones (`imitation_iterations`)."""
     source: str = "synthetic-philly@1500"
     """Training and validation workloads (`dl2.rl.workload_source`)."""
     train_seed_offset: Seed = 20_000
@@ -178,6 +179,13 @@ class PlacerTraining:
     """Chance that a job's placement follows a heuristic, at the start (linear annealing)."""
     epsilon_end: Probability = 0.02
     """... and at the end."""
+    explorers: Annotated[tuple[str, ...], MinLen(1)] = ("load-balance", "binpack")
+    """Heuristic placers (`dl2.schedulers.registry.PLACERS`) that exploration follows, one drawn per job."""
+    imitate: str = ""
+    """A heuristic placer whose decisions the policy first learns to copy, supervised (as DL2's warm-up copies a
+    scheduler); empty: no warm-up. The RL iterations then start from the copy."""
+    imitation_iterations: Annotated[int, Ge(0), Le(1_000_000)] = 0
+    """Episodes of that warm-up (each followed by gradient steps, like an RL iteration), before the RL ones."""
     learning_rate: Annotated[float, Gt(0), Le(1)] = 3e-3
     """Adam's, for the actor."""
     critic_learning_rate: Annotated[float, Gt(0), Le(1)] = 1e-3
@@ -202,6 +210,11 @@ class PlacerTraining:
     def __post_init__(self) -> None:
         for name in self.schedulers:
             check_scheduler("schedulers", name, "realistic")
+        for name in self.explorers:
+            if name not in PLACERS:
+                raise refuse("explorers", name, f"placers: {', '.join(PLACERS)}")
+        if self.imitation_iterations and self.imitate not in PLACERS:
+            raise refuse("imitate", self.imitate, f"placers: {', '.join(PLACERS)} (imitation_iterations > 0)")
 
 
 SPEED_KEYS = Keys(
@@ -234,6 +247,10 @@ PLACER_KEYS = Keys(
         "skip": "network.skip",
         "hidden": "network.hidden",
         "epsilon": "epsilon_start",
+        "explorers": "explorers",
+        "imitate": "imitate",
+        "imitation_iterations": "imitation_iterations",
+        "updates_per_iteration": "updates_per_iteration",
         "replay": "replay",
         "learning_rate": "learning_rate",
         "temperature": "temperature",

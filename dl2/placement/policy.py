@@ -6,10 +6,11 @@ same function for every server, so one network serves any cluster size): each ca
 job's own tasks there, the other jobs there by type, what is free), paired with the job's row (type, role,
 targets, what it already holds), and a softmax over the rows picks the server. The chosen server then takes
 the job's next tasks as long as they fit, so a decision is taken per server rather than per task (a 16-worker
-job usually needs two). One more row means "leave this role's remaining tasks unplaced in this slot" (only
-for a job that already holds a task of that role, so it keeps running): with interference, an extra worker on
-a crowded server can slow the job, or its neighbours, more than it helps. The allocation policy's counts are
-then an upper bound.
+job usually needs two). The rows are built in `dl2.placement.candidates`, once per round and then server by
+server as tasks land. Optionally (`PlacerConfig.skip`, off by default) one more row means "leave this role's
+remaining tasks unplaced in this slot" (only for a job that already holds a task of that role, so it keeps
+running): with interference, an extra worker on a crowded server can slow the job, or its neighbours, more than
+it helps. The allocation policy's counts are then an upper bound, not held.
 
 `HarmonyPlacer` implements the `Placer` protocol (with `needs_tenancy`), so any allocation policy can use it.
 """
@@ -22,25 +23,32 @@ from typing import Protocol
 
 import numpy as np
 
-from dl2.core import Architecture, InputError
-from dl2.placement.config import JOB_INPUTS, SERVER_INPUTS, PlacerConfig
-from dl2.placement.features import NUM_TYPES, SCALE_TASKS
+from dl2.core import InputError
+from dl2.placement.candidates import SKIP_COLUMN, RoundCandidates, candidates, job_inputs
+from dl2.placement.config import SERVER_INPUTS, PlacerConfig
 from dl2.rl.inference import Layers, _dense, _linear_layers
 from dl2.schedulers.placement import Demand, NodeState, Placer
 from dl2.schedulers.tenancy import Tenancy
 
 WEIGHTS = "policy.pt"
-SKIP_COLUMN = SERVER_INPUTS - 1
-"""The column that flags the 'leave unplaced' row."""
+_SINGLE_THREAD_PRODUCT = 1 << 18
+"""OpenBLAS multiplies on the calling thread up to this many multiply-adds (m * n * k) per product."""
+__all__ = ["SKIP_COLUMN", "WEIGHTS", "HarmonyPlacer", "NumpyPlacementPolicy", "candidates", "job_inputs"]
 
 
 class NumpyPlacementPolicy:
-    """The scorer: logits of candidate rows given the job's row."""
+    """The scorer: logits of candidate rows given the job's row.
+
+    Rows are scored in blocks of at most `block_rows`: OpenBLAS hands a product of more than 2^18 multiply-adds to
+    its thread pool, whose hand-off costs milliseconds on a shared machine (a 300-server decision took 3 ms instead
+    of 70 us); below that it runs on the calling thread, and the per-row arithmetic is the same either way."""
 
     def __init__(self, layers: Layers) -> None:
         (first, self._bias), *self._rest = layers
         self._server = np.ascontiguousarray(first[:SERVER_INPUTS])
         self._job = np.ascontiguousarray(first[SERVER_INPUTS:])
+        widest = max(weight.shape[0] * weight.shape[1] for weight, _ in layers)
+        self.block_rows = max(1, _SINGLE_THREAD_PRODUCT // widest)
 
     @classmethod
     def from_state_dict(cls, state: Mapping[str, object]) -> NumpyPlacementPolicy:
@@ -48,7 +56,16 @@ class NumpyPlacementPolicy:
 
     def logits(self, rows: np.ndarray, job: np.ndarray) -> np.ndarray:
         # the job's part of the first layer is one product, broadcast to every row
-        hidden = rows @ self._server + (job @ self._job + self._bias)
+        offset = job @ self._job + self._bias
+        block = self.block_rows
+        if len(rows) <= block:
+            return self._block(rows, offset)
+        return np.concatenate(
+            [self._block(rows[start : start + block], offset) for start in range(0, len(rows), block)]
+        )
+
+    def _block(self, rows: np.ndarray, offset: np.ndarray) -> np.ndarray:
+        hidden = rows @ self._server + offset
         np.maximum(hidden, 0.0, out=hidden)
         result: np.ndarray = _dense(hidden, self._rest, final_activation=False)[:, 0]
         return result
@@ -95,6 +112,8 @@ class HarmonyPlacer:
         self._stopped = [False, False]
         self._explorer: Placer | None = None
         self._kept: dict[int, tuple[int, int]] = {}
+        self._round: RoundCandidates | None = None
+        """The candidate rows of the round being placed."""
 
     @classmethod
     def from_dir(cls, directory: str | Path, greedy: bool = True, seed: int = 0) -> HarmonyPlacer:
@@ -150,7 +169,7 @@ class HarmonyPlacer:
     ) -> int:
         held = tenancy.held_by[rank]
         may_skip = self.config.skip and any(counts[is_ps] for counts in held.values())
-        nodes, rows = candidates(state, tenancy, rank, demand, may_skip)
+        nodes, rows = self._candidates(state, rank, demand, may_skip)
         if len(rows) == 0:
             return -1
         job = job_inputs(tenancy, rank, is_ps)
@@ -170,53 +189,12 @@ class HarmonyPlacer:
             self.hook.decided(job, rows, choice, float(_softmax(logits)[choice]))
         return int(nodes[choice]) if choice < len(nodes) else -1
 
-
-def candidates(
-    state: NodeState, tenancy: Tenancy, rank: int, demand: Demand, may_skip: bool
-) -> tuple[np.ndarray, np.ndarray]:
-    """(fitting nodes, one input row per fitting node plus the 'leave unplaced' row when `may_skip`)."""
-    nodes = state.fitting_nodes(demand)
-    count = len(nodes)
-    rows = np.zeros((count + int(may_skip), SERVER_INPUTS), np.float32)
-    others = rows[:count, 2 : 2 + NUM_TYPES]
-    others[:] = tenancy.jobs_of_type[nodes]
-    workers, ps = tenancy.targets[rank]
-    own_type = tenancy.type_of[rank]
-    for node, (held_workers, held_ps) in tenancy.held_by[rank].items():
-        position = int(np.searchsorted(nodes, node))
-        if position < count and nodes[position] == node:
-            rows[position, 0] = held_workers / max(workers, 1)
-            rows[position, 1] = held_ps / max(ps, 1)
-            others[position, own_type] -= 1.0
-    total = others.sum(axis=1)
-    rows[:count, 2 + NUM_TYPES] = total
-    rows[:count, 3 + NUM_TYPES] = total == 0
-    rows[:count, 4 + NUM_TYPES : 7 + NUM_TYPES] = state.free_fractions()[nodes]
-    if may_skip:
-        rows[count, SKIP_COLUMN] = 1.0
-    return nodes, rows
-
-
-def job_inputs(tenancy: Tenancy, rank: int, is_ps: bool) -> np.ndarray:
-    """The job's row: type, architecture, role, targets, the shares of its targets it holds, its servers and the
-    other jobs on them."""
-    spec = tenancy.jobs[rank].spec
-    workers, ps = tenancy.targets[rank]
-    held = tenancy.held_by[rank]
-    neighbours = {other for node in held for other in tenancy.on_node[node] if other != rank}
-    job = np.zeros(JOB_INPUTS, np.float32)
-    job[tenancy.type_of[rank]] = 1.0
-    job[NUM_TYPES:] = (
-        float(spec.architecture is Architecture.ALLREDUCE),
-        float(is_ps),
-        workers / SCALE_TASKS,
-        ps / SCALE_TASKS,
-        sum(counts[0] for counts in held.values()) / max(workers, 1),
-        sum(counts[1] for counts in held.values()) / max(ps, 1),
-        len(held) / 4.0,
-        len(neighbours) / 4.0,
-    )
-    return job
+    def _candidates(self, state: NodeState, rank: int, demand: Demand, may_skip: bool) -> tuple[np.ndarray, np.ndarray]:
+        """`candidates(...)`, from rows kept up to date through the round."""
+        round_rows = self._round
+        if round_rows is None or round_rows.state is not state:
+            round_rows = self._round = RoundCandidates(state)
+        return round_rows.rows(rank, demand, may_skip)
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:

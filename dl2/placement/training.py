@@ -11,11 +11,17 @@ and the actor is pulled towards softmax(Q / alpha):
     actor   sum_a pi(a|s) (alpha log pi(a|s) - Q(s, a))          over every candidate of those decisions
 
 Both are per-candidate scorers with shared weights, so the critic learns from every decision, also those the
-exploration took: with probability epsilon (annealed) a job's placement in a round follows load balancing or
-bin packing (job-aware exploration). One iteration plays one training workload (a new seed each time) under one
-of the allocation policies in the speed model's world, then takes gradient steps on minibatches of fresh and
-replayed decisions. Every `validate_every` iterations the greedy placer runs the validation workloads in the
-same world and the best policy by mean average JCT is kept. Test workloads are never used.
+exploration took: with probability epsilon (annealed) a job's placement in a round follows one of the
+`explorers` heuristics (job-aware exploration; load balancing and bin packing by default). One iteration
+plays one training workload (a new seed each time) under one of the allocation policies in the speed model's
+world, then takes gradient steps on minibatches of fresh and replayed decisions. Every `validate_every`
+iterations the greedy placer runs the validation workloads in the same world and the best policy by mean
+average JCT is kept. Test workloads are never used.
+
+An optional warm-up comes first (`imitate`, as DL2 §4.1 warms its policy up on a scheduler's decisions): for
+`imitation_iterations` episodes every job's placement follows that heuristic and the actor learns to make its
+choices (cross-entropy over the candidates), the critic learning their rewards as usual; the warm-up ends
+with a validation, so the copy competes for the best policy too.
 """
 
 from __future__ import annotations
@@ -36,8 +42,7 @@ from dl2.placement.policy import HarmonyPlacer, NumpyPlacementPolicy
 from dl2.placement.world import SimulatorSpeeds, SpeedSource
 from dl2.rl.networks import _mlp
 from dl2.rl.workload_source import workload
-from dl2.schedulers.binpack import BinPackPlacer
-from dl2.schedulers.load_balance import LoadBalancePlacer
+from dl2.schedulers.registry import PLACERS
 from dl2.sim.config import SimConfig
 
 
@@ -69,6 +74,8 @@ class IterationStats:
     validation_jct_s: float | None = None
     validation_runs_s: list[float] | None = None
     """Each validation run's average JCT (seed by seed, allocation policies in turn)."""
+    imitation: bool = False
+    """Whether the iteration copied `imitate`'s decisions (the warm-up) rather than learning by RL."""
 
 
 @dataclass(slots=True)
@@ -116,20 +123,26 @@ class PlacerTrainer:
         return float(np.mean(jcts)), slots, jcts
 
     def iteration(self, index: int) -> IterationStats:
+        """Iteration `index`: the imitation warm-up's first, then RL's (numbered on, so each plays its own seed)."""
         started = time.perf_counter()
         training = self.training
+        imitation = index < training.imitation_iterations
         scheduler = training.schedulers[index % len(training.schedulers)]
         seed = training.train_seed_offset + index
         job_workload = workload(training.source, seed)
         placer = self.placer(greedy=False)
-        progress = index / max(training.iterations - 1, 1)
-        placer.epsilon = training.epsilon_start + (training.epsilon_end - training.epsilon_start) * progress
-        placer.explorers = (LoadBalancePlacer(), BinPackPlacer())
+        if imitation:
+            # every job's placement follows the heuristic; the policy learns to choose what it chose
+            placer.epsilon, placer.explorers = 1.0, (PLACERS[training.imitate](),)
+        else:
+            progress = (index - training.imitation_iterations) / max(training.iterations - 1, 1)
+            placer.epsilon = training.epsilon_start + (training.epsilon_end - training.epsilon_start) * progress
+            placer.explorers = tuple(PLACERS[name]() for name in training.explorers)
         recorder = ExperienceRecorder(self._reward_source(), job_workload.cluster, self.world.speed)
         result = run_episode(self.world, job_workload, scheduler, placer, SimConfig.realistic(seed), recorder)
         fresh = result.decisions
         assert fresh is not None
-        losses = self.update(fresh)
+        losses = self.update(fresh, imitation)
         if self.replay is not None:
             self.replay.add(fresh)
         return IterationStats(
@@ -141,12 +154,15 @@ class PlacerTrainer:
             *losses,
             result.slots,
             time.perf_counter() - started,
+            imitation=imitation,
         )
 
     def _reward_source(self) -> SpeedSource:
         return self.world.source or SimulatorSpeeds(self.world.speed, self.world.interference)
 
-    def update(self, fresh: Decisions) -> tuple[float, float, float]:
+    def update(self, fresh: Decisions, imitation: bool = False) -> tuple[float, float, float]:
+        """Gradient steps on fresh and replayed decisions; with `imitation` the actor learns to make the choices
+        taken (cross-entropy) instead of following the critic."""
         training = self.training
         if len(fresh) == 0:
             return 0.0, 0.0, 0.0
@@ -157,11 +173,11 @@ class PlacerTrainer:
                 replayed = self.replay.sample(int(len(batch) * training.replay_ratio), self.rng)
                 if replayed is not None:
                     batch = Decisions.concatenate([batch, replayed])
-            stats.append(self._step(batch))
+            stats.append(self._step(batch, imitation))
         policy_loss, value_loss, entropy = np.mean(stats, axis=0)
         return float(policy_loss), float(value_loss), float(entropy)
 
-    def _step(self, batch: Decisions) -> tuple[float, float, float]:
+    def _step(self, batch: Decisions, imitation: bool) -> tuple[float, float, float]:
         rows = torch.from_numpy(batch.rows)
         jobs = torch.from_numpy(batch.jobs)
         log_counts = torch.log(torch.from_numpy(batch.counts))
@@ -178,8 +194,11 @@ class PlacerTrainer:
         log_pi = _segment_log_softmax(self.policy(rows, jobs, segments) + log_counts, segments, len(batch))
         pi = log_pi.exp()
         alpha = self.training.temperature
-        per_row = pi * (alpha * log_pi - q.detach())
-        actor_loss = torch.zeros(len(batch)).index_add_(0, segments, per_row).mean()
+        if imitation:
+            actor_loss = -log_pi[chosen].mean()
+        else:
+            per_row = pi * (alpha * log_pi - q.detach())
+            actor_loss = torch.zeros(len(batch)).index_add_(0, segments, per_row).mean()
         self.policy_optimizer.zero_grad()
         actor_loss.backward()  # type: ignore[no-untyped-call]
         nn.utils.clip_grad_norm_(self.policy.parameters(), 1.0)
@@ -192,9 +211,11 @@ class PlacerTrainer:
         best_jct, slots, first_runs = self.validate()
         best = (self._copy(self.policy), self._copy(self.critic), best_jct, -1)
         history: list[IterationStats] = []
-        for index in range(training.iterations):
+        total = training.imitation_iterations + training.iterations
+        for index in range(total):
             stats = self.iteration(index)
-            if (index + 1) % training.validate_every == 0 or index == training.iterations - 1:
+            warmed_up = index == training.imitation_iterations - 1
+            if (index + 1) % training.validate_every == 0 or index == total - 1 or warmed_up:
                 stats.validation_jct_s, validation_slots, stats.validation_runs_s = self.validate()
                 stats.slots += validation_slots
                 if stats.validation_jct_s < best[2]:

@@ -108,6 +108,14 @@ class NodeState:
         )
         return result
 
+    def changes(self) -> int:
+        """How many resource changes the round has seen: a mark for `changed_since`."""
+        return len(self._changed)
+
+    def changed_since(self, mark: int) -> list[int]:
+        """The nodes whose resources changed after `mark` (a value of `changes`), each once, in order."""
+        return list(dict.fromkeys(self._changed[mark:]))
+
     def free_fractions(self) -> np.ndarray:
         """Free / capacity per node and resource type, shape (nodes, 3) (0 for a resource the node lacks)."""
         result: np.ndarray = self._synced_free() * self._inverse_array
