@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -43,7 +44,7 @@ from dl2.schedulers.tally import TallyingPlacer
 from dl2.schedulers.tenancy import Tenancy
 from dl2.sim.config import SimConfig
 from dl2.sim.run import interference_model, speed_model
-from dl2.sim.simulator import simulate
+from dl2.sim.simulator import Simulation, simulate
 from dl2.workload.catalogue import CATALOGUE
 from dl2.workload.mapping import DEFAULT_MAPPING, map_trace_job
 from dl2.workload.traces import PHILLY_NODE
@@ -339,6 +340,76 @@ def test_isolate_keeps_a_job_on_its_servers_and_opens_empty_ones_before_sharing(
     assert spread.get("a").worker_nodes == (1, 2)  # load balancing spreads a over two servers
 
 
+def holdings_of(allocation: JobAllocation) -> dict[int, list[int]]:
+    counts: dict[int, list[int]] = {}
+    for role, nodes in enumerate((allocation.worker_nodes, allocation.ps_nodes)):
+        for node in nodes:
+            counts.setdefault(node, [0, 0])[role] += 1
+    return counts
+
+
+def test_the_tenancy_agrees_with_itself_and_with_each_round_s_allocation_throughout_a_run() -> None:
+    """Built lazily, the tenancy must still answer, at every decision, what an eager count would: each job's
+    servers, each server's jobs (the same lists), the distinct jobs per server and type; and after the round,
+    what each job holds in the allocation that `place_sticky` returns."""
+    checked = []
+
+    def check(tenancy: Tenancy) -> None:
+        held = [tenancy.holdings(rank) for rank in range(len(tenancy.jobs))]
+        expected_types = np.zeros((tenancy.num_nodes, NUM_TYPES))
+        for node in range(tenancy.num_nodes):
+            on = tenancy.jobs_on(node)
+            assert sorted(on) == [rank for rank in range(len(held)) if node in held[rank]]
+            assert all(on[rank] is held[rank][node] and on[rank] != [0, 0] for rank in on)
+            for rank in on:
+                expected_types[node, tenancy.type_of[rank]] += 1
+        np.testing.assert_array_equal(tenancy.jobs_of_type, expected_types)
+
+    class Checking(LoadBalancePlacer):
+        name, needs_tenancy = "checking", True
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.rounds: list[Tenancy] = []
+
+        def choose(self, state: NodeState, demand: Demand, job_nodes: Sequence[int]) -> int:
+            assert state.tenancy is not None
+            if not self.rounds or self.rounds[-1] is not state.tenancy:
+                self.rounds.append(state.tenancy)
+            check(state.tenancy)
+            return super().choose(state, demand, job_nodes)
+
+    placer = Checking()
+    for seed in range(3):
+        simulation = Simulation(workload(TINY, seed), SimConfig.realistic(seed), SPEED, None)
+        policy = make_scheduler("drf", SPEED, False, placer)
+        while not simulation.done:
+            view = simulation.begin_slot()
+            rounds = len(placer.rounds)
+            allocation = policy.schedule(view)
+            if len(placer.rounds) > rounds:
+                tenancy = placer.rounds[-1]
+                check(tenancy)
+                for rank, job in enumerate(tenancy.jobs):
+                    assert tenancy.holdings(rank) == holdings_of(allocation.get(job.spec.job_id))
+                checked.append(tenancy)
+            simulation.apply(allocation)
+    assert len(checked) > 100
+
+    class WorkersOnly(Checking):
+        def choose(self, state: NodeState, demand: Demand, job_nodes: Sequence[int]) -> int:
+            assert state.tenancy is not None
+            return -1 if state.tenancy.placing_ps else super().choose(state, demand, job_nodes)
+
+    # a job whose PS finds no server gives its new workers back: the tenancy forgets them
+    job = philly_job("a", "resnet-50", 2)
+    views = (JobView(job.spec, 0.0, 0.0, JobAllocation(), 0.0, 0.0, 0),)
+    placer = WorkersOnly()
+    assert place_sticky(ClusterView(0.0, 0, 600.0, cluster(), views, Allocation()), [(2, 1)], placer).jobs == {}
+    check(placer.rounds[0])
+    assert placer.rounds[0].holdings(0) == {} and not placer.rounds[0].jobs_of_type.any()
+
+
 def test_tally_counts_the_tasks_asked_for_and_those_not_placed() -> None:
     big = philly_job("big", "resnet-50", 8)
     view = ClusterView(
@@ -372,7 +443,7 @@ def test_reward_is_own_relative_speed_plus_the_slowdown_inflicted() -> None:
     views = tuple(JobView(job.spec, 0.0, 0.0, held, 0.0, 0.0, 0) for job, held in ((a, held_a), (b, JobAllocation())))
     view = ClusterView(0.0, 0, 600.0, cluster(), views, Allocation())
     tenancy = Tenancy(views, [(1, 1), (1, 1)], 3)
-    tenancy.add_all(0, (0,), (0,))
+    tenancy.register(0, (0,), (0,))
     state = NodeState(cluster(), tenancy=tenancy)
     recorder.decided(np.zeros(JOB_INPUTS, np.float32), np.eye(2, SERVER_INPUTS, dtype=np.float32), 0, 0.5)
     recorder.job_placed(state, 1, {})  # b decided where to go, held nothing before

@@ -180,7 +180,7 @@ class HarmonyExtender:
         used: dict[Demand, list[int]] = {}
         for r, job_view in enumerate(view.jobs):
             spec, held = job_view.spec, job_view.allocation
-            tenancy.add_all(r, held.worker_nodes, held.ps_nodes)
+            tenancy.register(r, held.worker_nodes, held.ps_nodes)
             used.setdefault(spec.worker_demand.as_tuple(), []).extend(held.worker_nodes)
             used.setdefault(spec.ps_demand.as_tuple(), []).extend(held.ps_nodes)
         tenancy.placing, tenancy.placing_ps = rank, role == c.PS

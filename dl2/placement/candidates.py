@@ -38,7 +38,7 @@ def candidates(
     others[:] = tenancy.jobs_of_type[nodes]
     workers, ps = tenancy.targets[rank]
     own_type = tenancy.type_of[rank]
-    for node, (held_workers, held_ps) in tenancy.held_by[rank].items():
+    for node, (held_workers, held_ps) in tenancy.holdings(rank).items():
         position = int(np.searchsorted(nodes, node))
         if position < count and nodes[position] == node:
             rows[position, 0] = held_workers / max(workers, 1)
@@ -87,7 +87,7 @@ class RoundCandidates:
             rows[count, SKIP_COLUMN] = 1.0
         workers, ps = tenancy.targets[rank]
         own_type = 2 + tenancy.type_of[rank]
-        for node, (held_workers, held_ps) in tenancy.held_by[rank].items():
+        for node, (held_workers, held_ps) in tenancy.holdings(rank).items():
             position = int(np.searchsorted(nodes, node))
             if position < count and nodes[position] == node:
                 row = rows[position]
@@ -114,8 +114,8 @@ def job_inputs(tenancy: Tenancy, rank: int, is_ps: bool) -> np.ndarray:
     other jobs on them."""
     spec = tenancy.jobs[rank].spec
     workers, ps = tenancy.targets[rank]
-    held = tenancy.held_by[rank]
-    neighbours = {other for node in held for other in tenancy.on_node[node] if other != rank}
+    held = tenancy.holdings(rank)
+    neighbours = {other for node in held for other in tenancy.jobs_on(node) if other != rank}
     job = np.zeros(JOB_INPUTS, np.float32)
     job[tenancy.type_of[rank]] = 1.0
     job[NUM_TYPES:] = (

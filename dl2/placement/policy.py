@@ -160,14 +160,14 @@ class HarmonyPlacer:
     def _start_job(self, state: NodeState, tenancy: Tenancy, rank: int) -> None:
         self._state, self._rank, self._current = state, rank, -1
         self._stopped = [False, False]
-        self._kept = {node: (held[0], held[1]) for node, held in tenancy.held_by[rank].items()}
+        self._kept = {node: (held[0], held[1]) for node, held in tenancy.holdings(rank).items()}
         explore = self.explorers and self.epsilon > 0 and self.rng.random() < self.epsilon
         self._explorer = self.explorers[int(self.rng.integers(len(self.explorers)))] if explore else None
 
     def _decide(
         self, state: NodeState, tenancy: Tenancy, rank: int, is_ps: bool, demand: Demand, job_nodes: Sequence[int]
     ) -> int:
-        held = tenancy.held_by[rank]
+        held = tenancy.holdings(rank)
         may_skip = self.config.skip and any(counts[is_ps] for counts in held.values())
         nodes, rows = self._candidates(state, rank, demand, may_skip)
         if len(rows) == 0:

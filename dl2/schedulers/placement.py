@@ -251,7 +251,7 @@ def place_sticky(view: ClusterView, targets: Sequence[tuple[int, int]], placer: 
         tenancy = Tenancy(view.jobs, targets, view.cluster.num_nodes)
         for rank, _, old, growth in entries:
             held = (old.worker_nodes, old.ps_nodes) if growth is None else (growth[2], growth[3])
-            tenancy.add_all(rank, *held)
+            tenancy.register(rank, *held)
     state = NodeState(view.cluster, used, tenancy) if grows else None
     jobs: dict[str, JobAllocation] = {}
     for rank, spec, old, growth in entries:

@@ -60,5 +60,5 @@ def _held(tenancy: Tenancy) -> list[tuple[int, int]]:
     """Per rank, the (workers, PS) the job holds now."""
     return [
         (sum(counts[0] for counts in held.values()), sum(counts[1] for counts in held.values()))
-        for held in tenancy.held_by
+        for held in map(tenancy.holdings, range(len(tenancy.jobs)))
     ]

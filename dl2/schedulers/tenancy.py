@@ -4,12 +4,19 @@ Interference depends on which jobs share a server (Harmony §2), which free reso
 placer with `needs_tenancy = True` finds a `Tenancy` on the `NodeState` it is asked about: `place_sticky`
 registers every task it keeps or places, and names the job and role being placed before each `choose`. Other
 placers pay nothing for it.
+
+A round registers every job's tasks but its decisions read the holdings of a few jobs and servers only (the job
+being placed, its servers, their neighbours). So registration just keeps each job's task lists; the counts of
+distinct jobs per server and type are computed from all of them at once, in NumPy, when first read, and a job's
+or a server's dictionaries are built when first asked for. On a full 352-server cluster this is what keeps a
+round within a couple of milliseconds.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from itertools import chain
 
 import numpy as np
 
@@ -18,9 +25,16 @@ from dl2.workload.catalogue import CATALOGUE, MODEL_NAMES
 
 NUM_TYPES = len(MODEL_NAMES)
 
+Holdings = dict[int, list[int]]
+"""node -> [workers, PS] of one job (from `Tenancy.holdings`), or rank -> [workers, PS] on one node (from
+`Tenancy.jobs_on`); both views share the same two-element lists."""
+
 
 class Tenancy:
-    """Per node, the tasks of each job on it; per node and job type, how many distinct jobs of that type."""
+    """Per node, the tasks of each job on it; per node and job type, how many distinct jobs of that type.
+
+    Contract: `register` every job that holds tasks before the first read or change (`place_sticky` and the
+    extender do); `add` and `remove` then keep every view up to date."""
 
     def __init__(self, jobs: Sequence[JobView], targets: Sequence[tuple[int, int]], num_nodes: int) -> None:
         self.jobs = jobs
@@ -28,85 +42,89 @@ class Tenancy:
         self.targets = targets
         """Per rank, the (workers, PS) the allocation policy asked for."""
         self.type_of = [CATALOGUE[job.spec.model].type_index for job in jobs]
-        self.on_node: list[dict[int, list[int]]] = [{} for _ in range(num_nodes)]
-        """node -> rank -> [workers, PS] of that job there."""
-        self.held_by: list[dict[int, list[int]]] = [{} for _ in jobs]
-        """rank -> node -> the same [workers, PS] lists: each job's servers."""
-        self._jobs_of_type = np.zeros((num_nodes, NUM_TYPES), dtype=np.float64)
-        self._tasks = np.zeros((num_nodes, 2), dtype=np.float64)
-        # what `add_all` registered since the arrays were last brought up to date: the nodes each job joined (with
-        # its type) and the nodes of its workers and PS (one entry per task)
-        self._joined: list[int] = []
-        self._joined_types: list[int] = []
-        self._pending_tasks: tuple[list[int], list[int]] = ([], [])
+        self.num_nodes = num_nodes
         self.placing = -1
         """Rank of the job whose task is being placed (set by `place_sticky` before each `choose`)."""
         self.placing_ps = False
         """Whether that task is a parameter server."""
-        self.version = 0
-        """Counts changes, so that a placer can cache what it derives from the tenancy."""
+        self._registered: list[tuple[tuple[int, ...], tuple[int, ...]]] = [((), ())] * len(jobs)
+        self._holdings: list[Holdings | None] = [None] * len(jobs)
+        self._on_node: dict[int, Holdings] = {}
+        self._jobs_of_type: np.ndarray | None = None
+        # the distinct (node, rank) pairs of the registered tasks, sorted by node: which jobs a node holds
+        self._pair_nodes = np.zeros(0, np.int64)
+        self._pair_ranks = np.zeros(0, np.int64)
+
+    def register(self, rank: int, worker_nodes: Sequence[int], ps_nodes: Sequence[int]) -> None:
+        """The tasks job `rank` holds as the round starts (one entry per task)."""
+        if self._jobs_of_type is not None or self._holdings[rank] is not None:
+            raise RuntimeError("Tenancy.register after the tenancy was read or changed")
+        # as tuples: a caller may go on appending to its lists (tuple() of a tuple is the same object, no copy)
+        self._registered[rank] = (tuple(worker_nodes), tuple(ps_nodes))
 
     @property
     def jobs_of_type(self) -> np.ndarray:
         """[node, type]: distinct jobs of the type with a task on the node."""
-        self._flush()
+        if self._jobs_of_type is None:
+            self._jobs_of_type = self._count()
         return self._jobs_of_type
 
-    @property
-    def tasks(self) -> np.ndarray:
-        """[node, 0 or 1]: workers and PS on the node, all jobs together."""
-        self._flush()
-        return self._tasks
-
-    def add(self, rank: int, node: int, is_ps: bool, count: int = 1) -> None:
-        self._flush()
-        held = self.on_node[node].get(rank)
+    def holdings(self, rank: int) -> Holdings:
+        """node -> [workers, PS] of job `rank`: its servers."""
+        held = self._holdings[rank]
         if held is None:
-            held = self.on_node[node][rank] = self.held_by[rank][node] = [0, 0]
-            self._jobs_of_type[node, self.type_of[rank]] += 1
-        held[is_ps] += count
-        self._tasks[node, int(is_ps)] += count
-        self.version += 1
+            workers, ps = self._registered[rank]
+            held = self._holdings[rank] = {}
+            for role, nodes in ((0, workers), (1, ps)):
+                for node, count in (Counter(nodes) if len(nodes) > 8 else _count_small(nodes)).items():
+                    held.setdefault(node, [0, 0])[role] += count
+        return held
+
+    def jobs_on(self, node: int) -> Holdings:
+        """rank -> [workers, PS] of each job with a task on `node`."""
+        on = self._on_node.get(node)
+        if on is None:
+            if self._jobs_of_type is None:
+                self._jobs_of_type = self._count()
+            start, end = np.searchsorted(self._pair_nodes, (node, node + 1))
+            on = self._on_node[node] = {
+                rank: self.holdings(rank)[node] for rank in self._pair_ranks[start:end].tolist()
+            }
+        return on
+
+    def add(self, rank: int, node: int, is_ps: bool) -> None:
+        on = self.jobs_on(node)
+        held = on.get(rank)
+        if held is None:
+            held = on[rank] = self.holdings(rank)[node] = [0, 0]
+            self.jobs_of_type[node, self.type_of[rank]] += 1
+        held[is_ps] += 1
 
     def remove(self, rank: int, node: int, is_ps: bool) -> None:
-        self._flush()
-        held = self.on_node[node][rank]
+        on = self.jobs_on(node)
+        held = on[rank]
         held[is_ps] -= 1
-        self._tasks[node, int(is_ps)] -= 1
         if held == [0, 0]:
-            del self.on_node[node][rank]
-            del self.held_by[rank][node]
-            self._jobs_of_type[node, self.type_of[rank]] -= 1
-        self.version += 1
+            del on[rank]
+            del self.holdings(rank)[node]
+            self.jobs_of_type[node, self.type_of[rank]] -= 1
 
-    def add_all(self, rank: int, worker_nodes: Sequence[int], ps_nodes: Sequence[int]) -> None:
-        """Register every task a job holds (a round starts with all jobs' tasks: the arrays are brought up to date
-        once, when next read, instead of element by element)."""
-        held, on_node = self.held_by[rank], self.on_node
-        joined = self._joined
-        # counted per server in C (a packed job has many tasks on few servers), workers' servers first
-        for role, nodes in ((0, worker_nodes), (1, ps_nodes)):
-            self._pending_tasks[role].extend(nodes)
-            counted = Counter(nodes)
-            for node, count in counted.items():
-                counts = held.get(node)
-                if counts is None:
-                    counts = held[node] = on_node[node][rank] = [0, 0]
-                    joined.append(node)
-                counts[role] += count
-        self._joined_types.extend([self.type_of[rank]] * (len(joined) - len(self._joined_types)))
-        self.version += 1
+    def _count(self) -> np.ndarray:
+        """The distinct (node, rank) pairs of all registered tasks, kept, and from them the jobs per node and type."""
+        lengths = [len(workers) + len(ps) for workers, ps in self._registered]
+        nodes = np.fromiter(chain.from_iterable(chain.from_iterable(self._registered)), np.int64, sum(lengths))
+        ranks = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+        pairs = np.unique(nodes * len(lengths) + ranks) if len(lengths) else nodes
+        self._pair_nodes, self._pair_ranks = np.divmod(pairs, max(len(lengths), 1))
+        counts = np.zeros((self.num_nodes, NUM_TYPES), dtype=np.float64)
+        types = np.array(self.type_of, dtype=np.int64)
+        np.add.at(counts, (self._pair_nodes, types[self._pair_ranks]), 1.0)
+        return counts
 
-    def _flush(self) -> None:
-        if self._joined:
-            np.add.at(self._jobs_of_type, (self._joined, self._joined_types), 1.0)
-            self._joined, self._joined_types = [], []
-        for role, nodes in enumerate(self._pending_tasks):
-            if nodes:
-                self._tasks[:, role] += np.bincount(nodes, minlength=len(self._tasks))
-                nodes.clear()
 
-    def held(self, rank: int, node: int) -> tuple[int, int]:
-        """(workers, PS) of job `rank` on `node`."""
-        held = self.on_node[node].get(rank)
-        return (held[0], held[1]) if held is not None else (0, 0)
+def _count_small(nodes: Sequence[int]) -> dict[int, int]:
+    """`Counter(nodes)` without its set-up cost, for the few tasks most jobs hold."""
+    counts: dict[int, int] = {}
+    for node in nodes:
+        counts[node] = counts.get(node, 0) + 1
+    return counts
