@@ -39,9 +39,9 @@ class OraclePlacer:
         """[victim type, aggressor type] slowdown."""
 
     def choose(self, state: NodeState, demand: Demand, job_nodes: Sequence[int]) -> int:
-        for node in dict.fromkeys(job_nodes):
-            if state.fits(node, demand):
-                return node
+        own_server = state.first_fitting(job_nodes, demand)
+        if own_server >= 0:
+            return own_server
         tenancy = state.tenancy
         assert tenancy is not None
         fitting = state.fitting_nodes(demand)

@@ -134,9 +134,7 @@ def summarize(
         "test_workloads": params.ablate.test_workloads,
         "iterations": params.ablate.iterations,
         "unit": unit_name,
-        "order": sorted(
-            variants, key=lambda v: list(params.ablate.variants).index(v) if v in params.ablate.variants else 99
-        ),
+        "order": [variant for variant in params.ablate.variants if variant in variants],
         "variants": variants,
     }
 

@@ -83,6 +83,11 @@ class Score:
     error: str = ""
     """Why a run did not finish."""
 
+    @classmethod
+    def failed(cls, runs: int, error: str) -> Score:
+        """A scheduler whose runs did not all finish: infinite JCTs, so it can never win a comparison."""
+        return cls(math.inf, math.inf, False, runs, error)
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         for key in ("avg_jct_s", "p99_jct_s"):
@@ -178,7 +183,7 @@ def score(scheduler: str, params: Params) -> Score:
 
     outcome = simulate(scheduler, params)
     if not outcome.safe or not outcome.avg_jct_s:
-        return Score(math.inf, math.inf, False, len(outcome.avg_jct_s), outcome.failure or "no test workload")
+        return Score.failed(len(outcome.avg_jct_s), outcome.failure or "no test workload")
     runs = len(outcome.avg_jct_s)
     return Score(sum(outcome.avg_jct_s) / runs, sum(outcome.p99_jct_s) / runs, True, runs)
 
@@ -225,7 +230,7 @@ def evaluated_scores(params: Params, layout: Layout) -> dict[str, Score]:
         if row.get("safe") and row.get("avg_jct_s") is not None:
             found = Score(float(row["avg_jct_s"]), float(row["p99_jct_s"]), True, int(row["runs"]))
         else:
-            found = Score(math.inf, math.inf, False, int(row["runs"]), str(row.get("failure") or ""))
+            found = Score.failed(int(row["runs"]), str(row.get("failure") or ""))
         scores[str(digests.get(name, name))] = found
     return scores
 

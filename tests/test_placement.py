@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np

@@ -17,10 +17,8 @@ class BinPackPlacer:
     name = "binpack"
 
     def choose(self, state: NodeState, demand: Demand, job_nodes: Sequence[int]) -> int:
-        for node in dict.fromkeys(job_nodes):
-            if state.fits(node, demand):
-                return node
-        return state.best("most-loaded", _negative_utilisation, demand)
+        own = state.first_fitting(job_nodes, demand)
+        return own if own >= 0 else state.best("most-loaded", _negative_utilisation, demand)
 
 
 def _negative_utilisation(state: NodeState, node: int) -> float:

@@ -18,7 +18,5 @@ class IsolatePlacer:
     name = "isolate"
 
     def choose(self, state: NodeState, demand: Demand, job_nodes: Sequence[int]) -> int:
-        for node in dict.fromkeys(job_nodes):
-            if state.fits(node, demand):
-                return node
-        return state.best("least-loaded", NodeState.utilisation, demand)
+        own = state.first_fitting(job_nodes, demand)
+        return own if own >= 0 else state.best("least-loaded", NodeState.utilisation, demand)

@@ -79,6 +79,13 @@ class NodeState:
         free = self.free[node]
         return demand[0] <= free[0] + _EPS and demand[1] <= free[1] + _EPS and demand[2] <= free[2] + _EPS
 
+    def first_fitting(self, nodes: Sequence[int], demand: Demand) -> int:
+        """The first of `nodes` that fits `demand`, or -1 (a job's own servers, for placers that keep it together)."""
+        for node in dict.fromkeys(nodes):
+            if self.fits(node, demand):
+                return node
+        return -1
+
     def take(self, node: int, demand: Demand, count: int = 1) -> None:
         free = self.free[node]
         free[0] -= demand[0] * count
