@@ -112,6 +112,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--cache", default="", help="keep each run's result in this folder and reuse it")
     parser.add_argument("--only-heuristics", action="store_true", help="run the heuristics only (fills the cache)")
+    parser.add_argument("--out", default="", help="JSON file name (default: harmony_placement_<workload>.json)")
     args = parser.parse_args()
     if not args.only_heuristics:
         placer_factory(args.placer)  # fail now on a broken folder
@@ -164,7 +165,7 @@ def main() -> None:
     title = f"{args.workload} (realistic mode, seeds {seeds}): average JCT by placer, allocation policy fixed"
     columns = ["allocation", "placer", "avg JCT", "95% CI", "x lower bound", "harmony / this", "tasks left"]
     print_table(title, columns, rows)
-    name = f"harmony_placement_{args.workload.replace('-', '_')}.json"
+    name = args.out or f"harmony_placement_{args.workload.replace('-', '_')}.json"
     write_json(
         name,
         {
