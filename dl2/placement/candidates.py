@@ -69,7 +69,7 @@ class RoundCandidates:
         self._rows = np.zeros((state.num_nodes, SERVER_INPUTS), np.float32)
         """Per server, its row as a job holding nothing there sees it."""
         self._mark = state.changes()
-        self._rebuild(np.arange(state.num_nodes))
+        self._rebuild(slice(None))
 
     def rows(self, rank: int, demand: Demand, may_skip: bool) -> tuple[np.ndarray, np.ndarray]:
         """What `candidates(state, tenancy, rank, demand, may_skip)` returns now."""
@@ -99,8 +99,9 @@ class RoundCandidates:
                 row[_NONE] = total == 0
         return nodes, rows
 
-    def _rebuild(self, nodes: np.ndarray) -> None:
-        block = np.zeros((len(nodes), SERVER_INPUTS), np.float32)
+    def _rebuild(self, nodes: np.ndarray | slice) -> None:
+        """Rebuild the rows of `nodes` (indices, or a slice: every server, without gathering)."""
+        block = np.zeros((len(self._rows[nodes]), SERVER_INPUTS), np.float32)
         block[:, _OTHERS] = self.tenancy.jobs_of_type[nodes]
         total = block[:, _OTHERS].sum(axis=1)
         block[:, _TOTAL] = total
