@@ -27,7 +27,7 @@ from dl2.placement.config import (
 )
 from dl2.placement.episodes import World, run_episode
 from dl2.placement.experience import Decisions, ExperienceRecorder, ReplayBuffer
-from dl2.placement.features import NUM_TYPES, SERVER_FEATURES, SlotPlacement
+from dl2.placement.features import NUM_TYPES, SERVER_FEATURES, SlotPlacement, per_node
 from dl2.placement.linear import LinearInterferenceModel
 from dl2.placement.policy import WEIGHTS, HarmonyPlacer, NumpyPlacementPolicy, candidates
 from dl2.placement.predictor import SpeedNetwork, train_predictor
@@ -340,14 +340,6 @@ def test_isolate_keeps_a_job_on_its_servers_and_opens_empty_ones_before_sharing(
     assert spread.get("a").worker_nodes == (1, 2)  # load balancing spreads a over two servers
 
 
-def holdings_of(allocation: JobAllocation) -> dict[int, list[int]]:
-    counts: dict[int, list[int]] = {}
-    for role, nodes in enumerate((allocation.worker_nodes, allocation.ps_nodes)):
-        for node in nodes:
-            counts.setdefault(node, [0, 0])[role] += 1
-    return counts
-
-
 def test_the_tenancy_agrees_with_itself_and_with_each_round_s_allocation_throughout_a_run() -> None:
     """Built lazily, the tenancy must still answer, at every decision, what an eager count would: each job's
     servers, each server's jobs (the same lists), the distinct jobs per server and type; and after the round,
@@ -391,7 +383,8 @@ def test_the_tenancy_agrees_with_itself_and_with_each_round_s_allocation_through
                 tenancy = placer.rounds[-1]
                 check(tenancy)
                 for rank, job in enumerate(tenancy.jobs):
-                    assert tenancy.holdings(rank) == holdings_of(allocation.get(job.spec.job_id))
+                    held = per_node(allocation.get(job.spec.job_id))
+                    assert tenancy.holdings(rank) == {node: list(counts) for node, counts in held.items()}
                 checked.append(tenancy)
             simulation.apply(allocation)
     assert len(checked) > 100

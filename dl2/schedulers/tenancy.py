@@ -76,7 +76,7 @@ class Tenancy:
             workers, ps = self._registered[rank]
             held = self._holdings[rank] = {}
             for role, nodes in ((0, workers), (1, ps)):
-                for node, count in (Counter(nodes) if len(nodes) > 8 else _count_small(nodes)).items():
+                for node, count in Counter(nodes).items():
                     held.setdefault(node, [0, 0])[role] += count
         return held
 
@@ -123,11 +123,3 @@ class Tenancy:
         cells = self._pair_nodes * NUM_TYPES + types[self._pair_ranks]
         counts = np.bincount(cells, minlength=self.num_nodes * NUM_TYPES).astype(np.float64)
         return counts.reshape(self.num_nodes, NUM_TYPES)
-
-
-def _count_small(nodes: Sequence[int]) -> dict[int, int]:
-    """`Counter(nodes)` without its set-up cost, for the few tasks most jobs hold."""
-    counts: dict[int, int] = {}
-    for node in nodes:
-        counts[node] = counts.get(node, 0) + 1
-    return counts
