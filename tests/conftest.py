@@ -1,8 +1,18 @@
-"""Shared fixtures: tiny clusters, jobs and a hand-computable speed model."""
+"""Shared fixtures: tiny clusters, jobs and a hand-computable speed model; Hypothesis's profiles."""
 
 from __future__ import annotations
 
+import os
+
+from hypothesis import settings
+
 from dl2.core import Architecture, ClusterSpec, Job, JobAllocation, JobSpec, Resources, Workload
+
+# property tests draw the same examples on every run (CI passes or fails on the code, not on the draw);
+# HYPOTHESIS_PROFILE=explore draws afresh, to look for new counterexamples
+settings.register_profile("deterministic", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
 COMPAT_WORKER = Resources(gpu=4.0, cpu=2.0)
 COMPAT_PS = Resources(cpu=2.0)

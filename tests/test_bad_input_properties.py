@@ -28,7 +28,9 @@ from dl2.core.limits import MAX_NODES, MAX_TASKS_PER_JOB, MAX_TIME_S
 PEAK_BYTES = 64 * 2**20
 """A refusal allocates less than this (a job of 1e9 tasks or a cluster of 1e9 nodes would take gigabytes)."""
 SETTINGS = settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 CORPUS = Path(__file__).resolve().parent / "bad_inputs"
 
@@ -288,6 +290,15 @@ def _bad_value(kind: str, name: str) -> st.SearchStrategy[Any]:
             bad = st.one_of(bad, LETTERS.filter(lambda t: t not in ("shadow", "canary", "active", "simulated", "ps")))
         return bad
     numbers = st.one_of(NOT_A_NUMBER.filter(lambda v: v is not None), NEGATIVE, st.just("3"))
+    if kind == "nodes":  # a list of node indices: a list of anything else is bad, and so is anything not a list
+        not_an_index = st.one_of(
+            NEGATIVE, LETTERS, st.booleans(), st.none(), st.integers(min_value=MAX_TASKS_PER_JOB + 1)
+        )
+        return st.one_of(
+            numbers.filter(lambda v: not isinstance(v, list)),
+            st.lists(not_an_index, min_size=1, max_size=3),
+            st.lists(st.integers(0, 8), max_size=2).flatmap(lambda good: not_an_index.map(lambda bad: [*good, bad])),
+        )
     if kind == "integer":
         return st.one_of(
             numbers,

@@ -521,6 +521,64 @@ def test_imitation_warm_up_learns_the_heuristic_s_choices_then_rl_goes_on() -> N
     assert [h.validation_jct_s is not None for h in result.history] == [False, True, True]
 
 
+def test_a_teacher_labels_the_policy_s_decisions_without_changing_what_it_places() -> None:
+    """DAgger's labelling: the hook is told the row the heuristic would choose in the state the policy's own
+    choices made, and the run is the one the policy makes alone."""
+    world = World(SPEED, INTERFERENCE, None)
+    untrained = NumpyPlacementPolicy.from_state_dict(PlacerNetwork(PlacerConfig((8,))).state_dict())
+    isolate = IsolatePlacer()
+
+    class Teacher:
+        name = "spy"
+
+        def __init__(self) -> None:
+            self.expected: list[int] = []
+
+        def choose(self, state: NodeState, demand: Demand, job_nodes: Sequence[int]) -> int:
+            node = isolate.choose(state, demand, job_nodes)
+            self.expected.append(int(np.searchsorted(state.fitting_nodes(demand), node)))
+            return node
+
+    class Labels:
+        def __init__(self) -> None:
+            self.labels: list[int] = []
+            self.own: list[int] = []
+
+        def decided(self, job: np.ndarray, rows: np.ndarray, choice: int, probability: float) -> None:
+            self.labels.append(choice)
+            self.own.append(int(np.argmax(untrained.logits(rows, job))))
+
+        def job_placed(self, state: NodeState, rank: int, kept: dict[int, tuple[int, int]]) -> None:
+            pass
+
+    def run(teacher: Teacher | None, hook: Labels | None) -> list[float]:
+        placer = HarmonyPlacer(untrained, PlacerConfig((8,)))
+        placer.teacher, placer.hook = teacher, hook
+        simulation = world.simulation(workload(TINY, 3), SimConfig.realistic(0))
+        policy = make_scheduler("drf", SPEED, False, placer)
+        while not simulation.done:
+            simulation.apply(policy.schedule(simulation.begin_slot()))
+            placer.finish_job()
+        return [job.jct_s for job in simulation.result("drf").jobs]
+
+    teacher, labels = Teacher(), Labels()
+    assert run(teacher, labels) == run(None, None)
+    assert labels.labels == teacher.expected and len(labels.labels) > 10
+    assert labels.labels != labels.own  # the untrained policy placed otherwise than the labels say
+
+
+def test_dagger_episodes_train_the_actor_only_and_keep_out_of_replay() -> None:
+    training = tiny_training(imitate="isolate", imitation_iterations=2, dagger=True, updates_per_iteration=5)
+    trainer = PlacerTrainer(training, World(SPEED, INTERFERENCE, None))
+    first = trainer.iteration(0)  # the heuristic places, as without DAgger
+    assert trainer.replay is not None and len(trainer.replay) == first.decisions > 0
+    critic, policy = trainer._copy(trainer.critic), trainer._copy(trainer.policy)
+    second = trainer.iteration(1)  # the policy places, the heuristic labels
+    assert second.imitation and second.decisions > 0 and len(trainer.replay) == first.decisions
+    assert all(torch.equal(critic[name], value) for name, value in trainer.critic.state_dict().items())
+    assert not all(torch.equal(policy[name], value) for name, value in trainer.policy.state_dict().items())
+
+
 def test_training_refuses_an_unknown_heuristic() -> None:
     with pytest.raises(ConfigError, match="imitate"):
         PlacerTraining(imitate="nowhere", imitation_iterations=1)

@@ -186,6 +186,11 @@ class PlacerTraining:
     scheduler); empty: no warm-up. The RL iterations then start from the copy."""
     imitation_iterations: Annotated[int, Ge(0), Le(1_000_000)] = 0
     """Episodes of that warm-up (each followed by gradient steps, like an RL iteration), before the RL ones."""
+    dagger: bool = False
+    """From the warm-up's second episode on, the policy places every job and the heuristic labels each of its
+    decisions (DAgger, Ross et al. 2011, as DL2's warm-up rounds): the copy learns the heuristic's choice in the
+    states its own mistakes lead to, which the heuristic's own episodes never show it (a full cluster left
+    fragmented, say). Those episodes train the actor only: their rewards belong to the policy's choices."""
     learning_rate: Annotated[float, Gt(0), Le(1)] = 3e-3
     """Adam's, for the actor."""
     critic_learning_rate: Annotated[float, Gt(0), Le(1)] = 1e-3
@@ -250,6 +255,7 @@ PLACER_KEYS = Keys(
         "explorers": "explorers",
         "imitate": "imitate",
         "imitation_iterations": "imitation_iterations",
+        "dagger": "dagger",
         "updates_per_iteration": "updates_per_iteration",
         "replay": "replay",
         "learning_rate": "learning_rate",

@@ -101,6 +101,9 @@ class HarmonyPlacer:
         self.epsilon = 0.0
         """Chance that a job's placement in a round follows one of `explorers` instead (training only)."""
         self.explorers: Sequence[Placer] = ()
+        self.teacher: Placer | None = None
+        """A heuristic that labels the decisions the policy takes (training's DAgger episodes): the hook is told
+        the server it would have chosen, while the policy's choice is the one carried out."""
         self.decisions = 0
         """Network evaluations so far."""
         self.tasks_asked = 0
@@ -186,7 +189,11 @@ class HarmonyPlacer:
             probabilities = _softmax(logits)
             choice = min(int(np.searchsorted(np.cumsum(probabilities), self.rng.random(), side="right")), len(rows) - 1)
         if self.hook is not None:
-            self.hook.decided(job, rows, choice, float(_softmax(logits)[choice]))
+            label = choice
+            if self.teacher is not None and self._explorer is None:
+                label = _row_of(nodes, self.teacher.choose(state, demand, job_nodes), may_skip)
+            if label >= 0:
+                self.hook.decided(job, rows, label, float(_softmax(logits)[label]))
         return int(nodes[choice]) if choice < len(nodes) else -1
 
     def _candidates(self, state: NodeState, rank: int, demand: Demand, may_skip: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -195,6 +202,14 @@ class HarmonyPlacer:
         if round_rows is None or round_rows.state is not state:
             round_rows = self._round = RoundCandidates(state)
         return round_rows.rows(rank, demand, may_skip)
+
+
+def _row_of(nodes: np.ndarray, node: int, may_skip: bool) -> int:
+    """The candidate row of server `node` (-1: not a candidate), or the skip row (the last) for `node` -1."""
+    if node < 0:
+        return len(nodes) if may_skip else -1
+    position = int(np.searchsorted(nodes, node))
+    return position if position < len(nodes) and nodes[position] == node else -1
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:

@@ -20,8 +20,9 @@ average JCT is kept. Test workloads are never used.
 
 An optional warm-up comes first (`imitate`, as DL2 §4.1 warms its policy up on a scheduler's decisions): for
 `imitation_iterations` episodes every job's placement follows that heuristic and the actor learns to make its
-choices (cross-entropy over the candidates), the critic learning their rewards as usual; the warm-up ends
-with a validation, so the copy competes for the best policy too.
+choices (cross-entropy over the candidates), the critic learning their rewards as usual; with `dagger`, after
+the first episode the policy places the jobs and the heuristic labels its decisions. The warm-up ends with a
+validation, so the copy competes for the best policy too.
 """
 
 from __future__ import annotations
@@ -131,7 +132,11 @@ class PlacerTrainer:
         seed = training.train_seed_offset + index
         job_workload = workload(training.source, seed)
         placer = self.placer(greedy=False)
-        if imitation:
+        dagger = imitation and training.dagger and index > 0
+        if dagger:
+            # the policy places every job; the heuristic labels each decision with what it would have chosen
+            placer.teacher = PLACERS[training.imitate]()
+        elif imitation:
             # every job's placement follows the heuristic; the policy learns to choose what it chose
             placer.epsilon, placer.explorers = 1.0, (PLACERS[training.imitate](),)
         else:
@@ -142,8 +147,8 @@ class PlacerTrainer:
         result = run_episode(self.world, job_workload, scheduler, placer, SimConfig.realistic(seed), recorder)
         fresh = result.decisions
         assert fresh is not None
-        losses = self.update(fresh, imitation)
-        if self.replay is not None:
+        losses = self.update(fresh, imitation, learn_values=not dagger)
+        if self.replay is not None and not dagger:
             self.replay.add(fresh)
         return IterationStats(
             index,
@@ -160,9 +165,12 @@ class PlacerTrainer:
     def _reward_source(self) -> SpeedSource:
         return self.world.source or SimulatorSpeeds(self.world.speed, self.world.interference)
 
-    def update(self, fresh: Decisions, imitation: bool = False) -> tuple[float, float, float]:
+    def update(
+        self, fresh: Decisions, imitation: bool = False, learn_values: bool = True
+    ) -> tuple[float, float, float]:
         """Gradient steps on fresh and replayed decisions; with `imitation` the actor learns to make the choices
-        taken (cross-entropy) instead of following the critic."""
+        taken (cross-entropy) instead of following the critic; without `learn_values` the critic is left as it is
+        (DAgger's labels are not the choices whose rewards were observed)."""
         training = self.training
         if len(fresh) == 0:
             return 0.0, 0.0, 0.0
@@ -173,11 +181,11 @@ class PlacerTrainer:
                 replayed = self.replay.sample(int(len(batch) * training.replay_ratio), self.rng)
                 if replayed is not None:
                     batch = Decisions.concatenate([batch, replayed])
-            stats.append(self._step(batch, imitation))
+            stats.append(self._step(batch, imitation, learn_values))
         policy_loss, value_loss, entropy = np.mean(stats, axis=0)
         return float(policy_loss), float(value_loss), float(entropy)
 
-    def _step(self, batch: Decisions, imitation: bool) -> tuple[float, float, float]:
+    def _step(self, batch: Decisions, imitation: bool, learn_values: bool) -> tuple[float, float, float]:
         rows = torch.from_numpy(batch.rows)
         jobs = torch.from_numpy(batch.jobs)
         log_counts = torch.log(torch.from_numpy(batch.counts))
@@ -186,9 +194,10 @@ class PlacerTrainer:
         rewards = torch.from_numpy(batch.rewards.astype(np.float32))
         q = self.critic(rows, jobs, segments)
         critic_loss = nn.functional.mse_loss(q[chosen], rewards)
-        self.critic_optimizer.zero_grad()
-        critic_loss.backward()  # type: ignore[no-untyped-call]
-        self.critic_optimizer.step()
+        if learn_values:
+            self.critic_optimizer.zero_grad()
+            critic_loss.backward()  # type: ignore[no-untyped-call]
+            self.critic_optimizer.step()
         # distinct rows stand for `count` candidates each: the softmax over candidates is the softmax over rows
         # with log(count) added, and the entropy is that of the choice among rows
         log_pi = _segment_log_softmax(self.policy(rows, jobs, segments) + log_counts, segments, len(batch))
