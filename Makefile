@@ -7,6 +7,7 @@ PYTHON := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 WHEELS ?= $(or $(PIP_FIND_LINKS),/opt/wheels)
 PYTEST_ARGS ?=
+PYTEST_WORKERS ?= 2
 
 .PHONY: demo test lint typecheck unit bench clean
 
@@ -34,7 +35,7 @@ typecheck: $(INSTALLED)
 	$(VENV)/bin/mypy
 
 unit: $(INSTALLED)
-	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: $(INSTALLED)
 	$(PYTHON) benchmarks/bench_compat_speed.py
