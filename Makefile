@@ -35,7 +35,7 @@ typecheck: $(INSTALLED)
 	$(VENV)/bin/mypy
 
 unit: $(INSTALLED)
-	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --no-loadscope-reorder $(PYTEST_ARGS)
 
 bench: $(INSTALLED)
 	$(PYTHON) benchmarks/bench_compat_speed.py
