@@ -69,8 +69,9 @@ def one_node_workload(*jobs: Job, slot_s: float = 100.0, num_nodes: int = 1) -> 
 
 
 def pytest_configure(config):
-    """One JSONL of every request the local Kubernetes servers answer in this session (`tests/kube_helpers`): the
-    least-privilege test (`test_kube_rbac.py`, run last) checks the controller's against the shipped RBAC."""
+    """One JSONL of every request the local Kubernetes servers answer in this process (`tests/kube_helpers`): the
+    least-privilege test (`test_kube_rbac.py`, run last) checks the controller's against the shipped RBAC. Over
+    several processes each has its own, and every kube test runs in one (`pytest_xdist_make_scheduler`)."""
     import tempfile
 
     folder = Path(tempfile.mkdtemp(prefix="dl2-kube-requests-"))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -355,11 +354,9 @@ def test_bad_alibaba_node_file(tmp_path: Path, row: str, field: str) -> None:
 # --- the shipped slices ------------------------------------------------------------------------------------------
 
 
-def test_philly_slice_loads_fast_and_matches_its_stats() -> None:
-    load_philly()  # warm the speed model's fit and PS cache: they are per process, not per load
-    start = time.perf_counter()
+def test_philly_slice_loads_and_matches_its_stats() -> None:
+    # how long a load takes is benchmarks/bench_realistic_speed.py's to measure ("load"), not a test's
     workload = load_philly()
-    assert time.perf_counter() - start < 1.0
     assert (workload.name, workload.num_jobs, workload.cluster.num_nodes) == ("philly", 6391, 352)
     assert_matches_stats(workload, traces_dir() / "philly" / "stats.json")
 
