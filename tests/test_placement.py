@@ -267,6 +267,21 @@ def test_without_skip_a_task_is_left_unplaced_only_where_nothing_fits() -> None:
     assert inner.tasks_asked > 0
 
 
+def test_an_explorer_naming_a_server_that_does_not_fit_is_refused() -> None:
+    """A broken explorer fails loudly rather than having its choice taken for another server's row."""
+
+    class Beyond:
+        name = "beyond"
+
+        def choose(self, state: NodeState, demand: Demand, job_nodes: Sequence[int]) -> int:
+            return state.num_nodes  # no such server
+
+    placer = random_placer(6, skip=False)
+    placer.epsilon, placer.explorers = 1.0, (Beyond(),)
+    with pytest.raises(ValueError, match="explorer beyond chose server"):
+        simulate(workload(TINY, 9), make_scheduler("drf", SPEED, False, placer), SimConfig.realistic(0), SPEED, None)
+
+
 def test_round_candidates_are_the_candidates_to_the_bit_throughout_a_run() -> None:
     compared = []
 

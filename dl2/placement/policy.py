@@ -180,9 +180,11 @@ class HarmonyPlacer:
         self.decisions += 1
         if self._explorer is not None:
             node = self._explorer.choose(state, demand, job_nodes)
-            choice = int(np.searchsorted(nodes, node)) if node >= 0 else len(rows) - 1
             if node < 0 and not may_skip:
                 return -1
+            choice = _row_of(nodes, node, may_skip)
+            if choice < 0:
+                raise ValueError(f"explorer {self._explorer.name} chose server {node}, which does not fit the task")
         elif self.greedy:
             choice = int(np.argmax(logits))
         else:
