@@ -1,11 +1,14 @@
-"""What placement alone can reach with the allocation held exactly: the heuristics against an oracle placer.
+"""What placement alone can reach with the allocation held: the heuristics against an oracle placer and a bound.
 
-A diagnostic of the ceiling of issue 19's bar (average JCT 25% below load balancing with the allocation policy
-fixed), not a learned placer. The oracle reads the simulator's interference table, which no placer of dl2 may
-see: each task goes to a server of its own job that fits, else to an empty server, else to the fitting server
-whose jobs interfere least with it either way (the larger of the slowdown it would suffer there and the one it
-would inflict), the most loaded among equals. `isolate` (`dl2.schedulers.isolate`) is the same rule without the
-table. Every run counts the tasks left unplaced (`dl2.schedulers.tally`): only 0% holds the allocation.
+A diagnostic of issue 19's bar (average JCT 25% below load balancing with the allocation policy fixed). The
+oracle reads the simulator's interference table, which no placer of dl2 may see: each task goes to a server of
+its own job that fits, else to an empty server, else to the fitting server whose jobs interfere least with it
+either way (the larger of the slowdown it would suffer there and the one it would inflict), the most loaded
+among equals. `isolate` (`dl2.schedulers.isolate`) is the same rule without the table; `isolate-strict` leaves a
+task unplaced rather than share a server when its job already runs tasks of that role. `best-layout` is a bound,
+not a placer: bin packing places every task the allocation asks for, and each job then runs at the best layout of
+those tasks with no interference (`dl2.sim.lower_bound.BestLayoutSimulation`), which no placement of all of them
+can beat. Every run counts the tasks left unplaced (`dl2.schedulers.tally`): only 0% holds the allocation.
 
     .venv/bin/python benchmarks/harmony_ceiling.py [--workload philly] [--seeds 0] [--schedulers drf,optimus-fitted]
 
@@ -23,9 +26,10 @@ from common import environment, print_table, write_json
 from harmony_placement import bound, run, run_with
 
 from dl2.schedulers.placement import Demand, NodeState
+from dl2.schedulers.registry import PLACERS as REGISTERED
 from dl2.sim.run import interference_model
 
-PLACERS = ("load-balance", "tetris", "binpack", "isolate", "oracle")
+PLACERS = ("load-balance", "tetris", "binpack", "isolate", "isolate-strict", "oracle", "best-layout")
 
 
 class OraclePlacer:
@@ -56,6 +60,16 @@ class OraclePlacer:
         return int(fitting[np.argmin(cost)])
 
 
+def run_placer(workload: str, seed: int, scheduler: str, placer: str) -> dict[str, Any]:
+    """One run; `oracle` and `best-layout` are this benchmark's own, the rest are registered placers."""
+    if placer == "oracle":
+        return run_with(workload, seed, scheduler, OraclePlacer())
+    if placer == "best-layout":
+        # bin packing places every task the allocation asks for; the speeds then ignore where they landed
+        return run_with(workload, seed, scheduler, REGISTERED["binpack"](), best_layout=True)
+    return run((workload, seed, scheduler, placer))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default="philly")
@@ -70,12 +84,7 @@ def main() -> None:
     for scheduler in args.schedulers.split(","):
         results: dict[str, list[dict[str, Any]]] = {}
         for placer in placers:
-            results[placer] = [
-                run_with(args.workload, seed, scheduler, OraclePlacer())
-                if placer == "oracle"
-                else run((args.workload, seed, scheduler, placer))
-                for seed in seeds
-            ]
+            results[placer] = [run_placer(args.workload, seed, scheduler, placer) for seed in seeds]
             print(scheduler, placer, results[placer], flush=True)
         base = np.array([result["avg_jct_s"] for result in results.get("load-balance", results[placers[0]])])
         entry = {}

@@ -36,10 +36,10 @@ from dl2.schedulers.placement import Placer
 from dl2.schedulers.registry import make_scheduler
 from dl2.schedulers.tally import TallyingPlacer
 from dl2.sim.config import SimConfig
-from dl2.sim.lower_bound import average_bound_s
+from dl2.sim.lower_bound import BestLayoutSimulation, average_bound_s
 from dl2.sim.metrics import summarize
 from dl2.sim.run import interference_model, speed_model
-from dl2.sim.simulator import simulate
+from dl2.sim.simulator import Simulation, drive
 from dl2.workload.registry import load_workloads
 
 ALLOCATION = ("drf", "optimus-fitted", "models/dl2-philly")
@@ -68,9 +68,11 @@ def run(task: tuple[str, int, str, str]) -> dict[str, Any]:
     return run_with(name, seed, scheduler, make_placer())
 
 
-def run_with(name: str, seed: int, scheduler: str, placer: Placer) -> dict[str, Any]:
+def run_with(name: str, seed: int, scheduler: str, placer: Placer, best_layout: bool = False) -> dict[str, Any]:
     """Average JCT of workload `name` at `seed` under allocation policy `scheduler` placing with `placer`, and the
-    share of the tasks the policy asked for that were not placed (`TallyingPlacer`, the same count for all)."""
+    share of the tasks the policy asked for that were not placed (`TallyingPlacer`, the same count for all).
+    `best_layout`: every job runs at the best layout of the tasks it was placed, without interference
+    (`BestLayoutSimulation`: what no placement of them can beat)."""
     started = time.perf_counter()
     tally = TallyingPlacer(placer)
     config = SimConfig.realistic(seed)
@@ -79,7 +81,13 @@ def run_with(name: str, seed: int, scheduler: str, placer: Placer) -> dict[str, 
         policy: Scheduler = LearnedScheduler.from_dir(scheduler, placer=tally)
     else:
         policy = make_scheduler(scheduler, speed, False, tally)
-    metrics = summarize(simulate(load_workloads(name, seed)[0], policy, config, speed, interference_model()))
+    workload = load_workloads(name, seed)[0]
+    simulation = (
+        BestLayoutSimulation(workload, config, speed)
+        if best_layout
+        else Simulation(workload, config, speed, interference_model())
+    )
+    metrics = summarize(drive(simulation, policy))
     tally.close()
     return {
         "avg_jct_s": metrics.avg_jct_s,

@@ -11,9 +11,9 @@ from conftest import LinearSpeed, make_job, one_node_workload
 from dl2.core import Allocation, ClusterSpec, ClusterView, JobAllocation, JobSpec, Workload
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import RescaleCost, RescaleKind, SimConfig
-from dl2.sim.lower_bound import FastestPlacements, first_decision_s, workload_bounds
+from dl2.sim.lower_bound import BestLayoutSimulation, FastestPlacements, first_decision_s, workload_bounds
 from dl2.sim.run import interference_model, speed_model
-from dl2.sim.simulator import simulate
+from dl2.sim.simulator import Simulation, drive, simulate
 from dl2.workload.registry import load_workloads
 from dl2.workload.traces import PHILLY_NODE
 
@@ -89,3 +89,47 @@ def test_single_job_runs_meet_the_bound_and_no_heuristic_beats_it(index: int) ->
         for placer in ("load-balance", "binpack"):
             run = simulate(alone, make_scheduler(name, speed, False, placer), config, speed, interference)
             assert run.jobs[0].jct_s >= bound.jct_s * (1 - 1e-9), (name, placer)
+
+
+def test_the_best_layout_simulation_runs_a_spread_job_at_its_packed_speed() -> None:
+    # one PS job with 2 workers and 2 PS, held apart (workers on node 0, PS on node 1): the simulator runs it at
+    # that placement's speed, the best-layout simulation at the speed of its best layout of 2 + 2 tasks
+    philly = load_workloads("philly", 0)[0]
+    job = next(job for job in philly.jobs if job.spec.max_ps >= 2 and job.spec.max_workers >= 2)
+    cluster = ClusterSpec.homogeneous(2, PHILLY_NODE)
+    alone = Workload("alone", cluster, (job,), philly.slot_s)
+    config = SimConfig.realistic(0, speed_noise=0.0)
+    speed = speed_model(config.mode)
+    spread = JobAllocation((0, 0), (1, 1))
+    packed = FastestPlacements(cluster, speed).packed(job.spec, 2, 2)
+    assert packed is not None
+    assert speed.placed_throughput(job.spec, packed) > speed.placed_throughput(job.spec, spread)
+    plain = simulate(alone, Fixed(job.spec.job_id, spread), config, speed)
+    best = drive(BestLayoutSimulation(alone, config, speed), Fixed(job.spec.job_id, spread))
+    best_packed = drive(BestLayoutSimulation(alone, config, speed), Fixed(job.spec.job_id, packed))
+    assert best.jobs[0].jct_s < plain.jobs[0].jct_s
+    assert best.jobs[0].jct_s == pytest.approx(best_packed.jobs[0].jct_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("scheduler", ["drf", "optimus-fitted"])
+def test_no_job_runs_faster_in_the_simulator_than_in_the_best_layout_simulation(scheduler: str) -> None:
+    # at every slot of a seeded run, each job's speed in the best-layout world is at least the speed of where its
+    # tasks actually are, with interference added by the true simulator on the same placement
+    philly = load_workloads("philly", 0)[0]
+    small = Workload("small", ClusterSpec.homogeneous(6, PHILLY_NODE), philly.jobs[:60], philly.slot_s)
+    config = SimConfig.realistic(0, speed_noise=0.0)
+    speed, interference = speed_model(config.mode), interference_model()
+    best = BestLayoutSimulation(small, config, speed)
+    policy = make_scheduler(scheduler, speed, False, "load-balance")
+    policy.reset()
+    checked = 0
+    while not best.done and best.slot < 200:
+        best.apply(policy.schedule(best.begin_slot()))
+        active = [i for i in best.active if best.allocation[i].worker_nodes]
+        true = Simulation(small, config, speed, interference)
+        true.allocation = list(best.allocation)
+        true_speeds = true._noiseless_throughputs(active, active)
+        for i, value in zip(active, true_speeds, strict=True):
+            assert best._base_throughput(i) >= value * (1 - 1e-12)
+            checked += 1
+    assert checked > 100

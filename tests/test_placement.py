@@ -36,7 +36,7 @@ from dl2.placement.speed_model import NumpySpeedModel
 from dl2.placement.training import PlacerNetwork, PlacerTrainer
 from dl2.placement.world import PredictedSimulation, SimulatorSpeeds
 from dl2.rl.workload_source import workload
-from dl2.schedulers.isolate import IsolatePlacer
+from dl2.schedulers.isolate import IsolatePlacer, StrictIsolatePlacer
 from dl2.schedulers.load_balance import LoadBalancePlacer
 from dl2.schedulers.placement import Demand, NodeState, place_sticky
 from dl2.schedulers.registry import make_scheduler
@@ -353,6 +353,20 @@ def test_isolate_keeps_a_job_on_its_servers_and_opens_empty_ones_before_sharing(
     assert isolated.get("d") == JobAllocation((0,), (0,))  # none left: the least loaded (0 and 2 tie: the lower)
     spread = place_sticky(view, targets, LoadBalancePlacer())
     assert spread.get("a").worker_nodes == (1, 2)  # load balancing spreads a over two servers
+
+
+def test_isolate_strict_leaves_a_running_job_s_tasks_unplaced_rather_than_share_but_starts_every_job() -> None:
+    # two 8-GPU servers: a holds server 1, b server 0; a asks for 12 workers and 2 PS, c (holding nothing) for one
+    jobs = [philly_job(name, "resnet-50", 1) for name in "abc"]
+    held = {"a": JobAllocation((1,), (1,)), "b": JobAllocation((0,), (0,))}
+    views = tuple(JobView(job.spec, 0.0, 0.0, held.get(job.spec.job_id, JobAllocation()), 0.0, 0.0, 0) for job in jobs)
+    view = ClusterView(0.0, 0, 600.0, cluster(2), views, Allocation())
+    targets = [(12, 2), (1, 1), (1, 1)]
+    isolated = place_sticky(view, targets, IsolatePlacer())
+    assert isolated.get("a") == JobAllocation((1,) * 8 + (0,) * 4, (1, 1))  # its last 4 workers beside b
+    strict = place_sticky(view, targets, StrictIsolatePlacer())
+    assert strict.get("a") == JobAllocation((1,) * 8, (1, 1))  # server 1 is full: the 4 are left, not put by b
+    assert strict.get("c") == JobAllocation((0,), (0,))  # c holds nothing: it shares rather than wait
 
 
 def test_the_tenancy_agrees_with_itself_and_with_each_round_s_allocation_throughout_a_run() -> None:

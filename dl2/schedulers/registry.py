@@ -9,7 +9,7 @@ from dl2.core import Scheduler
 from dl2.schedulers.binpack import BinPackPlacer
 from dl2.schedulers.drf import DRF
 from dl2.schedulers.fifo import FIFO
-from dl2.schedulers.isolate import IsolatePlacer
+from dl2.schedulers.isolate import IsolatePlacer, StrictIsolatePlacer
 from dl2.schedulers.load_balance import LoadBalancePlacer
 from dl2.schedulers.optimus import OptimusOracle
 from dl2.schedulers.optimus_fitted import OptimusFitted
@@ -26,6 +26,7 @@ PLACERS: dict[str, Callable[[], Placer]] = {
     "tetris": TetrisPlacer,
     "binpack": BinPackPlacer,
     "isolate": IsolatePlacer,
+    "isolate-strict": StrictIsolatePlacer,
 }
 
 SchedulerFactory = Callable[[SpeedModel, bool, Placer], Scheduler]

@@ -505,9 +505,15 @@ def simulate(
     on_slot: Callable[[Simulation], None] | None = None,
 ) -> SimResult:
     """Run `scheduler` on `workload` to the end."""
+    return drive(Simulation(workload, config, speed, interference), scheduler, on_slot)
+
+
+def drive(
+    simulation: Simulation, scheduler: Scheduler, on_slot: Callable[[Simulation], None] | None = None
+) -> SimResult:
+    """Run `scheduler` on a prepared `simulation` (the simulator or a subclass of it) to the end."""
     started = time.perf_counter()
     scheduler.reset()
-    simulation = Simulation(workload, config, speed, interference)
     with young_collections_only():
         while not simulation.done:
             view = simulation.begin_slot()
