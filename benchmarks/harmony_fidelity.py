@@ -1,14 +1,15 @@
 """How faithfully a learned placer copies the heuristic it imitated, decision by decision, and why it departs.
 
-A diagnostic of the placer's shortfall under DRF (issue 19), not a result. The placer runs a workload greedily
+A diagnostic of where a copy departs from its teacher under DRF, not a result. The placer runs a workload greedily
 under an allocation policy; at each of its decisions the heuristic is asked where it would put the same task
 in the same state (DAgger's labelling, `HarmonyPlacer.teacher`), and the two servers are compared. A departure
-is put down to the first reason that holds: the two servers' rows are equal (no placer that reads rows can
+is put down to the first reason that holds: one of the two leaves the task unplaced (a placer trained with
+`--skip`, a heuristic such as `isolate-strict`); the two servers' rows are equal (no placer that reads rows can
 tell them apart); the heuristic used a server the job already holds; the placer took
 a server more loaded (dominant utilisation, `NodeState.utilisation`) than the least loaded; or the least loaded
 were tied and the heuristic took the lowest index among them, which a server's row does not show the placer.
 
-    .venv/bin/python benchmarks/harmony_fidelity.py [--placer models/harmony-placer-philly] [--imitated isolate]
+    .venv/bin/python benchmarks/harmony_fidelity.py [--placer models/harmony-placer-philly] [--imitated isolate-strict]
         [--workload synthetic-philly] [--seed 21000] [--scheduler drf] [--out harmony_fidelity.json]
 
 The default workload is a validation seed of the placer's training, at full size (never a test workload).
@@ -35,12 +36,14 @@ from dl2.sim.run import interference_model, speed_model
 from dl2.sim.simulator import Simulation
 
 SAME = "same server"
+PLACER_LEAVES = "placer: leaves the task unplaced, the heuristic places it"
+HEURISTIC_LEAVES = "heuristic: leaves the task unplaced, the placer places it"
 SAME_ROW = "a server with the same row (indistinguishable)"
 OWN = "heuristic: a server the job holds"
 MORE_LOADED = "placer: more loaded than the least loaded"
 TIED_FULL = "tie at utilisation 1 (GPUs taken): lowest index"
 TIED = "tie below utilisation 1: lowest index"
-REASONS = (SAME, SAME_ROW, OWN, MORE_LOADED, TIED_FULL, TIED)
+REASONS = (SAME, PLACER_LEAVES, HEURISTIC_LEAVES, SAME_ROW, OWN, MORE_LOADED, TIED_FULL, TIED)
 
 
 class Comparison:
@@ -57,8 +60,11 @@ class Comparison:
         tenancy = state.tenancy
         assert tenancy is not None
         rank, is_ps = tenancy.placing, tenancy.placing_ps
-        nodes, rows = candidates(state, tenancy, rank, demand, False)
-        own = int(nodes[int(np.argmax(self.placer.policy.logits(rows, job_inputs(tenancy, rank, is_ps))))])
+        # the placer's rule for its "leave unplaced" row: skipping on, and the job already runs a task of the role
+        may_skip = self.placer.config.skip and any(counts[is_ps] for counts in tenancy.holdings(rank).values())
+        nodes, rows = candidates(state, tenancy, rank, demand, may_skip)
+        choice = int(np.argmax(self.placer.policy.logits(rows, job_inputs(tenancy, rank, is_ps))))
+        own = int(nodes[choice]) if choice < len(nodes) else -1
         label = self.heuristic.choose(state, demand, job_nodes)
         self.counts["ps" if is_ps else "worker", self.reason(state, demand, job_nodes, nodes, rows, own, label)] += 1
         return label
@@ -75,6 +81,8 @@ class Comparison:
     ) -> str:
         if own == label:
             return SAME
+        if own < 0 or label < 0:
+            return PLACER_LEAVES if own < 0 else HEURISTIC_LEAVES
         if np.array_equal(rows[np.searchsorted(nodes, own)], rows[np.searchsorted(nodes, label)]):
             return SAME_ROW
         if state.first_fitting(job_nodes, demand) == label:
@@ -98,7 +106,7 @@ class Silent:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--placer", default="models/harmony-placer-philly")
-    parser.add_argument("--imitated", default="isolate", choices=sorted(PLACERS))
+    parser.add_argument("--imitated", default="isolate-strict", choices=sorted(PLACERS))
     parser.add_argument("--workload", default="synthetic-philly", help="a source (`dl2.rl.workload_source`)")
     parser.add_argument("--seed", type=int, default=21000)
     parser.add_argument("--scheduler", default="drf")
