@@ -43,7 +43,7 @@ from dl2.sim.simulator import Simulation, drive
 from dl2.workload.registry import load_workloads
 
 ALLOCATION = ("drf", "optimus-fitted", "models/dl2-philly")
-HEURISTICS = ("load-balance", "tetris", "binpack", "isolate")
+HEURISTICS = ("load-balance", "tetris", "binpack", "isolate", "isolate-strict")
 SEEDS = {"philly": (0, 1, 2, 3, 4), "synthetic-philly": (9000, 9001, 9002, 9003, 9004)}
 
 
