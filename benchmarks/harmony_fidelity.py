@@ -5,9 +5,9 @@ under an allocation policy; at each of its decisions the heuristic is asked wher
 in the same state (DAgger's labelling, `HarmonyPlacer.teacher`), and the two servers are compared. A departure
 is put down to the first reason that holds: one of the two leaves the task unplaced (a placer trained with
 `--skip`, a heuristic such as `isolate-strict`); the two servers' rows are equal (no placer that reads rows can
-tell them apart); the heuristic used a server the job already holds; the placer took
-a server more loaded (dominant utilisation, `NodeState.utilisation`) than the least loaded; or the least loaded
-were tied and the heuristic took the lowest index among them, which a server's row does not show the placer.
+tell them apart); the heuristic used a server the job already holds; the placer took a server more loaded
+(dominant utilisation, `NodeState.utilisation`) than the least loaded; or the least loaded were tied and the
+heuristic took the lowest index among them, which a server's row does not show the placer.
 
     .venv/bin/python benchmarks/harmony_fidelity.py [--placer models/harmony-placer-philly] [--imitated isolate-strict]
         [--workload synthetic-philly] [--seed 21000] [--scheduler drf] [--out harmony_fidelity.json]
@@ -60,9 +60,7 @@ class Comparison:
         tenancy = state.tenancy
         assert tenancy is not None
         rank, is_ps = tenancy.placing, tenancy.placing_ps
-        # the placer's rule for its "leave unplaced" row: skipping on, and the job already runs a task of the role
-        may_skip = self.placer.config.skip and any(counts[is_ps] for counts in tenancy.holdings(rank).values())
-        nodes, rows = candidates(state, tenancy, rank, demand, may_skip)
+        nodes, rows = candidates(state, tenancy, rank, demand, self.placer.may_skip(tenancy, rank, is_ps))
         choice = int(np.argmax(self.placer.policy.logits(rows, job_inputs(tenancy, rank, is_ps))))
         own = int(nodes[choice]) if choice < len(nodes) else -1
         label = self.heuristic.choose(state, demand, job_nodes)

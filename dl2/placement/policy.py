@@ -170,8 +170,7 @@ class HarmonyPlacer:
     def _decide(
         self, state: NodeState, tenancy: Tenancy, rank: int, is_ps: bool, demand: Demand, job_nodes: Sequence[int]
     ) -> int:
-        held = tenancy.holdings(rank)
-        may_skip = self.config.skip and any(counts[is_ps] for counts in held.values())
+        may_skip = self.may_skip(tenancy, rank, is_ps)
         nodes, rows = self._candidates(state, rank, demand, may_skip)
         if len(rows) == 0:
             return -1
@@ -197,6 +196,11 @@ class HarmonyPlacer:
             if label >= 0:
                 self.hook.decided(job, rows, label, float(_softmax(logits)[label]))
         return int(nodes[choice]) if choice < len(nodes) else -1
+
+    def may_skip(self, tenancy: Tenancy, rank: int, is_ps: bool) -> bool:
+        """Whether the "leave unplaced" row is offered: skipping on, and the job already runs a task of the role
+        (so it keeps running)."""
+        return self.config.skip and tenancy.holds_role(rank, is_ps)
 
     def _candidates(self, state: NodeState, rank: int, demand: Demand, may_skip: bool) -> tuple[np.ndarray, np.ndarray]:
         """`candidates(...)`, from rows kept up to date through the round."""

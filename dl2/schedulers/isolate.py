@@ -41,5 +41,4 @@ class StrictIsolatePlacer:
         tenancy = state.tenancy
         if tenancy is None:
             raise ValueError("isolate-strict needs the tenancy that place_sticky provides")
-        holds_role = any(counts[tenancy.placing_ps] for counts in tenancy.holdings(tenancy.placing).values())
-        return -1 if holds_role else node
+        return -1 if tenancy.holds_role(tenancy.placing, tenancy.placing_ps) else node

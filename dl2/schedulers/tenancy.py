@@ -80,6 +80,10 @@ class Tenancy:
                     held.setdefault(node, [0, 0])[role] += count
         return held
 
+    def holds_role(self, rank: int, is_ps: bool) -> bool:
+        """Whether job `rank` holds a task of the role (a PS if `is_ps`, else a worker) on some server."""
+        return any(counts[is_ps] for counts in self.holdings(rank).values())
+
     def jobs_on(self, node: int) -> Holdings:
         """rank -> [workers, PS] of each job with a task on `node`."""
         on = self._on_node.get(node)
