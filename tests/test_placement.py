@@ -484,6 +484,26 @@ def test_reward_is_own_relative_speed_plus_the_slowdown_inflicted() -> None:
     assert recorder.take().rewards.tolist() == pytest.approx([1.0])
 
 
+def test_a_task_left_unplaced_costs_the_speed_it_would_have_added() -> None:
+    # b is asked for 2 workers and 1 PS but placed with 1 worker, alone: its reward is its speed over its speed
+    # alone with the 2 workers it was asked for, not over the speed of the 1 it got (inception-bn: a second worker
+    # beside one PS speeds it up)
+    b = philly_job("b", "inception-bn", 2)
+    recorder = ExperienceRecorder(SimulatorSpeeds(SPEED, INTERFERENCE), cluster(), SPEED)
+    views = (JobView(b.spec, 0.0, 0.0, JobAllocation(), 0.0, 0.0, 0),)
+    view = ClusterView(0.0, 0, 600.0, cluster(), views, Allocation())
+    tenancy = Tenancy(views, [(2, 1)], 3)
+    tenancy.register(0, (), ())
+    state = NodeState(cluster(), tenancy=tenancy)
+    recorder.decided(np.zeros(JOB_INPUTS, np.float32), np.eye(2, SERVER_INPUTS, dtype=np.float32), 0, 0.5)
+    recorder.job_placed(state, 0, {})
+    recorder.end_round(view, Allocation({"b": JobAllocation((1,), (1,))}))
+    reward = recorder.take().rewards[0]
+    one, two = recorder.reference(b.spec, 1, 1), recorder.reference(b.spec, 2, 1)
+    assert two > one
+    assert reward == pytest.approx(one / two)
+
+
 def test_replay_keeps_the_newest_decisions_and_samples_whole_decisions() -> None:
     def batch(size: int, value: float) -> Decisions:
         rows = np.full((2 * size, SERVER_INPUTS), value, np.float32)

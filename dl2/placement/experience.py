@@ -1,8 +1,9 @@
 """What the placer's training collects: each decision, its reward, and a replay buffer of recent decisions.
 
 A decision's reward is that of its job's placement in the round (Harmony §4.2 rewards placements by the speeds
-the model predicts): the job's speed relative to its speed alone and packed with the same tasks (the quality of
-the placement, whatever the counts), averaged over the slots it keeps the placement, plus the change its new
+the model predicts): the job's speed relative to its speed alone and packed with the tasks the allocation policy
+asked for (the quality of the placement; a task the placer leaves unplaced costs the speed it would have added),
+averaged over the slots it keeps the placement, plus the change its new
 tasks caused in the speed of every job on the servers they went to (each relative to that job's own packed
 speed). The second part (a difference
 reward) charges a placement with the slowdown it inflicts, which its own speed does not show; the average
@@ -93,7 +94,7 @@ class _Open:
     harm: float
     """The relative change its new tasks made to its neighbours' speeds when placed."""
     reference: float
-    """The job's speed alone, packed, with the tasks it holds."""
+    """The job's speed alone, packed, with the tasks the allocation policy asked for (at least those it holds)."""
     first: float
     """Its relative speed when placed (the reward if it never runs a whole slot at this placement)."""
     total: float = 0.0
@@ -103,7 +104,7 @@ class _Open:
 class ExperienceRecorder:
     """The `DecisionHook` of training: records decisions and rewards them.
 
-    A placement's reward is the job's speed relative to its speed alone and packed with the same tasks, averaged
+    A placement's reward is the job's speed relative to its speed alone and packed with its asked-for tasks, averaged
     over the slots it keeps that placement (a placement that exposes the job to more servers pays when later jobs
     join them), plus the change its new tasks made to its neighbours' speeds when placed (the slowdown it
     inflicts). Speeds observed in the
@@ -122,8 +123,9 @@ class ExperienceRecorder:
         self._rewards: list[float] = []
         self._pending: list[int] = []
         """Decisions of the job being placed."""
-        self._placed: list[tuple[int, dict[int, tuple[int, int]], list[int]]] = []
-        """Jobs placed this round with decisions: (rank, what they held before the round, their decisions)."""
+        self._placed: list[tuple[int, dict[int, tuple[int, int]], list[int], tuple[int, int]]] = []
+        """Jobs placed this round with decisions: (rank, what they held before the round, their decisions, the
+        (workers, PS) the allocation policy asked for)."""
         self._open: dict[str, _Open] = {}
 
     def __len__(self) -> int:
@@ -143,7 +145,8 @@ class ExperienceRecorder:
 
     def job_placed(self, state: NodeState, rank: int, kept: dict[int, tuple[int, int]]) -> None:
         if self._pending:
-            self._placed.append((rank, kept, self._pending))
+            asked = state.tenancy.targets[rank] if state.tenancy is not None else (0, 0)
+            self._placed.append((rank, kept, self._pending, (int(asked[0]), int(asked[1]))))
             self._pending = []
 
     def observe(self, view: ClusterView) -> None:
@@ -176,10 +179,10 @@ class ExperienceRecorder:
         relative = np.array([speed / self.reference(*self._counts_of(slot, i)) for i, speed in enumerate(speeds)])
         # per placed job: what its new tasks were and whom they joined; the neighbours' speeds without them are
         # evaluated together
-        changes = [self._change(slot, position.get(rank), kept) for rank, kept, _ in self._placed]
+        changes = [self._change(slot, position.get(rank), kept) for rank, kept, _, _ in self._placed]
         without = self.source.throughputs_without_each(slot, [c for c in changes if c is not None and c[3]])
         counterfactual = iter(without)
-        for (_, _, decisions), change in zip(self._placed, changes, strict=True):
+        for (_, _, decisions, asked), change in zip(self._placed, changes, strict=True):
             if change is None:  # left without a runnable placement
                 for index in decisions:
                     self._rewards[index] = 0.0
@@ -188,9 +191,11 @@ class ExperienceRecorder:
             harm = 0.0
             for other, speed in zip(neighbours, next(counterfactual) if neighbours else (), strict=True):
                 harm += float(relative[other] - speed / self.reference(*self._counts_of(slot, other)))
-            # relative to the job alone with the tasks it holds: a placement's quality, whatever the counts
+            # relative to the job alone with the tasks it was asked to hold: declining a task (the placer's
+            # "leave unplaced" row) is charged the speed the task would have added, as sharing is charged the
+            # slowdown (so is a task that fit nowhere: earlier placements left it no room)
             spec, placed = slot.placed[job]
-            reference = self.reference(spec, placed.num_workers, placed.num_ps)
+            reference = self.reference(spec, max(placed.num_workers, asked[0]), max(placed.num_ps, asked[1]))
             self._open[spec.job_id] = _Open(placed, decisions, harm, reference, float(speeds[job]) / reference)
         self._placed = []
 
