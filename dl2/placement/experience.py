@@ -3,9 +3,8 @@
 A decision's reward is that of its job's placement in the round (Harmony §4.2 rewards placements by the speeds
 the model predicts): the job's speed relative to its speed alone and packed with the tasks the allocation policy
 asked for (the quality of the placement; a task the placer leaves unplaced costs the speed it would have added),
-averaged over the slots it keeps the placement, plus the change its new
-tasks caused in the speed of every job on the servers they went to (each relative to that job's own packed
-speed). The second part (a difference
+averaged over the slots it keeps the placement, plus the change its new tasks caused in the speed of every job
+on the servers they went to (each relative to that job's own packed speed). The second part (a difference
 reward) charges a placement with the slowdown it inflicts, which its own speed does not show; the average
 charges a placement that spreads a job with the slowdowns later arrivals bring to its servers. Speeds come
 from the world the episode runs in (the speed model's, Harmony; or the simulator, the ablation) and from a
@@ -104,11 +103,11 @@ class _Open:
 class ExperienceRecorder:
     """The `DecisionHook` of training: records decisions and rewards them.
 
-    A placement's reward is the job's speed relative to its speed alone and packed with its asked-for tasks, averaged
-    over the slots it keeps that placement (a placement that exposes the job to more servers pays when later jobs
-    join them), plus the change its new tasks made to its neighbours' speeds when placed (the slowdown it
-    inflicts). Speeds observed in the
-    world the episode runs in (`observe`) give the average; the speed source gives the rest."""
+    A placement's reward is the job's speed relative to its speed alone and packed with its asked-for tasks,
+    averaged over the slots it keeps that placement (a placement that exposes the job to more servers pays when
+    later jobs join them), plus the change its new tasks made to its neighbours' speeds when placed (the slowdown
+    it inflicts). Speeds observed in the world the episode runs in (`observe`) give the average; the speed source
+    gives the rest."""
 
     def __init__(self, source: SpeedSource, cluster: ClusterSpec, speed: SpeedModel) -> None:
         self.source = source
