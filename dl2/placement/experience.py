@@ -145,7 +145,7 @@ class ExperienceRecorder:
     def job_placed(self, state: NodeState, rank: int, kept: dict[int, tuple[int, int]]) -> None:
         if self._pending:
             asked = state.tenancy.targets[rank] if state.tenancy is not None else (0, 0)
-            self._placed.append((rank, kept, self._pending, (int(asked[0]), int(asked[1]))))
+            self._placed.append((rank, kept, self._pending, asked))
             self._pending = []
 
     def observe(self, view: ClusterView) -> None:
