@@ -6,6 +6,8 @@ VENV := .venv
 PYTHON := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 WHEELS ?= $(or $(PIP_FIND_LINKS),/opt/wheels)
+# torch's CPU build where the wheel folder has it; otherwise requirements.txt's torch==2.13.0 comes from PyPI
+TORCH_WHEEL := $(firstword $(wildcard $(WHEELS)/torch-2.13.0+cpu-*.whl))
 PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 2
 
@@ -14,9 +16,9 @@ PYTEST_WORKERS ?= 2
 $(INSTALLED): requirements/requirements.txt requirements/dev.txt requirements/constraints.txt pyproject.toml
 	@test -x $(PYTHON) || python3.11 -m venv $(VENV)
 	@$(PYTHON) -m pip install -q --disable-pip-version-check pip==26.3 uv==0.13.9 2>&1 | grep -v "is ignored" || true
-	@# uv ignores pip.conf: name the local wheel folder that holds torch 2.13.0+cpu; compile .pyc once
+	@# uv ignores pip.conf, so the CPU wheel is named by its path; compile .pyc once
 	@# (PYTHONDONTWRITEBYTECODE=1 on these machines would otherwise make every import slow forever)
-	$(VENV)/bin/uv pip install --python $(PYTHON) --find-links "$(WHEELS)" --compile-bytecode -q \
+	$(VENV)/bin/uv pip install --python $(PYTHON) --compile-bytecode -q $(TORCH_WHEEL) \
 		-r requirements/requirements.txt -r requirements/dev.txt -c requirements/constraints.txt
 	$(VENV)/bin/uv pip install --python $(PYTHON) --no-deps --compile-bytecode -q -e .
 	@touch $@

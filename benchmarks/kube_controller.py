@@ -45,8 +45,8 @@ SERVER = """
 import json, sys
 from dataclasses import replace
 from dl2.kube.apiserver import THIRD_PARTY_CRDS, LocalApiServer
-from dl2.kube.apiserver.sim import simulate_cluster
-from dl2.kube.apiserver.sim.workloads import first_jobs
+from dl2.twin import simulate_cluster
+from dl2.twin.workloads import first_jobs
 from dl2.paths import REPO_ROOT
 from dl2.sim.config import SimConfig
 from dl2.workload.registry import load_workloads
@@ -156,8 +156,8 @@ def load_size(num_jobs: int, slots: int, folder: Path) -> dict[str, Any]:
 
 
 def kills(num_kills: int, seed: int, folder: Path, num_jobs: int, num_nodes: int) -> dict[str, Any]:
-    from dl2.kube.apiserver.sim import simulate_cluster
-    from dl2.kube.apiserver.sim.workloads import first_jobs, first_nodes
+    from dl2.twin import simulate_cluster
+    from dl2.twin.workloads import first_jobs, first_nodes
     from dl2.kube.controller import CRASH_POINTS
     from dl2.kube.models import directory_loader
     from dl2.sim.config import SimConfig
@@ -225,8 +225,8 @@ def kills(num_kills: int, seed: int, folder: Path, num_jobs: int, num_nodes: int
 
 
 def philly(num_jobs: int, num_nodes: int, folder: Path) -> list[dict[str, Any]]:
-    from dl2.kube.apiserver.sim import simulate_cluster
-    from dl2.kube.apiserver.sim.workloads import first_jobs, first_nodes
+    from dl2.twin import simulate_cluster
+    from dl2.twin.workloads import first_jobs, first_nodes
     from dl2.kube.controller import Controller, ControllerConfig
     from dl2.kube.models import directory_loader
     from dl2.rl.learned import LearnedScheduler

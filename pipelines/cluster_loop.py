@@ -43,7 +43,7 @@ REPORT = "cluster_loop.json"
 
 def load_slice(cluster: ClusterParams) -> Workload:
     """The first `cluster.jobs` jobs of the workload on its first `cluster.nodes` nodes."""
-    from dl2.kube.apiserver.sim.workloads import first_jobs, first_nodes
+    from dl2.twin.workloads import first_jobs, first_nodes
     from dl2.workload.registry import load_workloads
 
     workload = load_workloads(cluster.workload, seed=cluster.seed)[0]
@@ -74,7 +74,7 @@ class LocalCluster:
         self, workload: Workload, placer: str, folder: Path, decisions: Path, mlflow_uri: str, seed: int
     ) -> None:
         from dl2.kube.apiserver import THIRD_PARTY_CRDS, LocalApiServer
-        from dl2.kube.apiserver.sim import simulate_cluster
+        from dl2.twin import simulate_cluster
         from dl2.paths import REPO_ROOT
         from dl2.sim.config import SimConfig
 
@@ -94,7 +94,7 @@ class LocalCluster:
         self.process: subprocess.Popen[bytes] | None = None
 
     def create_policy(self, mode: str, version: int | None, incumbent: str) -> None:
-        from dl2.kube.lockstep import POLICIES
+        from dl2.twin.lockstep import POLICIES
 
         spec: dict[str, Any] = {"mode": mode, "incumbent": incumbent}
         if version is not None:
@@ -113,7 +113,7 @@ class LocalCluster:
 
     def run_to_end(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Advance slot by slot as the controller reports each done, then wait for the final slot's records."""
-        from dl2.kube.lockstep import clock_slot, controller_done, run_lockstep
+        from dl2.twin.lockstep import clock_slot, controller_done, run_lockstep
 
         slots = 0
         while not self.cluster.done:

@@ -206,10 +206,10 @@ def pip_requirements() -> list[str]:
     """What loading needs, pinned to the installed versions, so that restoring the model's environment
     (`mlflow models serve`, `mlflow.pyfunc.get_model_dependencies`) rebuilds the one it was evaluated in.
 
-    torch keeps its local label (`+cpu`): that build lives only in the project's wheel folder (`$PIP_FIND_LINKS`,
-    default `/opt/wheels`), which the requirements name with `--find-links`; without the label pip would take
-    the CUDA build from PyPI, several GB. (Listing them also spares MLflow's own inference, which re-imports
-    torch: 7-9 s.)"""
+    torch is pinned as installed: the CPU build (`+cpu`) lives only in the project's wheel folder
+    (`$PIP_FIND_LINKS`, default `/opt/wheels`), so then the requirements name that folder with `--find-links`;
+    PyPI's build (no local label) restores from PyPI. (Listing them also spares MLflow's own inference, which
+    re-imports torch: 7-9 s.)"""
     import os
 
     names = ["mlflow", "torch", "pandas", "cloudpickle", "numba"]
@@ -220,6 +220,8 @@ def pip_requirements() -> list[str]:
             pins.append(f"{name}=={importlib.metadata.version(name)}")
         except importlib.metadata.PackageNotFoundError:  # an optional one (numba) that is not installed
             continue
+    if "+" not in importlib.metadata.version("torch"):
+        return pins
     wheels = (os.environ.get("PIP_FIND_LINKS") or "/opt/wheels").split()
     return [*(f"--find-links {location}" for location in wheels), *pins]
 

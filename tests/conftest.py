@@ -10,6 +10,8 @@ from hypothesis import settings
 
 from dl2.core import Architecture, ClusterSpec, Job, JobAllocation, JobSpec, Resources, Workload
 
+pytest_plugins = ["tests.kube_fixtures"]
+
 # property tests draw the same examples on every run (CI passes or fails on the code, not on the draw);
 # HYPOTHESIS_PROFILE=explore draws afresh, to look for new counterexamples
 settings.register_profile("deterministic", derandomize=True)
@@ -68,34 +70,8 @@ def one_node_workload(*jobs: Job, slot_s: float = 100.0, num_nodes: int = 1) -> 
     return Workload("hand", cluster, tuple(jobs), slot_s)
 
 
-def pytest_configure(config):
-    """One JSONL of every request the local Kubernetes servers answer in this process (`tests/kube_helpers`): the
-    least-privilege test (`test_kube_rbac.py`, run last) checks the controller's against the shipped RBAC. Over
-    several processes each has its own, and every kube test runs in one (`pytest_xdist_make_scheduler`)."""
-    import tempfile
-
-    folder = Path(tempfile.mkdtemp(prefix="dl2-kube-requests-"))
-    os.environ["DL2_KUBE_REQUEST_LOG"] = str(folder / "requests.jsonl")  # kube_helpers.REQUEST_LOG_ENV (light import)
-
-
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `after_kube` run after every other test (they read what the others recorded); the files that
-    hold a test marked `slow` come first, so that spread over processes (`make test`) the longest start at once
-    rather than last."""
+    """The files that hold a test marked `slow` come first, so that spread over processes (`make test`) the longest
+    start at once rather than last."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
-    items.sort(key=lambda item: (item.get_closest_marker("after_kube") is not None, item.path not in slow_files))
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config, log):
-    """Over several processes, a file's tests run in one (its module fixtures are built once), in the order
-    collected (`--no-loadscope-reorder`), and every test of the local Kubernetes servers runs in the same one:
-    the least-privilege test reads the requests the others recorded there."""
-    from xdist.scheduler import LoadScopeScheduling
-
-    class FileScheduling(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return "kube" if Path(path).name.startswith("test_kube_") else path
-
-    return FileScheduling(config, log)
+    items.sort(key=lambda item: item.path not in slow_files)

@@ -16,7 +16,7 @@ from kubernetes import client
 
 from dl2.env.observation import ObservationConfig
 from dl2.kube.apiserver import Fault, FaultKind, contract
-from dl2.kube.apiserver.sim import ClusterOptions, reference_result, simulate_cluster
+from dl2.twin import ClusterOptions, reference_result, simulate_cluster
 from dl2.kube.controller import Controller, ControllerConfig
 from dl2.kube.leader import LeaseConfig, LeaseElector
 from dl2.kube.metrics import HealthServer

@@ -18,8 +18,8 @@ import pytest
 
 from dl2.core import Architecture, InputError
 from dl2.kube.apiserver import THIRD_PARTY_CRDS, LocalApiServer, contract
-from dl2.kube.apiserver.sim import manifests, simulate_cluster
-from dl2.kube.apiserver.sim.extender_scheduling import ExtenderPlacer
+from dl2.twin import manifests, simulate_cluster
+from dl2.twin.extender_scheduling import ExtenderPlacer
 from dl2.kube.extender import (
     MAX_EXTENDER_PRIORITY,
     ClusterCache,

@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 from dl2.kube.apiserver import load_records
-from dl2.kube.apiserver.sim import simulate_cluster
+from dl2.twin import simulate_cluster
 from dl2.kube.controller import Controller, ControllerConfig
 from dl2.kube.leader import LeaseConfig, LeaseElector
-from dl2.kube.lockstep import run_lockstep
+from dl2.twin.lockstep import run_lockstep
 from dl2.kube.promotion import promote_policy
 from dl2.sim.config import SimConfig
 from tests.kube_helpers import (

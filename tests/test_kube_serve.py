@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from dl2.kube.apiserver.sim import reference_result, simulate_cluster
+from dl2.twin import reference_result, simulate_cluster
 from dl2.kube.models import directory_loader
 from dl2.sim.config import SimConfig
 from dl2.sim.decision_log import read_log

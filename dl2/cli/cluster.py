@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _workload(args: argparse.Namespace) -> Any:
     from dl2.cli.common import load
-    from dl2.kube.apiserver.sim.workloads import first_jobs, first_nodes, with_allreduce
+    from dl2.twin.workloads import first_jobs, first_nodes, with_allreduce
 
     workloads = load(args.simulate, args.seed)
     if len(workloads) != 1:
@@ -161,7 +161,7 @@ async def _serve(args: argparse.Namespace) -> int:
 
 
 def _start_cluster(server: Any, workload: Any, config: Any, args: argparse.Namespace) -> Any:
-    from dl2.kube.apiserver.sim import ClusterOptions, simulate_cluster
+    from dl2.twin import ClusterOptions, simulate_cluster
 
     namespaces = tuple(name.strip() for name in args.namespaces.split(",") if name.strip())
     try:
@@ -180,7 +180,7 @@ def _heuristic_placer(args: argparse.Namespace) -> str:
 
 
 def _controller_done(server: Any) -> Any:
-    from dl2.kube.lockstep import controller_done
+    from dl2.twin.lockstep import controller_done
 
     return lambda: controller_done(server)
 
@@ -217,8 +217,8 @@ def _report(cluster: Any, workload: Any, config: Any, args: argparse.Namespace) 
     from rich.console import Console
     from rich.table import Table
 
-    from dl2.kube.apiserver.sim import reference_result
     from dl2.sim.metrics import summarize
+    from dl2.twin import reference_result
 
     results = cluster.job_results()
     report: dict[str, Any] = {"status": cluster.status(), "jobs": results}

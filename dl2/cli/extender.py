@@ -17,24 +17,26 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="serve Harmony's placer as a kube-scheduler extender",
         description="HTTP filter and prioritize verbs of the scheduler-extender protocol under --prefix, for the "
         "second kube-scheduler profile of k8s/scheduler-extender.yaml (ignorable: kube-scheduler schedules without "
-        "it when it is down or slow). The cluster's managed jobs, pods and nodes are read every --refresh-s seconds "
-        "off the request path.",
+        "it when it is down or slow). The cluster's managed jobs, pods and nodes are watched, and the placer's view "
+        "of them rebuilt every --refresh-s seconds off the request path.",
     )
     parser.add_argument("--placer", type=Path, required=True, help="a Harmony placer folder (models/harmony-placer-*)")
     parser.add_argument("--kubeconfig", type=Path, default=None, help="kubeconfig (default: in-cluster config)")
     parser.add_argument("--host", default="0.0.0.0", help="address to listen on")
     parser.add_argument("--port", type=int, default=8888)
     parser.add_argument("--prefix", default="/extender", help="the urlPrefix path of the scheduler's configuration")
-    parser.add_argument("--refresh-s", type=float, default=2.0, help="seconds between reads of the cluster")
+    parser.add_argument("--refresh-s", type=float, default=2.0, help="seconds between rebuilds of the view")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from dl2.cli.common import placer_factory
     from dl2.cli.serve import _api
-    from dl2.kube.extender import ClusterCache, HarmonyExtender
+    from dl2.kube.cache import ClusterCache
+    from dl2.kube.extender import HarmonyExtender, SnapshotCache
     from dl2.kube.extender_http import ExtenderServer
-    from dl2.kube.observe import read_cluster
+    from dl2.kube.metrics import Metrics
+    from dl2.kube.rest import Rest
     from dl2.placement.policy import HarmonyPlacer
 
     if not args.refresh_s > 0:
@@ -47,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--placer {args.placer}: not a Harmony placer folder")
     api = _api(args.kubeconfig)
     api.user_agent = "dl2-extender"
-    cache = ClusterCache(lambda: read_cluster(api))
+    informers = ClusterCache(Rest(api), Metrics())
+    cache = SnapshotCache(informers.read)
     stop = threading.Event()
 
     def refresh() -> None:

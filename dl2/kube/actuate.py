@@ -13,11 +13,11 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from dl2.kube.apiserver import contract as c
-from dl2.kube.apiserver.contract import GROUP
+from dl2.kube import contract as c
 from dl2.kube.metrics import Metrics
 from dl2.kube.observe import RESIZED_SLOT, ManagedJob
-from dl2.kube.policy import PLURAL, VERSION
+from dl2.kube.policy import POLICIES
+from dl2.kube.rest import MERGE_PATCH, PYTORCHJOBS, VOLCANO_JOBS, Rest
 
 T = TypeVar("T")
 RETRIED = frozenset({409, 429, 500, 502, 503, 504})
@@ -34,7 +34,6 @@ class ApiCaller:
         attempts: int = 6,
         base_s: float = 0.05,
         max_s: float = 2.0,
-        timeout_s: float = 10.0,
         seed: int = 0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -42,7 +41,6 @@ class ApiCaller:
         self.attempts = attempts
         self.base_s = base_s
         self.max_s = max_s
-        self.timeout_s = timeout_s
         self.rng = random.Random(seed)
         self.sleep = sleep
         self.calls = 0
@@ -52,7 +50,6 @@ class ApiCaller:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        kwargs.setdefault("_request_timeout", self.timeout_s)
         operation = getattr(function, "__name__", "request")
         for attempt in range(self.attempts):
             self.calls += 1
@@ -85,33 +82,24 @@ def _retry_after(error: Any) -> float | None:
 class Actuator:
     """Resizes jobs (following the job contract) and patches the SchedulerPolicy's status."""
 
-    def __init__(self, api: Any, call: ApiCaller) -> None:
-        from kubernetes import client
-
-        self.custom = client.CustomObjectsApi(api)
+    def __init__(self, rest: Rest, call: ApiCaller) -> None:
+        self.rest = rest
         self.call = call
 
     def resize(self, job: ManagedJob, workers: int, ps: int, slot: int) -> None:
         """Set a job's size and stamp the slot on it (its cooldown counts from there). A PyTorchJob gets the
         stamp first, then the `scale` patch; a Volcano Job both in one JSON patch."""
-        group, version, plural = c.kind_of(job.obj)
+        resource = PYTORCHJOBS if c.kind_of(job.obj) == c.PYTORCHJOB else VOLCANO_JOBS
         subresource, content_type, body = c.resize(job.obj, workers, ps)
         stamp = str(slot)
         if subresource == "scale":
             annotation = {"metadata": {"annotations": {RESIZED_SLOT: stamp}}}
-            self.call(
-                self.custom.patch_namespaced_custom_object, group, version, job.namespace, plural, job.name, annotation
-            )
-            self.call(
-                self.custom.patch_namespaced_custom_object_scale, group, version, job.namespace, plural, job.name, body
-            )
+            self.call(self.rest.patch, resource, job.namespace, job.name, annotation)
+            self.call(self.rest.patch, resource, job.namespace, job.name, body, content_type, "scale")
             return
         path = "/metadata/annotations/" + RESIZED_SLOT.replace("~", "~0").replace("/", "~1")
         operations = [*body, {"op": "add", "path": path, "value": stamp}]
-        self.call(
-            self.custom.patch_namespaced_custom_object,
-            group, version, job.namespace, plural, job.name, operations, _content_type=content_type,
-        )  # fmt: skip
+        self.call(self.rest.patch, resource, job.namespace, job.name, operations, content_type)
 
     def patch_status(self, name: str, status: dict[str, Any]) -> None:
-        self.call(self.custom.patch_cluster_custom_object_status, GROUP, VERSION, PLURAL, name, {"status": status})
+        self.call(self.rest.patch, POLICIES, None, name, {"status": status}, MERGE_PATCH, "status")

@@ -2,14 +2,16 @@
 
 Each slot (`run_slot`), on the replica that holds the Lease:
 
-1. observe: one read of the managed jobs, their running pods and the nodes (`observe`);
+1. observe: the managed jobs, the pods that hold nodes and the nodes, from the informers' caches (`cache`); on the
+   simulated clock, once each cache is as fresh as the clock's barrier says (`dl2.kube.clock`);
 2. complete the previous slot's records with the progress observed since and write them (`records`);
 3. decide, unless this slot's journal exists (a restart within the slot): the policy's proposal (or the
    incumbent's, DL2 §7), clamped by the guardrails and the mode (`reconcile.plan`); the draft records and the
    targets go to the journal before anything is written to a job;
 4. act: resize each job whose size differs from its target (`reconcile.changes`: desired against actual, so a
    resize that already happened is never repeated);
-5. report: the SchedulerPolicy's status (observed generation, loaded model, conditions, counts, last slot).
+5. report: the SchedulerPolicy's status (observed generation, loaded model, conditions, counts, last slot), and
+   Events on the objects concerned (`events`: resizes, promotions, fallbacks, refused specs, failed loads).
 
 Between slots (`run`) the loop watches the SchedulerPolicy: a new spec is validated (a malformed one is refused
 with a status condition and the last valid spec stays), its model version loaded and smoke-tested, and the status
@@ -30,15 +32,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from dl2.kube import clock as slot_clock
 from dl2.kube.actuate import Actuator, ApiCaller
-from dl2.kube.apiserver.contract import GROUP
+from dl2.kube.cache import ClusterCache
+from dl2.kube.events import EventRecorder, ObjectRef
 from dl2.kube.leader import LeaseElector
 from dl2.kube.metrics import Health, Metrics
 from dl2.kube.models import Loader, PolicyRuntime
-from dl2.kube.observe import Snapshot, read_cluster, snapshot
-from dl2.kube.policy import OFF, PLURAL, VERSION, Mode, PolicyError, PolicySpec, parse_policy
+from dl2.kube.observe import Snapshot, snapshot
+from dl2.kube.policy import API_VERSION, KIND, OFF, POLICIES, Mode, PolicyError, PolicySpec, parse_policy
 from dl2.kube.reconcile import JobState, Target, changes, may_resize, plan
 from dl2.kube.records import DecisionLog, JournalEntry, SlotJournal, draft_records
+from dl2.kube.rest import CONFIGMAPS, Rest
 
 log = logging.getLogger("dl2.serve")
 
@@ -58,11 +63,13 @@ class ControllerConfig:
     clock: str = "wall"
     """`wall`: slots of `slot_s` seconds of real time; `cluster`: the simulated cluster's clock ConfigMap."""
     slot_s: float = 600.0
-    clock_namespace: str = "dl2-system"
-    clock_name: str = "dl2-clock"
+    clock_namespace: str = slot_clock.NAMESPACE
+    clock_name: str = slot_clock.NAME
     placer: str = "load-balance"
     """How the incumbent places tasks when it decides (the cluster's scheduler does the real placement)."""
     request_timeout_s: float = 10.0
+    cache_timeout_s: float = 30.0
+    """On the simulated clock: how long a slot waits for its caches to reach the clock's barrier."""
     seed: int = 0
     """Seed of the retry jitter."""
     crash_at: tuple[tuple[str, int], ...] = ()
@@ -132,14 +139,14 @@ class Controller:
         elector: LeaseElector | None = None,
     ) -> None:
         """`elector` None: this replica always leads (one replica, or a test)."""
-        from kubernetes import client
-
         self.api = api
         self.config = config
         self.metrics = metrics or Metrics()
-        self.call = ApiCaller(self.metrics, timeout_s=config.request_timeout_s, seed=config.seed)
-        self.actuator = Actuator(api, self.call)
-        self.custom = client.CustomObjectsApi(api)
+        self.rest = Rest(api, timeout_s=config.request_timeout_s)
+        self.call = ApiCaller(self.metrics, seed=config.seed)
+        self.actuator = Actuator(self.rest, self.call)
+        self.cache = ClusterCache(self.rest, self.metrics, seed=config.seed)
+        self.events = EventRecorder(self.rest, config.identity)
         self.runtime = PolicyRuntime(loader, config.placer)
         self.log = DecisionLog(config.decision_log / config.cluster_name)
         self.elector = elector
@@ -148,11 +155,14 @@ class Controller:
         self.policy_error: str | None = "no SchedulerPolicy read yet"
         self.policy_exists = False
         """Whether the SchedulerPolicy object exists (there is no status to write without it)."""
+        self.policy_ref = ObjectRef(API_VERSION, KIND, config.policy_name)
         self.observed_generation = 0
         self.last_report: SlotReport | None = None
         self.last_snapshot: Snapshot | None = None
         self.total_fallbacks = 0
         self._conditions = _Conditions()
+        self._fallback: str | None = None
+        self._reported_error: str | None = None
 
     # -- leadership and the policy ----------------------------------------------------------------------------
 
@@ -166,26 +176,42 @@ class Controller:
         if obj is None:
             self.policy, self.policy_error = OFF, f"SchedulerPolicy {self.config.policy_name} not found"
         else:
+            self.policy_ref = ObjectRef.of(obj)
             self.observed_generation = int((obj.get("metadata") or {}).get("generation") or 0)
             try:
                 self.policy, self.policy_error = parse_policy(obj), None
             except PolicyError as error:
                 self.policy_error = str(error)
                 log.warning("refused SchedulerPolicy %s: %s", self.config.policy_name, error)
+                self._warn("InvalidSpec", "Refuse", f"{error}; the last valid spec keeps running")
         policy = self.policy
         if policy.mode is not Mode.OFF and policy.model_version is not None:
             before, attempts = self.runtime.current, self.runtime.attempts
             self.runtime.ensure(policy.model_name, policy.model_version)
-            if self.runtime.current is not before:
+            current = self.runtime.current
+            if current is not before and current is not None:
                 self.metrics.model_loads.labels("loaded").inc()
                 log.info("loaded %s v%s", policy.model_name, policy.model_version)
+                was = f" (was v{before.version})" if before is not None else ""
+                self._event("Normal", "Promoted", "Load", f"serving {current.name} v{current.version}{was}")
             elif self.runtime.attempts != attempts:
                 self.metrics.model_loads.labels("failed").inc()
                 log.warning("model load failed: %s", self.runtime.load_error)
+                self._warn("ModelLoadFailed", "Load", str(self.runtime.load_error))
         current = self.runtime.current
         self.metrics.model_version.set(int(current.version) if current is not None else 0)
         self.health.ready = self.policy_error is None and (policy.mode is Mode.OFF or self._model_ready())
         self.health.reason = "ready" if self.health.ready else (self.policy_error or self.runtime.load_error or "")
+
+    def _event(self, kind: str, reason: str, action: str, note: str, regarding: ObjectRef | None = None) -> None:
+        if self.is_leader() and (regarding is not None or self.policy_exists):
+            self.events.event(regarding or self.policy_ref, kind, reason, action, note)
+
+    def _warn(self, reason: str, action: str, note: str) -> None:
+        """A Warning on the policy, once per distinct problem (not again at every retry)."""
+        if note != self._reported_error:
+            self._reported_error = note
+            self._event("Warning", reason, action, note)
 
     def _model_ready(self) -> bool:
         current, policy = self.runtime.current, self.policy
@@ -198,13 +224,19 @@ class Controller:
             log.warning("crash point %s of slot %d: SIGKILL", point, slot)
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def run_slot(self, slot: int, time_s: float, slot_s: float) -> SlotReport | None:
-        """Run one slot (None if this replica does not lead)."""
+    def run_slot(
+        self, slot: int, time_s: float, slot_s: float, barrier: dict[str, int] | None = None
+    ) -> SlotReport | None:
+        """Run one slot (None if this replica does not lead); `barrier`: the versions the caches must reflect
+        (the simulated clock's), to which the controller adds those of its own writes."""
         if not self.is_leader():
             return None
         started, calls = time.perf_counter(), self.call.calls
         self.health.beat()
-        raw = read_cluster(self.api, self.call)
+        wanted = dict(self.rest.written)
+        for resource, version in (barrier or {}).items():
+            wanted[resource] = max(wanted.get(resource, 0), version)
+        raw = self.cache.read(wanted, self.config.cache_timeout_s)
         snap = snapshot(raw, time_s, slot, slot_s, self.config.cluster_name)
         phases = {"observe": time.perf_counter() - started, "decide": 0.0}
         mark = time.perf_counter()
@@ -234,6 +266,14 @@ class Controller:
             if fallback:
                 self.total_fallbacks += 1
                 self.metrics.fallbacks.labels(fallback.split(":", 1)[0]).inc()
+            if fallback != self._fallback:
+                if fallback:
+                    self._event(
+                        "Warning", "Fallback", "Decide", f"the incumbent {policy.incumbent} decides: {fallback}"
+                    )
+                elif self._fallback:
+                    self._event("Normal", "Recovered", "Decide", f"{policy.model_ref} decides again")
+                self._fallback = fallback
         self._crash("journaled", slot)
         phases["record"] = time.perf_counter() - mark - phases["decide"]
         mark = time.perf_counter()
@@ -304,8 +344,13 @@ class Controller:
             if not self.is_leader():
                 break
             job = jobs[target.job_id]
+            before = job.replicas
             self.actuator.resize(job, target.workers, target.ps, slot)
             self.metrics.resizes.labels(job.obj.get("kind", "")).inc()
+            note = f"slot {slot}: {before[0]} -> {target.workers} workers"
+            note += f", {before[1]} -> {target.ps} PS" if target.ps or before[1] else ""
+            self._event("Normal", "Resized", "Resize", f"{note} ({policy.mode.value}, {policy.model_ref})",
+                        ObjectRef.of(job.obj))  # fmt: skip
             done += 1
             self._crash(f"resized-{done}", slot)
         return done
@@ -381,42 +426,44 @@ class Controller:
 
     # -- the loop ---------------------------------------------------------------------------------------------
 
-    def current_slot(self, clock: dict[str, Any] | None) -> tuple[int, float, float] | None:
-        """(slot, time_s, slot_s) now, from the wall clock or the cluster's clock ConfigMap."""
+    def current_slot(self, clock: dict[str, Any] | None) -> slot_clock.SlotClock | None:
+        """The slot now, from the wall clock or the simulated clock's ConfigMap (with its barrier)."""
         if self.config.clock == "wall":
             slot_s = self.config.slot_s
             slot = int(time.time() // slot_s)
-            return slot, slot * slot_s, slot_s
-        data = (clock or {}).get("data") or {}
-        if "slot" not in data:
-            return None
-        return int(data["slot"]), float(data["time_s"]), float(data["slot_s"])
+            return slot_clock.SlotClock(slot, slot * slot_s, slot_s)
+        return slot_clock.parse_clock((clock or {}).get("data"))
 
     def run(self, stop: threading.Event) -> None:
         """Serve until `stop` is set: watch the policy (and the clock), run each slot once, as the leader."""
-        from kubernetes import client
-
-        from dl2.kube.watch import ObjectWatcher
+        from dl2.kube.informer import Informer
 
         wake = threading.Event()
-        policy_watch = ObjectWatcher(
-            self.custom.list_cluster_custom_object, (GROUP, VERSION, PLURAL), self.config.policy_name,
-            self.metrics, "schedulerpolicies", wake=wake,
-        ).start()  # fmt: skip
+        policy_changed = threading.Event()
+
+        def on_policy() -> None:
+            policy_changed.set()
+            wake.set()
+
+        name = self.config.policy_name
+        policy_watch = Informer(
+            self.rest, POLICIES, self.metrics, field_selector=f"metadata.name={name}", on_change=on_policy
+        ).start()
         clock_watch = None
         if self.config.clock == "cluster":
-            core = client.CoreV1Api(self.api)
-            clock_watch = ObjectWatcher(
-                core.list_namespaced_config_map, (self.config.clock_namespace,), self.config.clock_name,
-                self.metrics, "configmaps", wake=wake,
+            clock_watch = Informer(
+                self.rest, CONFIGMAPS, self.metrics, namespace=self.config.clock_namespace,
+                field_selector=f"metadata.name={self.config.clock_name}", on_change=wake.set,
             ).start()  # fmt: skip
         if self.elector is not None:
             self.elector.start()
+        self.events.start()
         done_slot: int | None = None
         seen_generation: int | None = None
         led = False
         try:
             policy_watch.wait_synced(10)
+            self.cache.start(self.config.cache_timeout_s)
             while not stop.is_set():
                 self.health.beat()
                 leader = self.is_leader()
@@ -425,21 +472,22 @@ class Controller:
                     done_slot = None  # a new leader runs the current slot (its journal makes that safe)
                 led = leader
                 try:
-                    if policy_watch.changed.is_set():
-                        policy_watch.changed.clear()
-                        latest = policy_watch.latest
+                    latest = policy_watch.get(name)
+                    if policy_changed.is_set():
+                        policy_changed.clear()
                         generation = int(((latest or {}).get("metadata") or {}).get("generation") or -1)
                         if generation != seen_generation:  # a new spec (status writes, ours too, do not count)
                             seen_generation = generation
                             self.refresh_policy(latest)
                             self.publish_status()
                     elif self.runtime.load_error is not None:
-                        self.refresh_policy(policy_watch.latest)  # retry the wanted version (after retry_s)
-                    now = self.current_slot(clock_watch.latest if clock_watch is not None else None)
-                    if now is not None and now[0] != done_slot and leader:
-                        report = self.run_slot(*now)
+                        self.refresh_policy(latest)  # retry the wanted version (after retry_s)
+                    clock = clock_watch.get(self.config.clock_name) if clock_watch is not None else None
+                    now = self.current_slot(clock)
+                    if now is not None and now.slot != done_slot and leader:
+                        report = self.run_slot(now.slot, now.time_s, now.slot_s, dict(now.resource_versions))
                         if report is not None:
-                            done_slot = now[0]
+                            done_slot = now.slot
                             log.info(
                                 "slot %d: %d jobs, %d resizes, %d records, %.3f s%s", report.slot, report.jobs,
                                 report.resizes, report.records, report.seconds,
@@ -455,6 +503,8 @@ class Controller:
             policy_watch.stop()
             if clock_watch is not None:
                 clock_watch.stop()
+            self.cache.stop()
+            self.events.stop()
             if self.elector is not None:
                 self.elector.stop(release=True)
 

@@ -10,7 +10,7 @@ the pods of managed jobs, so it never refuses a node kube-scheduler would accept
 
 A pod that is not a managed job's (no `dl2.io/job` label, an unknown job, an unmanaged namespace) gets the same
 score everywhere and passes the filter: the extender has no say about it. The cluster's state comes from a
-`ClusterCache` refreshed off the request path (a request never waits for the API server), so a request costs one
+`SnapshotCache` refreshed off the request path (a request never waits for the API server), so a request costs one
 network evaluation; kube-scheduler's `httpTimeout` and `ignorable: true` keep a slow or broken extender from
 blocking scheduling.
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dl2.core import InputError
-from dl2.kube.apiserver import contract as c
+from dl2.kube import contract as c
 from dl2.kube.observe import RawCluster, Snapshot, snapshot
 from dl2.placement.policy import HarmonyPlacer, candidates, job_inputs
 from dl2.schedulers.placement import Demand, NodeState
@@ -92,9 +92,10 @@ def host_priorities(scores: Mapping[str, int]) -> list[dict[str, Any]]:
     return [{"Host": host, "Score": int(score)} for host, score in scores.items()]
 
 
-class ClusterCache:
-    """The latest `Snapshot` of the managed cluster, refreshed by `refresh()` (a thread calls it every few
-    seconds in `dl2 extender`; tests call it between slots). Requests read it and never wait for the API."""
+class SnapshotCache:
+    """The latest `Snapshot` of the managed cluster, refreshed by `refresh()` from the informers' caches
+    (`dl2.kube.cache`; a thread calls it every few seconds in `dl2 extender`, tests call it when they need to).
+    Requests read it and never wait for the API."""
 
     def __init__(self, read: Callable[[], RawCluster], cluster_name: str = "kubernetes") -> None:
         self._read = read
@@ -117,7 +118,7 @@ class ClusterCache:
 class HarmonyExtender:
     """Scores and filters nodes for pods of managed jobs with Harmony's placer (greedy policy network)."""
 
-    def __init__(self, placer: HarmonyPlacer, cache: ClusterCache) -> None:
+    def __init__(self, placer: HarmonyPlacer, cache: SnapshotCache) -> None:
         self.placer = placer
         self.cache = cache
 
@@ -198,7 +199,7 @@ def best_hosts(priorities: Sequence[Mapping[str, Any]]) -> set[str]:
 
 
 __all__ = [
-    "ClusterCache",
+    "SnapshotCache",
     "ExtenderArgs",
     "HarmonyExtender",
     "best_hosts",

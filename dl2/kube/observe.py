@@ -1,21 +1,17 @@
-"""Observation: the cluster as the API shows it at a slot boundary, turned into the `ClusterView` policies decide on.
+"""Observation: the cluster at a slot boundary, turned into the `ClusterView` policies decide on.
 
-`read_cluster` makes one consistent read per slot (five lists: managed namespaces, PyTorchJobs, Volcano Jobs,
-running pods of dl2 jobs, nodes). A slot's decision is global over every job, so it needs the state at one
-instant rather than per-object events; lists at the boundary give exactly that, and their count per slot is
-fixed whatever the cluster's size. `snapshot` is pure: raw objects in, the view and what the controller needs
-to act on each job out, following the job contract (`dl2.kube.apiserver.contract`).
+The raw objects come from the controller's caches (`dl2.kube.cache`). `snapshot` is pure: raw objects in, the
+view and what the controller needs to act on each job out, following the job contract (`dl2.kube.contract`).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from dl2.core import Allocation, ClusterSpec, ClusterView, JobAllocation, JobSpec, JobView, NodeSpec
-from dl2.kube.apiserver import contract as c
+from dl2.kube import contract as c
 
 RESIZED_SLOT = "dl2.io/resized-slot"
 """Annotation the controller puts on a job it resizes: the slot of that resize (its cooldown is counted from it)."""
@@ -30,7 +26,7 @@ class RawCluster:
     """Names of the namespaces labelled `dl2.io/managed: "true"`."""
     jobs: tuple[dict[str, Any], ...]
     pods: tuple[dict[str, Any], ...]
-    """Running pods that carry `dl2.io/job`."""
+    """Pods that carry `dl2.io/job` and hold a node (bound, not finished)."""
     nodes: tuple[dict[str, Any], ...]
 
 
@@ -72,45 +68,6 @@ class Snapshot:
     @property
     def num_kueue(self) -> int:
         return sum(job.kueue for job in self.jobs)
-
-
-def _items(response: Any) -> list[dict[str, Any]]:
-    """Items of a list response read without the client's model classes (much faster for thousands of pods)."""
-    data = json.loads(response.data) if hasattr(response, "data") else response
-    return list(data.get("items") or [])
-
-
-def read_cluster(api: Any, call: Any = None) -> RawCluster:
-    """One read of everything a slot needs; `call(function, *args, **kwargs)` wraps each request (retries)."""
-    from kubernetes import client
-
-    def run(function: Any, *args: Any, **kwargs: Any) -> Any:
-        return call(function, *args, **kwargs) if call is not None else function(*args, **kwargs)
-
-    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    raw = {"_preload_content": False}
-    namespaces = _items(run(core.list_namespace, label_selector=f"{c.MANAGED_LABEL}=true", **raw))
-    managed = {ns["metadata"]["name"] for ns in namespaces}
-    jobs = [
-        job
-        for resource in (c.PYTORCHJOB, c.VOLCANO_JOB)
-        for job in _items(run(custom.list_cluster_custom_object, *resource, **raw))
-        if (job.get("metadata") or {}).get("namespace") in managed
-    ]
-    pods = [
-        pod
-        for pod in _items(
-            run(
-                core.list_pod_for_all_namespaces,
-                label_selector=c.JOB_LABEL,
-                field_selector="status.phase=Running",
-                **raw,
-            )
-        )
-        if (pod.get("metadata") or {}).get("namespace") in managed
-    ]
-    nodes = _items(run(core.list_node, **raw))
-    return RawCluster(tuple(sorted(managed)), tuple(jobs), tuple(pods), tuple(nodes))
 
 
 def cluster_spec(nodes: Sequence[dict[str, Any]], name: str) -> tuple[ClusterSpec, dict[str, int]]:

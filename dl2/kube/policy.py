@@ -22,7 +22,8 @@ from enum import StrEnum
 from typing import Any
 
 from dl2.core.limits import MAX_TASKS_PER_JOB
-from dl2.kube.apiserver.contract import GROUP
+from dl2.kube.contract import GROUP
+from dl2.kube.rest import Resource
 from dl2.schedulers.registry import SCHEDULERS
 
 API_VERSION = f"{GROUP}/v1alpha1"
@@ -31,6 +32,7 @@ PLURAL = "schedulerpolicies"
 KIND = "SchedulerPolicy"
 DEFAULT_NAME = "default"
 DEFAULT_MODEL = "dl2-policy"
+POLICIES = Resource(GROUP, VERSION, PLURAL, namespaced=False)
 
 
 class Mode(StrEnum):

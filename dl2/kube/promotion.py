@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from dl2.kube.apiserver.contract import GROUP
+from dl2.kube.contract import GROUP
 from dl2.kube.policy import DEFAULT_NAME, PLURAL, VERSION, Mode
 
 FAILED_REASONS = ("LoadFailed", "InvalidSpec")

@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, fields
 from enum import StrEnum
 from typing import Any
 
-from dl2.kube.apiserver.errors import ApiError
-from dl2.kube.apiserver.recording import RequestRecord
+from dl2.controlplane.errors import ApiError
+from dl2.controlplane.recording import RequestRecord
 
 REASONS = {
     409: "Conflict",

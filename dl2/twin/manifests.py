@@ -1,17 +1,18 @@
-"""The objects a simulated cluster writes, built from dl2's data model as the contract (`..contract`) reads them:
-namespaces, nodes, the jobs a user submits (PyTorchJob for all-reduce, Volcano Job for parameter servers), the
-pods the operators create for them, and their status as the operators report it."""
+"""The objects the cluster twin writes, built from dl2's data model as the job contract (`dl2.kube.contract`) reads
+them: namespaces, kwok nodes, the jobs a user submits (PyTorchJob for all-reduce, Volcano Job for parameter
+servers), the pods their operators create, and the jobs' status as the operators report it."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from dl2.core import Architecture, JobSpec, NodeSpec, Resources
-from dl2.kube.apiserver import contract as c
+from dl2.kube import contract as c
 from dl2.workload.catalogue import CATALOGUE
 
-KUBELET_VERSION = "v1.35.0-dl2sim"
 IMAGE = "dl2.io/simulated-trainer:{model}"
+KWOK_NODE = "kwok.x-k8s.io/node"
+"""The annotation kwok manages nodes by (`ControlPlane` runs kwok with this selector)."""
 ELASTIC_MIN_REPLICAS = 1
 
 
@@ -29,37 +30,25 @@ def node_name(cluster_name: str, index: int, num_nodes: int) -> str:
 
 
 def node(spec: NodeSpec, name: str) -> dict[str, Any]:
+    """A Node kwok plays the kubelet of: it keeps the capacity given here and reports the node Ready."""
     capacity = {**c.requests_of(spec.capacity), "pods": "110"}
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
             "name": name,
+            "annotations": {KWOK_NODE: "fake"},
             "labels": {
                 "kubernetes.io/hostname": name,
                 "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
                 "node.kubernetes.io/instance-type": spec.kind,
                 c.NODE_INDEX_LABEL: str(spec.node_id),
             },
         },
         "spec": {},
-        "status": {
-            "capacity": capacity,
-            "allocatable": capacity,
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
-            "nodeInfo": {
-                "architecture": "amd64",
-                "bootID": name,
-                "containerRuntimeVersion": "simulated://1.0",
-                "kernelVersion": "simulated",
-                "kubeProxyVersion": KUBELET_VERSION,
-                "kubeletVersion": KUBELET_VERSION,
-                "machineID": name,
-                "operatingSystem": "linux",
-                "osImage": "dl2 simulated node",
-                "systemUUID": name,
-            },
-        },
+        "status": {"capacity": capacity, "allocatable": capacity},
     }
 
 
@@ -82,12 +71,24 @@ def _container(spec: JobSpec, demand: Resources) -> dict[str, Any]:
     }
 
 
-def _template(spec: JobSpec, demand: Resources, labels: dict[str, str]) -> dict[str, Any]:
-    return {"metadata": {"labels": labels}, "spec": {"containers": [_container(spec, demand)]}}
+def _pod_spec(spec: JobSpec, demand: Resources, scheduler: str) -> dict[str, Any]:
+    return {
+        "schedulerName": scheduler,
+        "restartPolicy": "OnFailure",
+        "automountServiceAccountToken": False,  # the trainer never calls the API
+        "containers": [_container(spec, demand)],
+    }
 
 
-def job(spec: JobSpec, name: str, namespace: str, kueue_queue: str | None = None) -> dict[str, Any]:
-    """What a user submits: a PyTorchJob for an all-reduce job, a Volcano Job for a parameter-server job."""
+def _template(spec: JobSpec, demand: Resources, labels: dict[str, str], scheduler: str) -> dict[str, Any]:
+    return {"metadata": {"labels": labels}, "spec": _pod_spec(spec, demand, scheduler)}
+
+
+def job(
+    spec: JobSpec, name: str, namespace: str, kueue_queue: str | None = None, scheduler: str = "default-scheduler"
+) -> dict[str, Any]:
+    """What a user submits: a PyTorchJob for an all-reduce job, a Volcano Job for a parameter-server job; its
+    pods go to `scheduler`."""
     annotations = {
         c.JOB_ID: spec.job_id,
         c.MODEL: spec.model,
@@ -117,7 +118,7 @@ def job(spec: JobSpec, name: str, namespace: str, kueue_queue: str | None = None
                     "Worker": {
                         "replicas": spec.requested_workers,
                         "restartPolicy": "OnFailure",
-                        "template": _template(spec, spec.worker_demand, {c.JOB_LABEL: name}),
+                        "template": _template(spec, spec.worker_demand, {c.JOB_LABEL: name}, scheduler),
                     }
                 },
             },
@@ -130,19 +131,19 @@ def job(spec: JobSpec, name: str, namespace: str, kueue_queue: str | None = None
         "kind": "Job",
         "metadata": metadata,
         "spec": {
-            "schedulerName": "volcano",
+            "schedulerName": scheduler,
             "queue": "default",
             "minAvailable": 2,  # one PS and one worker: the least a parameter-server job runs with
             "tasks": [
                 {
                     "name": c.PS,
                     "replicas": spec.requested_ps,
-                    "template": _template(spec, spec.ps_demand, {c.JOB_LABEL: name}),
+                    "template": _template(spec, spec.ps_demand, {c.JOB_LABEL: name}, scheduler),
                 },
                 {
                     "name": c.WORKER,
                     "replicas": spec.requested_workers,
-                    "template": _template(spec, spec.worker_demand, {c.JOB_LABEL: name}),
+                    "template": _template(spec, spec.worker_demand, {c.JOB_LABEL: name}, scheduler),
                 },
             ],
         },
@@ -155,78 +156,38 @@ def pod_name(job: str, role: str, index: int) -> str:
 
 def pod(
     spec: JobSpec,
-    job_object: dict[str, Any],
+    job: str,
+    namespace: str,
+    plural: str,
+    uid: str,
     role: str,
     index: int,
     node: str | None,
-    now: str,
+    scheduler: str,
 ) -> dict[str, Any]:
-    """A pod of one task as the job's operator creates it: bound and Running, or Pending when it fits nowhere."""
-    metadata = job_object["metadata"]
-    name = metadata["name"]
-    labels = {c.JOB_LABEL: name, c.ROLE_LABEL: role}
-    if job_object["kind"] == "PyTorchJob":
-        labels |= {c.KUBEFLOW_JOB_NAME: name, c.KUBEFLOW_REPLICA_TYPE: role, c.KUBEFLOW_REPLICA_INDEX: str(index)}
-        scheduler = "default-scheduler"
+    """A pod of one task as the job's operator creates it (owned by the job, so the garbage collector removes it
+    with the job): on `node`, or Pending for `scheduler` to place."""
+    labels = {c.JOB_LABEL: job, c.ROLE_LABEL: role}
+    if plural == "pytorchjobs":
+        labels |= {c.KUBEFLOW_JOB_NAME: job, c.KUBEFLOW_REPLICA_TYPE: role, c.KUBEFLOW_REPLICA_INDEX: str(index)}
+        owner = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}
     else:
-        labels |= {
-            c.VOLCANO_JOB_NAME: name,
-            c.VOLCANO_TASK_SPEC: role,
-            "volcano.sh/job-namespace": metadata["namespace"],
-        }
-        scheduler = "volcano"
+        labels |= {c.VOLCANO_JOB_NAME: job, c.VOLCANO_TASK_SPEC: role, "volcano.sh/job-namespace": namespace}
+        owner = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job"}
     demand = spec.worker_demand if role == c.WORKER else spec.ps_demand
-    owner = {
-        "apiVersion": job_object["apiVersion"],
-        "kind": job_object["kind"],
-        "name": name,
-        "uid": metadata["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-    pod_spec: dict[str, Any] = {
-        "schedulerName": scheduler,
-        "restartPolicy": "OnFailure",
-        "containers": [_container(spec, demand)],
-    }
+    pod_spec = _pod_spec(spec, demand, scheduler)
     if node is not None:
         pod_spec["nodeName"] = node
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": pod_name(name, role, index),
-            "namespace": metadata["namespace"],
+            "name": pod_name(job, role, index),
+            "namespace": namespace,
             "labels": labels,
-            "ownerReferences": [owner],
+            "ownerReferences": [{**owner, "name": job, "uid": uid, "controller": True, "blockOwnerDeletion": True}],
         },
         "spec": pod_spec,
-        "status": pod_status("Running" if node is not None else "Pending", now, image(spec)),
-    }
-
-
-def pod_status(phase: str, now: str, image: str) -> dict[str, Any]:
-    if phase == "Pending":
-        return {
-            "phase": "Pending",
-            "conditions": [
-                {
-                    "type": "PodScheduled",
-                    "status": "False",
-                    "reason": "Unschedulable",
-                    "message": "no node has the free resources the task requests",
-                }
-            ],
-        }
-    running = phase == "Running"
-    state = {"running": {"startedAt": now}} if running else {"terminated": {"exitCode": 0, "reason": "Completed"}}
-    return {
-        "phase": phase,
-        "startTime": now,
-        "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": str(running)}],
-        "containerStatuses": [
-            {"name": "trainer", "image": image, "imageID": image, "ready": running, "restartCount": 0, "state": state}
-        ],
     }
 
 

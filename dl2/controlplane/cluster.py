@@ -1,0 +1,415 @@
+"""`ControlPlane`: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok on loopback.
+
+    with ControlPlane(folder) as plane:
+        api = plane.admin_client()                              # system:masters, by client certificate
+        plane.write_kubeconfig(path)                            # the same for kubectl
+        token = plane.service_account_token("dl2-system", "dl2-scheduler")
+        plane.write_kubeconfig(path, token=token)               # a ServiceAccount, as a pod would be
+        plane.audit_events()                                    # every request RBAC judged, who sent it
+
+The API server authenticates client certificates (CA in `pki/`) and ServiceAccount tokens, authorizes with RBAC
+only (nothing is allowed that a Role does not grant), runs the default admission plugins (PodSecurity,
+ServiceAccount, ...) and writes an audit log of every request by anyone but the control plane's own components
+and the cluster twin. kwok plays the kubelet of every Node annotated `kwok.x-k8s.io/node: fake` (heartbeats,
+pods Running, deletions confirmed). Every process dies with the one that started it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import ssl
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dl2.controlplane import assets
+from dl2.controlplane.pki import CertificateAuthority, KeyPair
+from dl2.controlplane.processes import Component, client_context, free_port, https_ok, wait_until
+
+ADMIN = "dl2-admin"
+TWIN = "dl2-twin"
+"""The user of the cluster twin (it plays the job operators and the training processes)."""
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+SERVICE_CIDR = "10.0.0.0/24"
+POD_CIDR = "10.64.0.0/12"
+CONTEXT = "dl2-local"
+QUIET_USERS = ("system:kube-controller-manager", "system:kube-scheduler", "system:apiserver", "kwok", TWIN)
+"""Left out of the audit log: the control plane's components and the twin (a busy simulated cluster would fill it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEvent:
+    """One request as the API server's audit log has it (stage `ResponseComplete`, or `ResponseStarted` of a
+    watch that never completed)."""
+
+    user: str
+    verb: str
+    api_group: str
+    resource: str
+    subresource: str
+    namespace: str
+    name: str
+    code: int
+    user_agent: str
+    uri: str
+    received: str
+
+    @property
+    def rbac_resource(self) -> str:
+        return f"{self.resource}/{self.subresource}" if self.subresource else self.resource
+
+    @property
+    def permission(self) -> tuple[str, str, str]:
+        """(API group, resource[/subresource], verb): what a Role grants."""
+        return self.api_group, self.rbac_resource, self.verb
+
+    @classmethod
+    def from_json(cls, event: dict[str, Any]) -> AuditEvent:
+        ref = event.get("objectRef") or {}
+        return cls(
+            user=str((event.get("user") or {}).get("username", "")),
+            verb=str(event.get("verb", "")),
+            api_group=str(ref.get("apiGroup", "")),
+            resource=str(ref.get("resource", "")),
+            subresource=str(ref.get("subresource", "")),
+            namespace=str(ref.get("namespace", "")),
+            name=str(ref.get("name", "")),
+            code=int((event.get("responseStatus") or {}).get("code") or 0),
+            user_agent=str(event.get("userAgent", "")),
+            uri=str(event.get("requestURI", "")),
+            received=str(event.get("requestReceivedTimestamp", "")),
+        )
+
+
+def read_audit_log(path: Path, offset: int = 0, end: int | None = None) -> tuple[list[AuditEvent], int]:
+    """Events of the audit log from byte `offset` to `end` (the end of the file: None; whole lines only) and the
+    offset after them."""
+    events: dict[str, tuple[str, AuditEvent]] = {}
+    if not path.exists():
+        return [], offset
+    with path.open("rb") as stream:
+        stream.seek(offset)
+        data = stream.read() if end is None else stream.read(max(0, end - offset))
+    end = data.rfind(b"\n") + 1
+    for line in data[:end].splitlines():
+        if not line.strip():
+            continue
+        event = json.loads(line)
+        stage = event.get("stage")
+        if stage not in ("ResponseComplete", "ResponseStarted", "Panic"):
+            continue
+        audit_id = str(event.get("auditID"))
+        if stage == "ResponseStarted" and audit_id in events:
+            continue
+        events[audit_id] = (stage, AuditEvent.from_json(event))
+    return [event for _, event in events.values()], offset + end
+
+
+class ControlPlane:
+    def __init__(self, folder: Path | None = None, *, scheduler: bool = True, kwok: bool = True) -> None:
+        """`folder` holds the PKI, etcd's data, the logs and the audit log (a temporary one, removed on stop, when
+        None). `scheduler`, `kwok`: run the default kube-scheduler and kwok (a test of its own scheduler may not
+        want the default one)."""
+        self._owned = folder is None
+        self.folder = Path(tempfile.mkdtemp(prefix="dl2-controlplane-")) if folder is None else folder
+        self.with_scheduler = scheduler
+        self.with_kwok = kwok
+        self.bin = assets.require()
+        self.pki = self.folder / "pki"
+        self.logs = self.folder / "logs"
+        self.audit_log = self.folder / "audit.log"
+        self.port = 0
+        self.url = ""
+        self.components: list[Component] = []
+        self.users: dict[str, KeyPair] = {}
+        self.ca: Path = self.pki / "ca.crt"
+
+    # -- running ----------------------------------------------------------------------------------------------
+
+    def start(self, timeout_s: float = 90.0) -> ControlPlane:
+        started = time.monotonic()
+        try:
+            self._start(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.monotonic() - started
+        return self
+
+    def _start(self, timeout_s: float) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        ca = CertificateAuthority(self.pki)
+        serving = ca.issue("apiserver", "kube-apiserver", server=True)
+        signing = ca.signing_key()
+        self.users = {
+            ADMIN: ca.issue("admin", ADMIN, ("system:masters",)),
+            "system:kube-controller-manager": ca.issue("controller-manager", "system:kube-controller-manager"),
+            "system:kube-scheduler": ca.issue("scheduler", "system:kube-scheduler"),
+            "kwok": ca.issue("kwok", "kwok", ("system:masters",)),
+            TWIN: ca.issue("twin", TWIN, ("system:masters",)),
+        }
+        etcd_port, peer_port = free_port(), free_port()
+        etcd = Component(
+            "etcd",
+            [
+                str(self.bin / "etcd"),
+                f"--data-dir={self.folder / 'etcd'}",
+                f"--listen-client-urls=http://127.0.0.1:{etcd_port}",
+                f"--advertise-client-urls=http://127.0.0.1:{etcd_port}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-cluster=default=http://127.0.0.1:{peer_port}",
+                "--unsafe-no-fsync",  # a throwaway store: durability is not what it is for
+                "--log-level=warn",
+            ],
+            self.logs,
+        ).start()
+        self.components.append(etcd)
+        self.port = free_port()
+        self.url = f"https://127.0.0.1:{self.port}"
+        policy = self.folder / "audit-policy.yaml"
+        policy.write_text(yaml.safe_dump(_audit_policy(), sort_keys=False))
+        apiserver = Component(
+            "kube-apiserver",
+            [
+                str(self.bin / "kube-apiserver"),
+                f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                # no Endpoints for the `kubernetes` Service: a loopback address is refused there
+                "--endpoint-reconciler-type=none",
+                f"--secure-port={self.port}",
+                f"--tls-cert-file={serving.cert}",
+                f"--tls-private-key-file={serving.key}",
+                f"--client-ca-file={ca.pair.cert}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={signing.cert}",
+                f"--service-account-signing-key-file={signing.key}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--authorization-mode=RBAC",
+                f"--audit-policy-file={policy}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-maxsize=0",
+                "--profiling=false",
+                "--v=1",
+            ],
+            self.logs,
+        ).start()
+        self.components.append(apiserver)
+        context = client_context(ca.pair.cert, self.users[ADMIN].cert, self.users[ADMIN].key)
+        deadline = time.monotonic() + timeout_s
+        wait_until(
+            lambda: https_ok(f"{self.url}/readyz", context), timeout_s, "kube-apiserver ready", [etcd, apiserver]
+        )
+        manager_kubeconfig = self.write_kubeconfig(
+            self.folder / "controller-manager.kubeconfig", user="system:kube-controller-manager"
+        )
+        manager = Component(
+            "kube-controller-manager",
+            [
+                str(self.bin / "kube-controller-manager"),
+                f"--kubeconfig={manager_kubeconfig}",
+                "--leader-elect=false",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={signing.key}",
+                f"--root-ca-file={ca.pair.cert}",
+                "--secure-port=0",
+                f"--cluster-cidr={POD_CIDR}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--profiling=false",
+                "--v=1",
+            ],
+            self.logs,
+        ).start()
+        self.components.append(manager)
+        if self.with_scheduler:
+            self.start_scheduler("kube-scheduler", self.default_scheduler_configuration())
+        if self.with_kwok:
+            kwok = Component(
+                "kwok",
+                [
+                    str(self.bin / "kwok"),
+                    f"--kubeconfig={self.write_kubeconfig(self.folder / 'kwok.kubeconfig', user='kwok')}",
+                    f"--config={self.bin / assets.KWOK_STAGES}",
+                    "--manage-all-nodes=false",
+                    f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+                    f"--cidr={POD_CIDR}",
+                    "--node-ip=10.0.1.1",
+                    "--node-lease-duration-seconds=40",
+                ],
+                self.logs,
+            ).start()
+            self.components.append(kwok)
+        remaining = max(1.0, deadline - time.monotonic())
+        wait_until(self._default_service_account, remaining, "the default ServiceAccount", self.components)
+
+    def _default_service_account(self) -> bool:
+        from kubernetes.client.exceptions import ApiException
+
+        from dl2.kube.rest import SERVICEACCOUNTS, Rest
+
+        try:
+            Rest(self.admin_client()).get(SERVICEACCOUNTS, "default", "default")
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
+    def default_scheduler_configuration(self, **profile: Any) -> dict[str, Any]:
+        """A `KubeSchedulerConfiguration` for a scheduler of this control plane (leader election off)."""
+        kubeconfig = self.write_kubeconfig(self.folder / "scheduler.kubeconfig", user="system:kube-scheduler")
+        return {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": str(kubeconfig), "qps": 200, "burst": 400},
+            "leaderElection": {"leaderElect": False},
+            "profiles": [{"schedulerName": "default-scheduler", **profile}],
+        }
+
+    def start_scheduler(self, name: str, configuration: dict[str, Any]) -> Component:
+        """Another kube-scheduler with its own configuration (a profile with an extender, say); stopped with the
+        control plane, or by `Component.stop()`."""
+        path = self.folder / f"{name}.config.yaml"
+        path.write_text(yaml.safe_dump(configuration, sort_keys=False))
+        scheduler = Component(
+            name, [str(self.bin / "kube-scheduler"), f"--config={path}", "--secure-port=0", "--v=1"], self.logs
+        ).start()
+        self.components.append(scheduler)
+        return scheduler
+
+    def stop(self) -> None:
+        for component in reversed(self.components):
+            component.stop()
+        self.components.clear()
+        if self._owned:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __enter__(self) -> ControlPlane:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def check(self) -> None:
+        """RuntimeError if a component has exited."""
+        for component in self.components:
+            component.check()
+
+    # -- clients ----------------------------------------------------------------------------------------------
+
+    def kubeconfig(self, user: str = ADMIN, token: str | None = None, server: str | None = None) -> dict[str, Any]:
+        """A kubeconfig for a certificate user of the control plane, or for a bearer `token` (a ServiceAccount's);
+        `server` another address of the API (the fault proxy's)."""
+        cluster: dict[str, Any] = {"server": server or self.url}
+        if cluster["server"].startswith("https:"):
+            cluster["certificate-authority"] = str(self.ca)
+        if token is not None:
+            credentials: dict[str, Any] = {"token": token}
+        else:
+            pair = self.users[user]
+            credentials = {"client-certificate": str(pair.cert), "client-key": str(pair.key)}
+        name = CONTEXT if token is None and user == ADMIN else f"{CONTEXT}-{user if token is None else 'token'}"
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": CONTEXT, "cluster": cluster}],
+            "users": [{"name": name, "user": credentials}],
+            "contexts": [{"name": name, "context": {"cluster": CONTEXT, "user": name}}],
+            "current-context": name,
+        }
+
+    def write_kubeconfig(
+        self, path: Path, user: str = ADMIN, token: str | None = None, server: str | None = None
+    ) -> Path:
+        """Written atomically, readable by its owner only (it holds a credential)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.tmp")
+        temporary.write_text(yaml.safe_dump(self.kubeconfig(user, token, server), sort_keys=False))
+        temporary.chmod(0o600)
+        os.replace(temporary, path)
+        return path
+
+    def configuration(self, user: str = ADMIN, token: str | None = None, server: str | None = None) -> Any:
+        """A `kubernetes.client.Configuration` for the user (or token); urllib3's own retries off."""
+        from kubernetes import client
+
+        configuration = client.Configuration()
+        configuration.host = server or self.url
+        configuration.ssl_ca_cert = str(self.ca)
+        if token is not None:
+            configuration.api_key = {"authorization": token}
+            configuration.api_key_prefix = {"authorization": "Bearer"}
+        else:
+            configuration.cert_file = str(self.users[user].cert)
+            configuration.key_file = str(self.users[user].key)
+        configuration.retries = False
+        return configuration
+
+    def client(
+        self, user: str = ADMIN, token: str | None = None, server: str | None = None, user_agent: str | None = None
+    ) -> Any:
+        from kubernetes import client
+
+        api = client.ApiClient(self.configuration(user, token, server))
+        if user_agent is not None:
+            api.user_agent = user_agent
+        return api
+
+    def admin_client(self, user_agent: str | None = None) -> Any:
+        return self.client(ADMIN, user_agent=user_agent)
+
+    def ssl_context(self, user: str = ADMIN) -> ssl.SSLContext:
+        pair = self.users[user]
+        return client_context(self.ca, pair.cert, pair.key)
+
+    def service_account_token(self, namespace: str, name: str, expiration_s: int = 86_400) -> str:
+        """A token of the ServiceAccount (created if it does not exist), from the TokenRequest API as the kubelet
+        gets one for a pod."""
+        from kubernetes.client.exceptions import ApiException
+
+        from dl2.kube.rest import SERVICEACCOUNTS, Rest
+
+        rest = Rest(self.admin_client())
+        try:
+            rest.create(SERVICEACCOUNTS, namespace, {"metadata": {"name": name}})
+        except ApiException as error:
+            if error.status != 409:
+                raise
+        request: dict[str, Any] = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest"}
+        request["spec"] = {"audiences": [], "expirationSeconds": expiration_s}
+        path = SERVICEACCOUNTS.path(namespace, name, "token")
+        return str(rest.request("POST", path, request)["status"]["token"])
+
+    # -- the audit log ----------------------------------------------------------------------------------------
+
+    def audit_events(self, offset: int = 0) -> list[AuditEvent]:
+        return read_audit_log(self.audit_log, offset)[0]
+
+    def audit_offset(self) -> int:
+        """Where the audit log ends now (events after it: `audit_events(offset)`)."""
+        return self.audit_log.stat().st_size if self.audit_log.exists() else 0
+
+    def iter_logs(self) -> Iterator[tuple[str, str]]:
+        for component in self.components:
+            yield component.name, component.tail(40)
+
+
+def _audit_policy() -> dict[str, Any]:
+    return {
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "omitStages": ["RequestReceived"],
+        "rules": [
+            {"level": "None", "users": list(QUIET_USERS)},
+            {"level": "None", "userGroups": ["system:serviceaccounts:kube-system", "system:nodes"]},
+            {"level": "Metadata"},
+        ],
+    }

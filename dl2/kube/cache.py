@@ -1,0 +1,90 @@
+"""What the controller and the extender know of the cluster: informers of the five resources a slot needs.
+
+Managed namespaces (label `dl2.io/managed=true`), PyTorchJobs, Volcano Jobs, the pods of dl2 jobs (label
+`dl2.io/job`) and the nodes, each kept by its own informer (`dl2.kube.informer`): a slot reads them from memory
+rather than listing them, so what a slot costs the API server no longer grows with the cluster. `read` gives
+the raw objects `dl2.kube.observe.snapshot` turns into the policies' view; with a barrier (per resource, the
+version each cache must reflect: the simulated clock's), it first waits until each cache is that fresh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dl2.kube import contract as c
+from dl2.kube.informer import Informer
+from dl2.kube.metrics import Metrics
+from dl2.kube.observe import RawCluster
+from dl2.kube.rest import NAMESPACES, NODES, PODS, PYTORCHJOBS, VOLCANO_JOBS, Rest
+
+
+class CacheStale(RuntimeError):
+    """A cache did not reach the version a slot needs in time."""
+
+
+def holds_resources(pod: dict[str, Any]) -> bool:
+    """A pod of a job that occupies its node: bound, not finished, not being deleted."""
+    phase = (pod.get("status") or {}).get("phase")
+    return (
+        bool((pod.get("spec") or {}).get("nodeName"))
+        and phase not in ("Succeeded", "Failed")
+        and not ((pod.get("metadata") or {}).get("deletionTimestamp"))
+    )
+
+
+class ClusterCache:
+    def __init__(self, rest: Rest, metrics: Metrics, seed: int = 0) -> None:
+        self.namespaces = Informer(rest, NAMESPACES, metrics, label_selector=f"{c.MANAGED_LABEL}=true", seed=seed)
+        self.pytorchjobs = Informer(rest, PYTORCHJOBS, metrics, seed=seed + 1)
+        self.volcano_jobs = Informer(rest, VOLCANO_JOBS, metrics, seed=seed + 2)
+        self.pods = Informer(rest, PODS, metrics, label_selector=c.JOB_LABEL, seed=seed + 3)
+        self.nodes = Informer(rest, NODES, metrics, seed=seed + 4)
+        self.informers = (self.namespaces, self.pytorchjobs, self.volcano_jobs, self.pods, self.nodes)
+        self._started = False
+
+    def start(self, timeout_s: float = 30.0) -> ClusterCache:
+        """Start every informer and wait for their first lists (idempotent)."""
+        if not self._started:
+            self._started = True
+            for informer in self.informers:
+                informer.start()
+        for informer in self.informers:
+            if not informer.wait_synced(timeout_s):
+                raise CacheStale(f"the {informer.resource.key} cache did not sync within {timeout_s:g} s")
+        return self
+
+    def stop(self) -> None:
+        for informer in self.informers:
+            informer.stop()
+
+    @property
+    def synced(self) -> bool:
+        return all(informer.synced for informer in self.informers)
+
+    def wait_for(self, barrier: Mapping[str, int], timeout_s: float) -> None:
+        """Wait until each cache reflects the version `barrier` names for its resource (`CacheStale` if not)."""
+        for informer in self.informers:
+            wanted = barrier.get(informer.resource.key, 0)
+            if wanted and not informer.wait_for(wanted, timeout_s):
+                raise CacheStale(
+                    f"the {informer.resource.key} cache is at version {informer.version}, the slot needs {wanted}"
+                )
+
+    def read(self, barrier: Mapping[str, int] | None = None, timeout_s: float = 10.0) -> RawCluster:
+        """The cluster as the caches hold it (after `wait_for(barrier)`): managed namespaces, their jobs, the pods
+        of those jobs that hold a node, every node."""
+        self.start()
+        if barrier:
+            self.wait_for(barrier, timeout_s)
+        managed = {ns["metadata"]["name"] for ns in self.namespaces.items()}
+        jobs = [
+            job
+            for informer in (self.pytorchjobs, self.volcano_jobs)
+            for job in informer.items()
+            if job["metadata"].get("namespace") in managed
+        ]
+        pods = [
+            pod for pod in self.pods.items() if pod["metadata"].get("namespace") in managed and holds_resources(pod)
+        ]
+        return RawCluster(tuple(sorted(managed)), tuple(jobs), tuple(pods), tuple(self.nodes.items()))

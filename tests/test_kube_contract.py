@@ -1,0 +1,103 @@
+"""The job contract (`dl2.kube.contract`): quantities, a job spec read back from its manifest, resize patches, and
+errors that name the object."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dl2.core import Architecture, JobSpec, Resources
+from dl2.kube import contract
+from dl2.twin import manifests
+from dl2.workload.catalogue import CATALOGUE, MODEL_NAMES
+
+
+def json_patch(document, operations):
+    """The two operations a resize uses (`test`, `replace`), as RFC 6902 applies them (a failed test raises)."""
+    result = copy.deepcopy(document)
+    for operation in operations:
+        *parents, last = operation["path"].strip("/").split("/")
+        target = result
+        for key in parents:
+            target = target[int(key)] if isinstance(target, list) else target[key]
+        key = int(last) if isinstance(target, list) else last
+        if operation["op"] == "test":
+            assert target[key] == operation["value"], operation
+        else:
+            assert operation["op"] == "replace", operation
+            target[key] = operation["value"]
+    return result
+
+
+# -- the job contract ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("4", 4), ("500m", 0.5), ("24Gi", 24 * 2**30), ("1.5Ki", 1536), ("2k", 2000), ("1e3", 1000), (".5", 0.5)],
+)
+def test_quantities(text, value):
+    assert float(contract.parse_quantity(text)) == value
+
+
+@given(st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False))
+def test_quantities_round_trip_exactly(value):
+    assert float(contract.parse_quantity(contract.format_quantity(value))) == value
+    gib = contract.parse_quantity(contract.format_quantity(value, "Gi")) / 2**30
+    assert float(gib) == value
+
+
+amounts = st.floats(min_value=0, max_value=512, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def job_specs(draw):
+    model = draw(st.sampled_from(MODEL_NAMES))
+    allreduce = draw(st.booleans())
+    max_workers = draw(st.integers(1, 32))
+    max_ps = 0 if allreduce else draw(st.integers(1, 32))
+    return JobSpec(
+        job_id=draw(st.from_regex(r"[A-Za-z0-9_.:-]{1,20}", fullmatch=True)),
+        model=model,
+        arrival_s=draw(st.floats(min_value=0, max_value=1e7, allow_nan=False)),
+        declared_epochs=draw(st.floats(min_value=0.001, max_value=1e5, allow_nan=False)),
+        samples_per_epoch=draw(st.sampled_from([CATALOGUE[model].samples_per_epoch, 123.25])),
+        worker_demand=Resources(draw(amounts), draw(amounts), draw(amounts)),
+        ps_demand=Resources() if allreduce else Resources(0.0, draw(amounts), draw(amounts)),
+        max_workers=max_workers,
+        max_ps=max_ps,
+        architecture=Architecture.ALLREDUCE if allreduce else Architecture.PS,
+        requested_workers=draw(st.integers(1, max_workers)),
+        requested_ps=0 if allreduce else draw(st.integers(1, max_ps)),
+    )
+
+
+@given(job_specs())
+def test_a_job_spec_reads_back_exactly_from_its_manifest(spec):
+    obj = manifests.job(spec, "job-0001-x", "team-a")
+    obj["metadata"]["uid"] = "u"
+    assert contract.job_spec(obj) == spec
+    assert contract.replicas(obj) == (spec.requested_workers, spec.requested_ps)
+    subresource, content_type, body = contract.resize(obj, 3, 2)
+    if spec.architecture is Architecture.ALLREDUCE:
+        assert (subresource, body) == ("scale", {"spec": {"replicas": 3}})
+    else:
+        resized = json_patch(obj, body)
+        assert content_type == "application/json-patch+json" and contract.replicas(resized) == (3, 2)
+
+
+def test_contract_errors_name_the_object():
+    obj = manifests.job(
+        JobSpec("j", "vgg-16", 0.0, 10.0, 115, Resources(1, 4, 24), Resources(0, 4, 8), 4, 4), "job-1", "ns"
+    )
+    del obj["metadata"]["annotations"][contract.DECLARED_EPOCHS]
+    with pytest.raises(contract.ContractError, match=r"Job ns/job-1: missing annotation dl2\.io/declared-epochs"):
+        contract.job_spec(obj)
+    obj["metadata"]["annotations"][contract.DECLARED_EPOCHS] = "many"
+    with pytest.raises(contract.ContractError, match="not a number"):
+        contract.job_spec(obj)
+    with pytest.raises(contract.ContractError, match="not a PyTorchJob or a Volcano Job"):
+        contract.job_spec({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}})
