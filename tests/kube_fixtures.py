@@ -27,6 +27,7 @@ from dl2.controlplane.install import (
     install_dl2,
     service_account_user,
 )
+from dl2.kube.policy import POLICIES
 from dl2.kube.rest import (
     CONFIGMAPS,
     EVENTS,
@@ -38,7 +39,6 @@ from dl2.kube.rest import (
     Resource,
     Rest,
 )
-from dl2.kube.policy import POLICIES
 
 LEASES = Resource("coordination.k8s.io", "v1", "leases")
 CONTROLLER_AGENT = "dl2-serve"

@@ -47,10 +47,11 @@ class ApiCaller:
         """Requests sent (retries included)."""
 
     def __call__(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """`function(*args, **kwargs)`, retried; `_operation=` names it in the metrics (default: its name)."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        operation = getattr(function, "__name__", "request")
+        operation = str(kwargs.pop("_operation", None) or getattr(function, "__name__", "request"))
         for attempt in range(self.attempts):
             self.calls += 1
             try:
@@ -94,12 +95,18 @@ class Actuator:
         stamp = str(slot)
         if subresource == "scale":
             annotation = {"metadata": {"annotations": {RESIZED_SLOT: stamp}}}
-            self.call(self.rest.patch, resource, job.namespace, job.name, annotation)
-            self.call(self.rest.patch, resource, job.namespace, job.name, body, content_type, "scale")
+            self.call(self.rest.patch, resource, job.namespace, job.name, annotation, _operation="patch pytorchjobs")
+            self.call(
+                self.rest.patch, resource, job.namespace, job.name, body, content_type, "scale",
+                _operation="patch pytorchjobs/scale",
+            )  # fmt: skip
             return
         path = "/metadata/annotations/" + RESIZED_SLOT.replace("~", "~0").replace("/", "~1")
         operations = [*body, {"op": "add", "path": path, "value": stamp}]
-        self.call(self.rest.patch, resource, job.namespace, job.name, operations, content_type)
+        self.call(self.rest.patch, resource, job.namespace, job.name, operations, content_type, _operation="patch jobs")
 
     def patch_status(self, name: str, status: dict[str, Any]) -> None:
-        self.call(self.rest.patch, POLICIES, None, name, {"status": status}, MERGE_PATCH, "status")
+        self.call(
+            self.rest.patch, POLICIES, None, name, {"status": status}, MERGE_PATCH, "status",
+            _operation="patch schedulerpolicies/status",
+        )  # fmt: skip

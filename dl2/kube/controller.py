@@ -27,7 +27,7 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -96,6 +96,7 @@ class SlotReport:
     fallback: str | None
     seconds: float
     api_calls: int
+    """Requests of the slot (retries included): its resizes and the status; the reads come from the caches."""
     targets: tuple[Target, ...] = ()
     phases: dict[str, float] = field(default_factory=dict)
     """Seconds spent per phase: observe (the reads), decide (incumbent and policy), record (records and journal),
@@ -296,6 +297,7 @@ class Controller:
         )  # fmt: skip
         self.last_report = report
         self.publish_status()
+        report = self.last_report = replace(report, api_calls=self.call.calls - calls)  # the status patch too
         self._crash("status", slot)
         return report
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -75,7 +76,8 @@ class EventRecorder:
         body = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{regarding.name}.", "namespace": namespace},
+            # client-go's naming: the object's name and the time in hex (a generateName may not end in a dot)
+            "metadata": {"name": f"{regarding.name}.{time.time_ns():x}", "namespace": namespace},
             "eventTime": now,
             "reportingController": REPORTING_CONTROLLER,
             "reportingInstance": self.instance[:128],

@@ -88,7 +88,8 @@ class Informer:
         stream = self._stream
         if stream is not None:
             stream.close()
-        self._thread.join(5)
+        if self._thread.is_alive():
+            self._thread.join(5)
 
     @property
     def synced(self) -> bool:
@@ -161,11 +162,13 @@ class Informer:
         version: str | None = None
         failures = 0
         while not self._stop.is_set():
+            verb = "list" if version is None else "watch"
             try:
                 if version is None:
                     items, version = self.rest.list_at(self.resource, self.namespace, **self.query)
                     self.relists += 1
                     self._replace(items, version)
+                    verb = "watch"
                 self._stream = self.rest.watch(
                     self.resource, self.namespace, version, self.watch_timeout_s, **self.query
                 )
@@ -182,7 +185,7 @@ class Informer:
                 continue
             except ApiException as error:
                 self.restarts += 1
-                self.metrics.api_errors.labels(f"watch {self.operation}", str(error.status)).inc()
+                self.metrics.api_errors.labels(f"{verb} {self.operation}", str(error.status)).inc()
                 if error.status == 410:
                     version = None  # compacted: list again
                     continue
@@ -191,7 +194,7 @@ class Informer:
                 if self._stop.is_set():
                     return
                 self.restarts += 1
-                self.metrics.api_errors.labels(f"watch {self.operation}", type(error).__name__).inc()
+                self.metrics.api_errors.labels(f"{verb} {self.operation}", type(error).__name__).inc()
                 failures += 1
             finally:
                 self._stream = None
