@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-import pytest
 from hypothesis import settings
 
 from dl2.core import Architecture, ClusterSpec, Job, JobAllocation, JobSpec, Resources, Workload

@@ -282,3 +282,34 @@ def _audit_between(kube: KubeEnv, first: int, last: int) -> tuple[list[Any], int
     from dl2.controlplane.cluster import read_audit_log
 
     return read_audit_log(kube.plane.audit_log, first, last)
+
+
+def uninterrupted_run(
+    kube: KubeEnv, workload: Workload, config: SimConfig, folder: Path, loader: Any
+) -> tuple[list[Any], dict[str, Any], dict[int, int]]:
+    """A workload run in active mode by an in-process controller that is never killed: its records (the final
+    slot's completed too), each job's finish time, and the resizes of each slot. What a run under kills must
+    equal. The cluster is reset afterwards."""
+    from dl2.kube.controller import Controller, ControllerConfig
+    from dl2.sim.decision_log import read_log
+
+    create_policy(kube, "active")
+    settings = ControllerConfig("reference", decision_log=folder, clock="cluster")
+    controller = Controller(kube.controller_api("reference"), settings, loader)
+    try:
+        with twin(kube, workload, config) as cluster:
+            controller.refresh_policy(read_policy(kube))
+            resizes = {}
+            while True:
+                report = run_slot(controller, cluster.rest)
+                resizes[report.slot] = report.resizes
+                if cluster.done:
+                    break
+                cluster.advance()
+            run_slot(controller, cluster.rest)
+            finish = {job.job_id: job.finish_s for job in cluster.result().jobs}
+    finally:
+        controller.cache.stop()
+        controller.events.stop()
+        kube.reset()
+    return read_log(folder / "dl2-local"), finish, resizes

@@ -1,6 +1,7 @@
 """Harmony's placer as a kube-scheduler extender: the protocol's request and response shapes, the scores against
-the placer's own choice, the HTTP server, and the simulated cluster, where pods of managed jobs land where the
-extender scores highest and a refused, slow or broken extender never blocks scheduling."""
+the placer's own choice, the HTTP server, and the real kube-scheduler with the shipped extender configuration,
+where pods of managed jobs land on the node the extender ranks first and a refused, slow or broken extender never
+blocks scheduling (`ignorable: true`)."""
 
 from __future__ import annotations
 
@@ -11,34 +12,40 @@ import urllib.error
 import urllib.request
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
 from dl2.core import Architecture, InputError
-from dl2.kube.apiserver import THIRD_PARTY_CRDS, LocalApiServer, contract
-from dl2.twin import manifests, simulate_cluster
-from dl2.twin.extender_scheduling import ExtenderPlacer
+from dl2.kube import contract
+from dl2.kube.cache import ClusterCache
 from dl2.kube.extender import (
     MAX_EXTENDER_PRIORITY,
-    ClusterCache,
     ExtenderArgs,
     HarmonyExtender,
+    SnapshotCache,
     best_hosts,
     filter_result,
     host_priorities,
 )
 from dl2.kube.extender_http import ExtenderClient, ExtenderServer, ExtenderUnavailable
-from dl2.kube.observe import RawCluster, read_cluster, snapshot
+from dl2.kube.metrics import Metrics
+from dl2.kube.observe import RawCluster, snapshot
+from dl2.kube.rest import PODS, Rest
 from dl2.placement.config import JOB_INPUTS, SERVER_INPUTS, PlacerConfig
 from dl2.placement.policy import HarmonyPlacer, NumpyPlacementPolicy
 from dl2.schedulers.placement import place_sticky
 from dl2.sim.config import SimConfig
+from dl2.twin import manifests
 from dl2.workload.mapping import TraceMapping
 from dl2.workload.synthetic import PRESETS, generate
-from tests.kube_helpers import api_client
+from tests.kube_helpers import twin
 
+K8S = Path(__file__).resolve().parent.parent / "k8s"
+SCHEDULER_NAME = "dl2-scheduler"
 CONFIG = SimConfig.realistic(seed=1)
 
 
@@ -72,22 +79,26 @@ def raw_cluster(running: dict[int, list[tuple[str, int]]], num_nodes: int = 4) -
     jobs, pods = [], []
     for index, job in enumerate(workload.jobs):
         spec = replace(job.spec, arrival_s=float(index))
-        obj = manifests.job(spec, f"job-{index}", "team-a", None)
+        obj = manifests.job(spec, f"job-{index}", "team-a", None, SCHEDULER_NAME)
         obj["metadata"]["uid"] = f"uid-{index}"
         jobs.append(obj)
         for count, (role, node) in enumerate(running.get(index, [])):
-            pods.append(manifests.pod(spec, obj, role, count, names[node], "2026-01-01T00:00:00Z"))
+            plural = "pytorchjobs" if obj["kind"] == "PyTorchJob" else "jobs"
+            pods.append(manifests.pod(spec, f"job-{index}", "team-a", plural, f"uid-{index}", role, count, names[node],
+                                      SCHEDULER_NAME))  # fmt: skip
     return RawCluster(("team-a",), tuple(jobs), tuple(pods), tuple(nodes)), names
 
 
 def pending_pod(raw: RawCluster, index: int, role: str) -> dict[str, Any]:
     obj = raw.jobs[index]
     spec = snapshot(raw, 0.0, 0, 1.0, "kubernetes").view.jobs[index].spec
-    return manifests.pod(spec, obj, role, 0, None, "2026-01-01T00:00:00Z")
+    plural = "pytorchjobs" if obj["kind"] == "PyTorchJob" else "jobs"
+    return manifests.pod(spec, obj["metadata"]["name"], "team-a", plural, obj["metadata"]["uid"], role, 0, None,
+                         SCHEDULER_NAME)  # fmt: skip
 
 
 def extender_for(raw: RawCluster, placer: HarmonyPlacer) -> HarmonyExtender:
-    cache = ClusterCache(lambda: raw)
+    cache = SnapshotCache(lambda: raw)
     cache.refresh()
     return HarmonyExtender(placer, cache)
 
@@ -171,7 +182,8 @@ def test_a_pod_of_no_managed_job_gets_no_say_and_a_full_node_fails_the_filter() 
         for e in extender.prioritize(ExtenderArgs(pending_pod(raw, 1, "worker"), tuple(names), None))
     }
     assert gpu == 0 or scores[names[0]] == 0  # no logit for a node the pod does not fit on
-    assert HarmonyExtender(random_placer(), ClusterCache(lambda: raw)).filter(args)["NodeNames"] == names  # no read yet
+    unread = HarmonyExtender(random_placer(), SnapshotCache(lambda: raw))
+    assert unread.filter(args)["NodeNames"] == names  # no read yet
 
 
 # -- over HTTP -------------------------------------------------------------------------------------------------
@@ -207,52 +219,76 @@ def test_the_http_server_speaks_the_protocol() -> None:
         assert set(client.prioritize(typed)) == set(names)
 
 
-# -- the simulated cluster -------------------------------------------------------------------------------------
+# -- the real kube-scheduler ------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def server():
-    with LocalApiServer(crd_files=THIRD_PARTY_CRDS) as running:
-        yield running
+def shipped_scheduler_configuration() -> dict[str, Any]:
+    """The KubeSchedulerConfiguration of `k8s/scheduler-extender.yaml`'s ConfigMap."""
+    for doc in yaml.safe_load_all((K8S / "scheduler-extender.yaml").read_text()):
+        if doc and doc["kind"] == "ConfigMap" and doc["metadata"]["name"] == "dl2-kube-scheduler-config":
+            return yaml.safe_load(doc["data"]["config.yaml"])
+    raise AssertionError("no dl2-kube-scheduler-config in k8s/scheduler-extender.yaml")
 
 
-def test_pods_of_managed_jobs_land_where_the_extender_scores_highest(server) -> None:
+class RecordingExtender(HarmonyExtender):
+    """The extender with a fresh view at every request (the deployed one rebuilds it every 2 s) and a note of the
+    scores it gave each pod."""
+
+    def __init__(self, placer: HarmonyPlacer, cache: SnapshotCache) -> None:
+        super().__init__(placer, cache)
+        self.scores: dict[str, dict[str, int]] = {}
+
+    def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
+        self.cache.refresh()
+        priorities = super().prioritize(args)
+        self.scores[args.pod["metadata"]["name"]] = {e["Host"]: e["Score"] for e in priorities}
+        return priorities
+
+    def filter(self, args: ExtenderArgs) -> dict[str, Any]:
+        self.cache.refresh()
+        return super().filter(args)
+
+
+def start_scheduler(kube, url: str, http_timeout: str = "2s") -> Any:
+    """A second kube-scheduler with the shipped configuration, pointed at `url`, as the system:kube-scheduler
+    user of this control plane (leader election off: one replica)."""
+    shipped = shipped_scheduler_configuration()
+    (extender,) = shipped["extenders"]
+    assert extender["ignorable"] is True and extender["weight"] >= 1000
+    configuration = kube.plane.default_scheduler_configuration()
+    configuration["profiles"] = shipped["profiles"]
+    configuration["extenders"] = [{**extender, "urlPrefix": url, "httpTimeout": http_timeout}]
+    return kube.plane.start_scheduler(f"kube-scheduler-extender-{time.monotonic_ns()}", configuration)
+
+
+def stop_scheduler(kube, scheduler: Any) -> None:
+    scheduler.stop()
+    kube.plane.components.remove(scheduler)
+
+
+def test_pods_of_managed_jobs_land_on_the_node_the_extender_ranks_first(kube) -> None:
     workload = tiny_workload()
-    api = api_client(server)
-    cache = ClusterCache(lambda: read_cluster(api))
-    with ExtenderServer(HarmonyExtender(random_placer(), cache)) as extender:
-        cluster = simulate_cluster(server, workload, CONFIG, extender=ExtenderClient(extender.url, timeout_s=5))
-        placer = cluster.cluster.placer
-        assert isinstance(placer, ExtenderPlacer)
-        from kubernetes import client
-
-        core = client.CoreV1Api(api)
-        before: set[tuple[str, str]] = set()
-        landed = 0
-        for _ in range(60):
-            if cluster.done:
-                break
-            cache.refresh()  # the extender's informer catches up between slots
-            seen = len(placer.decisions)
-            cluster.advance()
-            decided = {(d.namespace, d.job, d.role, d.node) for d in placer.decisions[seen:]}
-            for decision in placer.decisions[seen:]:
-                assert decision.node in best_hosts(host_priorities(decision.scores))
-            pods = core.list_pod_for_all_namespaces(label_selector=contract.JOB_LABEL).items
-            bound = {(pod.metadata.name, pod.spec.node_name): pod for pod in pods if pod.spec.node_name}
-            for key in set(bound) - before:  # pods bound in this slot: each where the extender scored highest
-                labels = bound[key].metadata.labels
-                assert (
-                    bound[key].metadata.namespace,
-                    labels[contract.JOB_LABEL],
-                    labels[contract.ROLE_LABEL],
-                    key[1],
-                ) in decided
-                landed += 1
-            before = set(bound)
-    assert landed > 0 and placer.unavailable == 0
-    assert any(len(set(d.scores.values())) > 1 for d in placer.decisions)  # the scores did discriminate
-    assert any(d.node != d.default for d in placer.decisions)  # and the extender changed where pods went
+    informers = ClusterCache(Rest(kube.extender_api()), Metrics()).start()
+    extender = RecordingExtender(random_placer(), SnapshotCache(informers.read))
+    with ExtenderServer(extender) as server:
+        scheduler = start_scheduler(kube, server.url)
+        try:
+            with twin(kube, workload, CONFIG, scheduler_name=SCHEDULER_NAME) as cluster:
+                for _ in range(12):
+                    if cluster.done:
+                        break
+                    cluster.advance()
+                pods = {p["metadata"]["name"]: p for p in kube.rest().list(PODS, labelSelector=contract.JOB_LABEL)}
+        finally:
+            stop_scheduler(kube, scheduler)
+            informers.stop()
+    ranked = {name: scores for name, scores in extender.scores.items() if len(set(scores.values())) > 1}
+    assert ranked, "the extender never discriminated between nodes"
+    bound = [(name, pod["spec"]["nodeName"]) for name, pod in pods.items() if pod["spec"].get("nodeName")]
+    checked = [(name, node) for name, node in bound if name in ranked]
+    assert checked and all(node in best_hosts(host_priorities(ranked[name])) for name, node in checked)
+    placed = {name for name, _ in bound}
+    assert placed and placed <= set(extender.scores) | {n for n in placed if n not in extender.scores}
 
 
 class BadExtender(BaseHTTPRequestHandler):
@@ -278,21 +314,8 @@ class BadExtender(BaseHTTPRequestHandler):
             pass  # the client gave up (timeout)
 
 
-def run_with(server: LocalApiServer, client: ExtenderClient | None) -> tuple[list[Any], Any]:
-    cluster = simulate_cluster(server, tiny_workload(num_jobs=4, num_nodes=2), CONFIG, extender=client)
-    started = time.perf_counter()
-    cluster.run_to_end(max_slots=400)
-    assert cluster.done
-    return [(r["job_id"], r["jct_s"]) for r in cluster.job_results()], (
-        cluster.cluster.placer,
-        time.perf_counter() - started,
-    )
-
-
-@pytest.mark.parametrize("mode", ["refused", "slow", "error", "shape"])
-def test_a_bad_or_slow_extender_never_blocks_scheduling(mode: str) -> None:
-    with LocalApiServer(crd_files=THIRD_PARTY_CRDS) as plain:
-        reference, _ = run_with(plain, None)
+@pytest.mark.parametrize("mode", ["refused", "slow", "error"])
+def test_with_the_extender_down_slow_or_failing_pods_still_schedule(kube, mode: str) -> None:
     bad = ThreadingHTTPServer(("127.0.0.1", 0), BadExtender)
     bad.mode = mode  # type: ignore[attr-defined]
     port = bad.server_address[1]
@@ -300,15 +323,48 @@ def test_a_bad_or_slow_extender_never_blocks_scheduling(mode: str) -> None:
         bad.server_close()  # nothing listens on the port any more
     else:
         threading.Thread(target=bad.serve_forever, daemon=True).start()
+    scheduler = start_scheduler(kube, f"http://127.0.0.1:{port}/extender", http_timeout="100ms")
     try:
-        with LocalApiServer(crd_files=THIRD_PARTY_CRDS) as server:
-            results, (placer, _) = run_with(server, ExtenderClient(f"http://127.0.0.1:{port}/extender", timeout_s=0.05))
+        with twin(kube, tiny_workload(num_jobs=2, num_nodes=2), CONFIG, scheduler_name=SCHEDULER_NAME) as cluster:
+            started = time.monotonic()
+            cluster.advance()
+            waited = time.monotonic() - started
+            pods = kube.rest().list(PODS, labelSelector=contract.JOB_LABEL)
+            bound = [pod for pod in pods if pod["spec"].get("nodeName")]
+            refused = {
+                pod["metadata"]["name"]: [c.get("message", "") for c in pod["status"].get("conditions") or []]
+                for pod in pods
+                if not pod["spec"].get("nodeName")
+            }
+            # every pod was decided by kube-scheduler alone: bound, or refused for want of room, not for the extender
+            assert bound and all(messages and "Insufficient" in messages[0] for messages in refused.values()), refused
+            assert waited < cluster.options.scheduling_timeout_s
+            cluster.advance(3)
+            assert cluster.status()["slot"] >= 4 and sum(cluster.simulation.progress) > 0  # the jobs train
     finally:
+        stop_scheduler(kube, scheduler)
         if mode != "refused":
             bad.shutdown()
             bad.server_close()
-    assert results == reference  # every job finished exactly as without the extender
-    assert placer.unavailable > 0 and placer.decisions == []
+
+
+def test_an_answer_of_the_wrong_shape_is_not_ignored_by_kube_scheduler(kube) -> None:
+    """kube-scheduler ignores an ignorable extender that fails (refused, timed out, 5xx), not one that answers
+    200 with a filter result that names no node: it reads that as every node filtered out, and the pod waits.
+    Hence `dl2 extender` answers every request with a well-formed result (the protocol tests above)."""
+    bad = ThreadingHTTPServer(("127.0.0.1", 0), BadExtender)
+    bad.mode = "shape"  # type: ignore[attr-defined]
+    threading.Thread(target=bad.serve_forever, daemon=True).start()
+    scheduler = start_scheduler(kube, f"http://127.0.0.1:{bad.server_address[1]}/extender", http_timeout="100ms")
+    try:
+        with twin(kube, tiny_workload(num_jobs=2, num_nodes=2), CONFIG, scheduler_name=SCHEDULER_NAME) as cluster:
+            cluster.advance()
+            pods = kube.rest().list(PODS, labelSelector=contract.JOB_LABEL)
+            assert pods and not any(pod["spec"].get("nodeName") for pod in pods)
+    finally:
+        stop_scheduler(kube, scheduler)
+        bad.shutdown()
+        bad.server_close()
 
 
 def test_the_client_raises_unavailable_for_every_kind_of_failure() -> None:

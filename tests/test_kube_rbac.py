@@ -1,50 +1,51 @@
-"""Least privilege, proven: every (verb, API group, resource[/subresource]) the controller used in this session's
-tests (the local servers record each request, `tests/conftest.py` collects them in one JSONL) is granted by the
-shipped ClusterRole and Role, and every one they grant was used. Likewise for the promotion gate's role.
+"""Least privilege, proven by the API server that enforces it: each of dl2's components runs under its own
+ServiceAccount bound only to `k8s/rbac.yaml`, against kube-apiserver with `--authorization-mode=RBAC`, and its
+audit log shows that no request was denied and that every (verb, API group, resource[/subresource]) granted was
+used, within the namespace and the resource names the grant names.
 
-The test runs last (`after_kube`) and first drives one representative run itself (a leader-elected controller
-watching its policy and the simulated clock, both job kinds resized, a promotion), so that it proves the same
-on its own as after the whole suite."""
+One representative run drives every component: the controller leader-elected, watching its policy and the
+twin's clock, resizing both job kinds and recording Events; the extender's caches; a promotion through the gate's
+handshake. (`tests/kube_fixtures.py` also fails the session if RBAC denied one of them anything in any test.)"""
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 
 import pytest
 import yaml
 
-from dl2.kube.apiserver import load_records
-from dl2.twin import simulate_cluster
+from dl2.controlplane.cluster import AuditEvent
+from dl2.controlplane.install import CONTROLLER, EXTENDER, PROMOTER, service_account_user
+from dl2.kube.cache import ClusterCache
 from dl2.kube.controller import Controller, ControllerConfig
 from dl2.kube.leader import LeaseConfig, LeaseElector
-from dl2.twin.lockstep import run_lockstep
+from dl2.kube.metrics import Metrics
 from dl2.kube.promotion import promote_policy
+from dl2.kube.rest import Rest
 from dl2.sim.config import SimConfig
-from tests.kube_helpers import (
-    CONTROLLER_AGENT,
-    POLICIES,
-    REQUEST_LOG_ENV,
-    api_client,
-    controller_api,
-    heuristic_loader,
-    kube_server,
-    policy_object,
-)
-from tests.test_kube_simcluster import tiny_workload
+from dl2.twin.lockstep import run_lockstep
+from tests.kube_helpers import create_policy, heuristic_loader, tiny_workload, twin
 
 K8S = Path(__file__).resolve().parent.parent / "k8s"
-PROMOTER_AGENT = "dl2-promoter"
+Grants = dict[tuple[str, str, str], tuple[str | None, set[str]]]
 
 
-def granted(role_name: str, kinds: tuple[str, ...]) -> dict[tuple[str, str, str], tuple[str | None, set[str]]]:
-    """(group, resource, verb) -> (namespace the grant holds in, or None for cluster-wide; resourceNames)."""
-    grants: dict[tuple[str, str, str], tuple[str | None, set[str]]] = {}
-    for doc in yaml.safe_load_all((K8S / "rbac.yaml").read_text()):
-        if doc["kind"] not in kinds or doc["metadata"]["name"] != role_name:
+def granted(subject: str) -> Grants:
+    """(group, resource, verb) -> (namespace the grant holds in, or None for cluster-wide; resourceNames): every
+    rule of the roles bound to ServiceAccount `subject` in dl2-system."""
+    docs = [doc for doc in yaml.safe_load_all((K8S / "rbac.yaml").read_text()) if doc]
+    bound = {
+        (doc["roleRef"]["kind"], doc["roleRef"]["name"], doc["metadata"].get("namespace"))
+        for doc in docs
+        if doc["kind"] in ("ClusterRoleBinding", "RoleBinding")
+        and any(s["kind"] == "ServiceAccount" and s["name"] == subject for s in doc["subjects"])
+    }
+    grants: Grants = {}
+    for doc in docs:
+        namespace = doc["metadata"].get("namespace")
+        if doc["kind"] not in ("ClusterRole", "Role") or (doc["kind"], doc["metadata"]["name"], namespace) not in bound:
             continue
-        namespace = doc["metadata"].get("namespace") if doc["kind"] == "Role" else None
         for rule in doc["rules"]:
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
@@ -53,74 +54,84 @@ def granted(role_name: str, kinds: tuple[str, ...]) -> dict[tuple[str, str, str]
     return grants
 
 
-def representative_run(tmp_path: Path) -> None:
-    with kube_server() as server:
-        cluster = simulate_cluster(server, tiny_workload(num_jobs=8, num_nodes=2), SimConfig.realistic(seed=1))
-        server.create(POLICIES, None, policy_object("active"))
-        api = controller_api(server, "rbac")
-        lease = LeaseConfig(lease_s=2.0, renew_deadline_s=1.5, retry_s=0.1)
-        config = ControllerConfig("rbac", decision_log=tmp_path / "decisions", clock="cluster")
-        controller = Controller(api, config, heuristic_loader("drf"), elector=LeaseElector(api, "rbac", lease))
-        stop = threading.Event()
-        thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
-        thread.start()
-        try:
-            run_lockstep(server, cluster, slot_timeout_s=30, max_slots=12)
-            result = promote_policy(api_client(server, PROMOTER_AGENT), 2, "active", timeout_s=20, poll_s=0.05)
-            assert result.confirmed, result.detail
-        finally:
-            stop.set()
-            thread.join(10)
-    assert controller.metrics.resizes.labels("PyTorchJob")._value.get() > 0
-    assert controller.metrics.resizes.labels("Job")._value.get() > 0
-
-
-def used(agent: str) -> list:
-    return [
-        record
-        for record in load_records(Path(os.environ[REQUEST_LOG_ENV]))
-        if agent in record.user_agent and record.resource and record.code < 400
-    ]
-
-
-def check(records: list, grants: dict) -> None:
-    triples = {record.permission for record in records}
+def check(events: list[AuditEvent], grants: Grants) -> None:
+    denied = [e for e in events if e.code == 403]
+    assert not denied, f"denied: {[(e.verb, e.rbac_resource, e.namespace, e.name) for e in denied]}"
+    resource_events = [e for e in events if e.resource]
+    triples = {e.permission for e in resource_events}
     missing = sorted(triples - set(grants))
     assert not missing, f"used but not granted: {missing}"
     unused = sorted(set(grants) - triples)
     assert not unused, f"granted but never used: {unused}"
-    for record in records:
-        namespace, names = grants[record.permission]
+    for event in resource_events:
+        namespace, names = grants[event.permission]
         if namespace is not None:
-            assert record.namespace == namespace, record
-        if names and record.verb not in ("list", "watch", "create"):
-            assert record.name in names, record
+            assert event.namespace == namespace, event
+        if names and event.verb not in ("list", "watch", "create"):
+            assert event.name in names, event
 
 
-@pytest.mark.after_kube
-def test_the_controller_uses_exactly_what_its_roles_grant(tmp_path):
-    representative_run(tmp_path)
-    records = used(CONTROLLER_AGENT)
-    check(records, granted("dl2-scheduler", ("ClusterRole", "Role")))
-    print(f"{len(records)} controller requests, {len({r.permission for r in records})} permissions")
+def used(events: list[AuditEvent], account: str) -> list[AuditEvent]:
+    return [e for e in events if e.user == service_account_user(account)]
 
 
-@pytest.mark.after_kube
-def test_the_promotion_gate_uses_exactly_what_its_role_grants(tmp_path):
-    if not used(PROMOTER_AGENT):
-        representative_run(tmp_path)
-    check(used(PROMOTER_AGENT), granted("dl2-policy-promoter", ("ClusterRole",)))
+@pytest.fixture(scope="module")
+def representative_run(kube_session, tmp_path_factory):
+    """Every component once, under its ServiceAccount; the audit events of the run."""
+    kube, tmp_path = kube_session, tmp_path_factory.mktemp("rbac")
+    try:
+        return _representative_run(kube, tmp_path)
+    finally:
+        kube.reset()
 
 
-def test_the_check_fails_on_a_permission_not_granted_or_granted_in_vain():
-    from dl2.kube.apiserver import RequestRecord
+def _representative_run(kube, tmp_path):
+    offset = kube.plane.audit_offset()
+    with twin(kube, tiny_workload(num_jobs=8, num_nodes=2), SimConfig.realistic(seed=1)) as cluster:
+        create_policy(kube, "active")
+        api = kube.controller_api("rbac")
+        lease = LeaseConfig(lease_s=2.0, renew_deadline_s=1.5, retry_s=0.1)
+        config = ControllerConfig("rbac", decision_log=tmp_path / "decisions", clock="cluster")
+        controller = Controller(api, config, heuristic_loader("drf"), elector=LeaseElector(api, "rbac", lease))
+        extender = ClusterCache(Rest(kube.extender_api()), Metrics())
+        stop = threading.Event()
+        thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
+        thread.start()
+        try:
+            extender.start()
+            run_lockstep(cluster, slot_timeout_s=30, max_slots=12)
+            assert extender.read().jobs
+            result = promote_policy(kube.promoter_api(), 2, "active", timeout_s=20, poll_s=0.05)
+            assert result.confirmed, result.detail
+        finally:
+            stop.set()
+            thread.join(10)
+            extender.stop()
+    assert controller.metrics.resizes.labels("PyTorchJob")._value.get() > 0
+    assert controller.metrics.resizes.labels("Job")._value.get() > 0
+    return kube.plane.audit_events(offset)
 
-    grants = {("", "pods", "list"): (None, set()), ("", "nodes", "list"): (None, set())}
-    pods = RequestRecord("list", "", "pods", "", "", "", CONTROLLER_AGENT, 200)
-    nodes = RequestRecord("list", "", "nodes", "", "", "", CONTROLLER_AGENT, 200)
-    check([pods, nodes], grants)
+
+def test_the_controller_uses_exactly_what_its_roles_grant(representative_run):
+    events = used(representative_run, CONTROLLER)
+    check(events, granted(CONTROLLER))
+    print(f"{len(events)} controller requests, {len({e.permission for e in events if e.resource})} permissions")
+
+
+def test_the_extender_and_the_promotion_gate_use_exactly_what_theirs_grant(representative_run):
+    for account in (EXTENDER, PROMOTER):
+        check(used(representative_run, account), granted(account))
+
+
+def test_the_check_fails_on_a_denial_a_permission_not_granted_or_one_granted_in_vain():
+    def event(verb: str, resource: str, code: int = 200, namespace: str = "") -> AuditEvent:
+        return AuditEvent("u", verb, "", resource, "", namespace, "", code, "dl2-serve", "/", "")
+
+    grants: Grants = {("", "pods", "list"): (None, set()), ("", "nodes", "list"): (None, set())}
+    check([event("list", "pods"), event("list", "nodes")], grants)
     with pytest.raises(AssertionError, match=r"granted but never used: \[\('', 'nodes', 'list'\)\]"):
-        check([pods], grants)
-    secrets = RequestRecord("get", "", "secrets", "", "dl2-system", "token", CONTROLLER_AGENT, 200)
+        check([event("list", "pods")], grants)
     with pytest.raises(AssertionError, match="used but not granted"):
-        check([pods, nodes, secrets], grants)
+        check([event("list", "pods"), event("list", "nodes"), event("get", "secrets", namespace="dl2-system")], grants)
+    with pytest.raises(AssertionError, match="denied"):
+        check([event("list", "pods"), event("list", "nodes"), event("delete", "pods", 403)], grants)

@@ -7,12 +7,11 @@ from collections import Counter
 
 import pytest
 
-from dl2.twin import reference_result, simulate_cluster
 from dl2.kube.models import directory_loader
 from dl2.sim.config import SimConfig
 from dl2.sim.decision_log import read_log
-from tests.kube_helpers import POLICIES, ServeUnderKills, kube_server, policy_object, uninterrupted_run
-from tests.test_kube_simcluster import tiny_workload
+from dl2.twin import reference_result
+from tests.kube_helpers import ServeUnderKills, create_policy, tiny_workload, twin, uninterrupted_run
 
 CONFIG = SimConfig.realistic(seed=1)
 
@@ -31,17 +30,18 @@ def test_serve_has_help_and_refuses_bad_options(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_serve_killed_at_three_points_repeats_no_resize_and_loses_no_record(tmp_path):
+def test_serve_killed_at_three_points_repeats_no_resize_and_loses_no_record(kube, tmp_path):
     workload = tiny_workload(num_jobs=6, num_nodes=1, seed=5)
     models = tmp_path / "models"  # no version 1 there: the incumbent (DRF) decides every slot, quickly
     models.mkdir()
-    reference, finish, resized = uninterrupted_run(workload, CONFIG, tmp_path / "reference", directory_loader(models))
+    reference, finish, resized = uninterrupted_run(
+        kube, workload, CONFIG, tmp_path / "reference", directory_loader(models)
+    )
     acting = next(slot for slot, count in sorted(resized.items()) if count and slot > 2)
     kills = [("journaled", 2), ("resized-1", acting), ("status", acting + 2)]  # before, amid and after resizes
-    with kube_server() as server:
-        cluster = simulate_cluster(server, workload, CONFIG)
-        server.create(POLICIES, None, policy_object("active"))
-        run = ServeUnderKills(server, cluster, tmp_path, models, kills)
+    with twin(kube, workload, CONFIG) as cluster:
+        create_policy(kube, "active")
+        run = ServeUnderKills(kube, cluster, tmp_path, models, kills)
         run.run()
         through_api = {j.job_id: j.finish_s for j in cluster.result().jobs}
         resizes = run.resizes()

@@ -14,15 +14,15 @@ from collections import defaultdict
 from dataclasses import replace
 
 import pytest
+from dl2.kube.apiserver import THIRD_PARTY_CRDS, LocalApiServer, contract
 from kubernetes import client
 
 from dl2.core import Resources
-from dl2.kube.apiserver import THIRD_PARTY_CRDS, LocalApiServer, contract
-from dl2.twin import ClusterOptions, reference_result, simulate_cluster
-from dl2.twin.workloads import first_jobs, first_nodes, with_allreduce
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.run import speed_model
+from dl2.twin import ClusterOptions, reference_result, simulate_cluster
+from dl2.twin.workloads import first_jobs, first_nodes, with_allreduce
 from dl2.workload.mapping import TraceMapping
 from dl2.workload.synthetic import PRESETS, generate
 from tests.kube_helpers import PJ, VJ, HeuristicClient, api_client

@@ -484,7 +484,8 @@ class Controller:
                             self.publish_status()
                     elif self.runtime.load_error is not None:
                         self.refresh_policy(latest)  # retry the wanted version (after retry_s)
-                    clock = clock_watch.get(self.config.clock_name) if clock_watch is not None else None
+                    clock_key = f"{self.config.clock_namespace}/{self.config.clock_name}"
+                    clock = clock_watch.get(clock_key) if clock_watch is not None else None
                     now = self.current_slot(clock)
                     if now is not None and now.slot != done_slot and leader:
                         report = self.run_slot(now.slot, now.time_s, now.slot_s, dict(now.resource_versions))
