@@ -1,6 +1,9 @@
 # dl2: two commands do all set-up on a fresh machine.
-#   make demo   create .venv if missing, install from the pins, run the lifecycle end to end (pipelines.lifecycle)
+#   make demo   create .venv if missing, install from the pins, build the local Kubernetes control plane if missing,
+#               run the lifecycle end to end (pipelines.lifecycle)
 #   make test   same bootstrap, then lint (ruff, import-linter layers), types (mypy on dl2/) and the test suite
+#   make kube-assets   build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd and kwok from the
+#               Go module proxy (tools/kube) into ~/.cache/dl2/kube-assets/<digest of the pins>, unless already there
 SHELL := /bin/bash
 VENV := .venv
 PYTHON := $(VENV)/bin/python
@@ -11,7 +14,7 @@ TORCH_WHEEL := $(firstword $(wildcard $(WHEELS)/torch-2.13.0+cpu-*.whl))
 PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck unit bench clean kube-assets
 
 $(INSTALLED): requirements/requirements.txt requirements/dev.txt requirements/constraints.txt pyproject.toml
 	@test -x $(PYTHON) || python3.11 -m venv $(VENV)
@@ -23,10 +26,13 @@ $(INSTALLED): requirements/requirements.txt requirements/dev.txt requirements/co
 	$(VENV)/bin/uv pip install --python $(PYTHON) --no-deps --compile-bytecode -q -e .
 	@touch $@
 
-demo: $(INSTALLED)
+demo: $(INSTALLED) kube-assets
 	$(PYTHON) -m pipelines.lifecycle
 
-test: $(INSTALLED) lint typecheck unit
+test: $(INSTALLED) kube-assets lint typecheck unit
+
+kube-assets: $(INSTALLED)
+	@$(PYTHON) -m dl2.controlplane.assets > /dev/null
 
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check .
@@ -36,8 +42,8 @@ lint: $(INSTALLED)
 typecheck: $(INSTALLED)
 	$(VENV)/bin/mypy
 
-unit: $(INSTALLED)
-	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --no-loadscope-reorder $(PYTEST_ARGS)
+unit: $(INSTALLED) kube-assets
+	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: $(INSTALLED)
 	$(PYTHON) benchmarks/bench_compat_speed.py

@@ -1,13 +1,14 @@
 """The closed loop on a local Kubernetes cluster: the champion runs in the cluster, its decision records become
 training feedback, the fine-tuned challenger goes through the gate, and the controller runs what the gate leaves.
 
-1. shadow: a Philly slice on the local cluster (`dl2.kube.apiserver`, simulated realistic mode, a real API server
-   on loopback) with `dl2 serve` (a separate process, the official client) running the champion in shadow mode:
-   every decision recorded under `data.incoming`, no job resized (jobs keep the sizes they asked for).
+1. shadow: a Philly slice on a local cluster (a real control plane on loopback, `dl2.controlplane`, with the
+   cluster twin running the jobs in realistic mode, `dl2.twin`) with `dl2 serve` (a separate process, as its
+   ServiceAccount under the shipped RBAC) running the champion in shadow mode: every decision recorded under
+   `data.incoming`, no job resized (jobs keep the sizes they asked for).
 2. learn: `pipelines.collect` turns the records into versioned feedback, `dvc repro` reruns what they made stale
    (the `online` stage learns from them, `evaluate` re-evaluates), the result is registered as challenger, and
-   the gate decides; its
-   confirmation is the SchedulerPolicy handshake with the controller (`dl2.kube.promotion`).
+   the gate decides; its confirmation is the SchedulerPolicy handshake with the controller (`dl2.kube.promotion`), as
+   the promotion gate's ServiceAccount.
 3. active: the same slice again, the controller running the champion in active mode; the JCTs obtained through
    the API next to `dl2 simulate`'s for the same workload and policy, the incumbent's, and the shadow run's.
 
@@ -68,61 +69,52 @@ class Run:
 
 
 class LocalCluster:
-    """A simulated cluster behind a real API server, and `dl2 serve` as a separate process deciding its slots."""
+    """A cluster twin on a real control plane, and `dl2 serve` as a separate process deciding its slots."""
 
     def __init__(
         self, workload: Workload, placer: str, folder: Path, decisions: Path, mlflow_uri: str, seed: int
     ) -> None:
-        from dl2.kube.apiserver import THIRD_PARTY_CRDS, LocalApiServer
-        from dl2.twin import simulate_cluster
-        from dl2.paths import REPO_ROOT
         from dl2.sim.config import SimConfig
+        from dl2.twin.local import LocalCluster as Local
 
         folder.mkdir(parents=True, exist_ok=True)
         self.folder = folder
-        self.server = LocalApiServer(crd_files=[*THIRD_PARTY_CRDS, REPO_ROOT / "k8s" / "crd-schedulerpolicy.yaml"])
-        self.server.start()
-        self.cluster = simulate_cluster(self.server, workload, SimConfig.realistic(seed=seed), placer)
-        self.kubeconfig = self.server.write_kubeconfig(folder / "kubeconfig")
+        self.local = Local(folder / "cluster", workload, SimConfig.realistic(seed=seed), placer).start()
+        assert self.local.twin is not None
+        self.twin = self.local.twin
         self.decisions = decisions
         self.command = [
-            sys.executable, "-m", "dl2.cli.main", "serve", "--kubeconfig", str(self.kubeconfig), "--clock", "cluster",
-            "--decision-log", str(decisions), "--cluster-name", CLUSTER_NAME, "--mlflow-uri", mlflow_uri,
-            "--model-cache", str(folder / "model-cache"), "--placer", placer, "--metrics-port", "0",
+            sys.executable, "-m", "dl2.cli.main", "serve", "--kubeconfig", str(self.local.serve_kubeconfig),
+            "--clock", "cluster", "--decision-log", str(decisions), "--cluster-name", CLUSTER_NAME, "--mlflow-uri",
+            mlflow_uri, "--model-cache", str(folder / "model-cache"), "--placer", placer, "--metrics-port", "0",
             "--metrics-host", "127.0.0.1", "--no-leader-election", "--log-level", "WARNING",
         ]  # fmt: skip
         self.process: subprocess.Popen[bytes] | None = None
 
     def create_policy(self, mode: str, version: int | None, incumbent: str) -> None:
-        from dl2.twin.lockstep import POLICIES
-
-        spec: dict[str, Any] = {"mode": mode, "incumbent": incumbent}
-        if version is not None:
-            spec["model"] = {"name": "dl2-policy", "version": str(version)}
-        body = {"apiVersion": "dl2.io/v1alpha1", "kind": "SchedulerPolicy", "metadata": {"name": "default"}}
-        self.server.create(POLICIES, None, {**body, "spec": spec})
+        self.local.create_policy(mode, version, incumbent)
 
     def start_controller(self) -> None:
         log = (self.folder / "serve.log").open("wb")
         self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT)
 
     def api(self) -> Any:
-        from kubernetes import config
-
-        return config.new_client_from_config(str(self.kubeconfig))
+        """The promotion gate's client (its ServiceAccount: get and patch of the one policy)."""
+        return self.local.promoter_api()
 
     def run_to_end(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Advance slot by slot as the controller reports each done, then wait for the final slot's records."""
         from dl2.twin.lockstep import clock_slot, controller_done, run_lockstep
 
         slots = 0
-        while not self.cluster.done:
-            slots += run_lockstep(self.server, self.cluster, SLOT_TIMEOUT_S, max_slots=1, waiting=self._alive)
+        rest = self.twin.rest
+        while not self.twin.done:
+            slots += run_lockstep(self.twin, SLOT_TIMEOUT_S, max_slots=1, waiting=self._alive)
             if progress is not None:
-                progress(self.cluster.status()["finished"], len(self.cluster.cluster.jobs))
+                progress(self.twin.status()["finished"], len(self.twin.jobs))
         started = time.monotonic()
-        while not controller_done(self.server) and time.monotonic() - started < SLOT_TIMEOUT_S:
-            self._alive(clock_slot(self.server))
+        while not controller_done(rest) and time.monotonic() - started < SLOT_TIMEOUT_S:
+            self._alive(clock_slot(rest))
             time.sleep(0.02)
         return slots
 
@@ -134,12 +126,8 @@ class LocalCluster:
             )
 
     def resizes(self) -> int:
-        """Resize requests the controller sent (PyTorchJob scale and Volcano job patches)."""
-        return sum(
-            1
-            for r in self.server.records()
-            if r.verb == "patch" and r.code < 300 and r.rbac_resource in ("pytorchjobs/scale", "jobs")
-        )
+        """Resize requests the controller sent (PyTorchJob scale and Volcano job patches), from the audit log."""
+        return self.local.resizes()
 
     def close(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -148,7 +136,7 @@ class LocalCluster:
                 self.process.wait(20)
             except subprocess.TimeoutExpired:
                 self.process.kill()
-        self.server.stop()
+        self.local.stop()
 
 
 @contextmanager
@@ -170,7 +158,7 @@ def pass_through(cluster: LocalCluster, mode: str, version: int, started: float,
             say(f"    {finished}/{total} jobs finished")
 
     slots = cluster.run_to_end(progress)
-    summary = summarize(cluster.cluster.result(f"dl2-policy v{version} ({mode})"))
+    summary = summarize(cluster.twin.result(f"dl2-policy v{version} ({mode})"))
     log = cluster.decisions / CLUSTER_NAME
     records = len(_records(log)) if log.exists() else 0
     return Run(

@@ -1,6 +1,8 @@
-"""The shipped manifests (`k8s/`), offline: every object valid against the Kubernetes 1.35 OpenAPI schemas
-(`kubernetes-validate`, strict: unknown fields are errors), the sample SchedulerPolicy valid against the CRD's own
-schema and accepted by the controller's parser, and the security settings the Deployment promises."""
+"""The shipped manifests (`k8s/`), offline: every object valid against the OpenAPI schemas of the Kubernetes release
+the tests run (`kubernetes-validate`, strict: unknown fields are errors), the sample SchedulerPolicy valid against
+the CRD's own schema and accepted by the controller's parser, and the security settings the Deployment promises.
+What only a real API server can say (the CRD's structural schema, CEL rules, admission) is checked against one in
+`tests/test_kube_policy_schema.py` and `tests/test_kube_install.py`."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from dl2.kube.policy import Mode, parse_policy
 from dl2.schedulers.registry import SCHEDULERS
 
 K8S = Path(__file__).resolve().parent.parent / "k8s"
-KUBERNETES = "1.35.0"
+KUBERNETES = "1.36.0"
 CUSTOM_KINDS = {"SchedulerPolicy", "Kustomization"}
 
 
@@ -66,27 +68,6 @@ def test_the_sample_policy_is_valid_for_the_crd_and_the_controller():
     assert policy.mode is Mode.SHADOW and policy.model_version == "1"
 
 
-@pytest.mark.parametrize(
-    ("change", "field"),
-    [
-        ({"mode": "turbo"}, "mode"),
-        ({"mode": False}, "mode"),  # an unquoted YAML off: the CRD wants the string "off"
-        ({"model": {"version": "latest"}}, "version"),
-        ({"guardrails": {"maxStepPerSlot": 0}}, "maxStepPerSlot"),
-        ({"guardrails": {"minReplicas": -1}}, "minReplicas"),
-        ({"slotSeconds": 60}, "slotSeconds"),
-    ],
-)
-def test_the_crd_schema_refuses_what_the_controller_refuses(change, field):
-    (sample,) = by_kind("SchedulerPolicy")
-    bad = {**sample, "spec": {**sample["spec"], **change}}
-    with pytest.raises(jsonschema.ValidationError) as error:
-        jsonschema.validate(bad, crd_schema())
-    assert field in str(error.value.path) + error.value.message
-    off = {**sample, "spec": {**sample["spec"], "mode": "off"}}
-    jsonschema.validate(off, crd_schema())
-
-
 def test_the_crd_knows_every_heuristic_the_controller_accepts():
     incumbent = crd_schema()["properties"]["spec"]["properties"]["incumbent"]
     assert set(incumbent["enum"]) == set(SCHEDULERS)
@@ -108,7 +89,7 @@ def test_rbac_grants_no_secrets_no_wildcards_and_no_cluster_admin():
     for binding in [*by_kind("ClusterRoleBinding"), *by_kind("RoleBinding")]:
         assert binding["roleRef"]["name"] != "cluster-admin"
     extender = named("ClusterRole", "dl2-extender")
-    assert {verb for rule in extender["rules"] for verb in rule["verbs"]} == {"list"}  # it writes nothing
+    assert {verb for rule in extender["rules"] for verb in rule["verbs"]} == {"list", "watch"}  # it writes nothing
     (promoter,) = [r for r in by_kind("ClusterRole") if r["metadata"]["name"] == "dl2-policy-promoter"]
     assert promoter["rules"] == [
         {"apiGroups": ["dl2.io"], "resources": ["schedulerpolicies"], "resourceNames": ["default"],
@@ -182,7 +163,8 @@ def test_the_second_scheduler_profile_consults_the_extender_and_can_ignore_it():
         extender["ignorable"] is True and "bindVerb" not in extender
     )  # kube-scheduler binds; a dead extender is skipped
     assert extender["nodeCacheCapable"] is True  # node names in ExtenderArgs, which dl2's extender parses
-    assert 1 <= extender["weight"] <= 100 and extender["httpTimeout"].endswith("s")
+    # one point of the extender's 0-10 scale (x 10 x weight) outweighs every score plugin together (13 x 100 at most)
+    assert extender["weight"] * 10 > 13 * 100 and extender["httpTimeout"].endswith("s")
     leader = configuration["leaderElection"]
     lease = named("Role", "dl2-kube-scheduler-lease")
     assert [leader["resourceName"]] == lease["rules"][1]["resourceNames"]

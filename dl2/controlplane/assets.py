@@ -24,7 +24,7 @@ from pathlib import Path
 from dl2.paths import REPO_ROOT
 
 TOOLS = REPO_ROOT / "tools" / "kube"
-BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok")
 KWOK_STAGES = "kwok-stages.yaml"
 """kwok's stages (what it does to nodes and pods), taken from its module at the pinned version."""
 ENV = "DL2_KUBE_ASSETS"
@@ -66,6 +66,12 @@ def require() -> Path:
             "run `make kube-assets`"
         )
     return where
+
+
+def kubectl() -> str:
+    """The kubectl of the control plane's release (no version skew), or the one on PATH if it is not built."""
+    built = folder() / "kubectl"
+    return str(built) if os.access(built, os.X_OK) else (shutil.which("kubectl") or "kubectl")
 
 
 def build(where: Path | None = None) -> Path:

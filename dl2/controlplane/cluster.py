@@ -113,10 +113,12 @@ def read_audit_log(path: Path, offset: int = 0, end: int | None = None) -> tuple
 
 
 class ControlPlane:
-    def __init__(self, folder: Path | None = None, *, scheduler: bool = True, kwok: bool = True) -> None:
+    def __init__(
+        self, folder: Path | None = None, *, port: int = 0, scheduler: bool = True, kwok: bool = True
+    ) -> None:
         """`folder` holds the PKI, etcd's data, the logs and the audit log (a temporary one, removed on stop, when
-        None). `scheduler`, `kwok`: run the default kube-scheduler and kwok (a test of its own scheduler may not
-        want the default one)."""
+        None); `port` is the API server's (0: a free one). `scheduler`, `kwok`: run the default kube-scheduler and
+        kwok (a test of its own scheduler may not want the default one)."""
         self._owned = folder is None
         self.folder = Path(tempfile.mkdtemp(prefix="dl2-controlplane-")) if folder is None else folder
         self.with_scheduler = scheduler
@@ -125,7 +127,7 @@ class ControlPlane:
         self.pki = self.folder / "pki"
         self.logs = self.folder / "logs"
         self.audit_log = self.folder / "audit.log"
-        self.port = 0
+        self.port = port
         self.url = ""
         self.components: list[Component] = []
         self.users: dict[str, KeyPair] = {}
@@ -172,7 +174,7 @@ class ControlPlane:
             self.logs,
         ).start()
         self.components.append(etcd)
-        self.port = free_port()
+        self.port = self.port or free_port()
         self.url = f"https://127.0.0.1:{self.port}"
         policy = self.folder / "audit-policy.yaml"
         policy.write_text(yaml.safe_dump(_audit_policy(), sort_keys=False))

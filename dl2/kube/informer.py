@@ -3,7 +3,8 @@
 A daemon thread lists the resource (optionally by label and field selectors), then watches from the list's
 resourceVersion and applies every event to the cache. A watch that ends (the server's timeout, a dropped
 connection, a restarting server) resumes from the last version seen; `410 Gone` (that version was compacted away)
-lists again and replaces the cache; any other failure backs off exponentially with seeded jitter. The objects are
+lists again and replaces the cache; a resource the server does not serve (its CRD is not installed: 404) is an
+empty cache, listed again every few seconds; any other failure backs off exponentially with seeded jitter. The objects are
 the API's JSON, never mutated (a reader may hold one while the cache moves on).
 
 `version` is the newest resourceVersion the cache reflects; `wait_for(version)` blocks until it reaches one (the
@@ -67,6 +68,8 @@ class Informer:
         self.restarts = 0
         """Watches that had to be opened again (ended, dropped, expired or failed)."""
         self.relists = 0
+        self.served = True
+        """False while the resource is not served (404 on its list): the cache is then empty."""
         self._objects: dict[str, dict[str, Any]] = {}
         self._version = 0
         self._synced = threading.Event()
@@ -167,6 +170,7 @@ class Informer:
                 if version is None:
                     items, version = self.rest.list_at(self.resource, self.namespace, **self.query)
                     self.relists += 1
+                    self.served = True
                     self._replace(items, version)
                     verb = "watch"
                 self._stream = self.rest.watch(
@@ -188,6 +192,12 @@ class Informer:
                 self.metrics.api_errors.labels(f"{verb} {self.operation}", str(error.status)).inc()
                 if error.status == 410:
                     version = None  # compacted: list again
+                    continue
+                if error.status == 404 and verb == "list":
+                    # the resource is not served (a cluster without that operator's CRD): empty until it is
+                    self.served = False
+                    self._replace([], "0")
+                    self._stop.wait(self.max_backoff_s)
                     continue
                 failures += 1
             except Exception as error:  # dropped connections, timeouts, a server going away

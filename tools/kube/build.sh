@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the local control plane from the Go module proxy into DEST (default: what `python -m dl2.controlplane.assets`
-# names): kube-apiserver, kube-controller-manager, kube-scheduler (k8s.io/kubernetes), etcd (go.etcd.io/etcd/server/v3)
-# and kwok (sigs.k8s.io/kwok), at the versions the go.mod files beside this script pin.
+# names): kube-apiserver, kube-controller-manager, kube-scheduler and a kubectl of the same release
+# (k8s.io/kubernetes), etcd (go.etcd.io/etcd/server/v3) and kwok (sigs.k8s.io/kwok), at the versions the go.mod files
+# beside this script pin.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 dest="${1:?usage: build.sh DEST}"
@@ -16,7 +17,8 @@ minor="$(echo "$version" | cut -d. -f2)"
 stamp="-X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1"
 stamp+=" -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/client-go/pkg/version.gitVersion=$version"
 go build "${flags[@]}" -ldflags "-s -w $stamp" -o "$dest.partial/" \
-  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
+  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler \
+  k8s.io/kubernetes/cmd/kubectl
 
 cd "$here/etcd"
 go build "${flags[@]}" -ldflags "-s -w" -o "$dest.partial/etcd" go.etcd.io/etcd/server/v3
