@@ -1,21 +1,26 @@
 """The controller (`dl2 serve`) measured: slot latency under load, kills, and JCTs on a Philly slice.
 
+Everything runs on the real control plane (`dl2.controlplane`: etcd, kube-apiserver with RBAC, kube-controller-
+manager, kube-scheduler, kwok) with the cluster twin (`dl2.twin`), the controller as its ServiceAccount.
+
 1. Load (`--part load`): the first N jobs of the Philly week (N = 40, 400, 2,000) submitted at once on the
-   352-node Philly cluster; the local API server and its simulated cluster run in a subprocess (pinned to one
-   core), the controller in this process (pinned to the other), in active mode with the trained policy
-   `models/dl2-philly` and DRF as the incumbent. Reported per size: the median and p99 wall time of a slot
-   (read, decide, journal, resize, status: `Controller.run_slot`) over `--slots` slots, the share of it the
-   policy takes, and the API requests per slot (the reads are five lists whatever the size; the rest are
-   resizes and the status).
-2. Kills (`--part kills`): `dl2 serve` as a process on a simulated cluster in lock step, SIGKILLed at `--kills`
-   random points of its slot loop (seeded draws over `CRASH_POINTS` and the run's slots) and restarted each time;
-   counted: resize requests sent twice in a slot, and records lost, added or duplicated against the same run by a
-   controller that is never killed; and whether the JCTs are the simulator's.
+   352-node Philly cluster; the control plane and the twin run in a subprocess pinned to one core, the
+   controller in this process pinned to the other, in active mode with the trained policy `models/dl2-philly`
+   and DRF as the incumbent. Reported per size: the median and p99 wall time of a slot (observe from the
+   informers' caches once they reach the clock's barrier, decide, journal, resize, status: `Controller.run_slot`)
+   over `--slots` slots, the share of it the policy takes, and the API requests per slot (resizes and the
+   status: the reads come from watches).
+2. Kills (`--part kills`): `dl2 serve` as a process on the twin in lock step, SIGKILLed at `--kills` random points
+   of its slot loop (seeded draws over `CRASH_POINTS` and the run's slots) and restarted each time; counted from
+   the API server's audit log: resize requests sent twice in a slot; from the decision log: records lost, added
+   or duplicated against the same run by a controller that is never killed; and whether the JCTs are the same.
+   Also measured: leader failover with two replicas (`--part failover`), the time from the leader's SIGKILL to
+   the standby's first slot.
 3. JCTs (`--part philly`): a Philly slice (first `--philly-jobs` jobs on the first `--philly-nodes` nodes, bin
    packing), through the API in active mode with DRF deciding (the incumbent as the policy) and with
    `models/dl2-philly`, next to `dl2 simulate`'s run of the same workload with the same scheduler.
 
-    .venv/bin/python benchmarks/kube_controller.py [--part load,kills,philly]
+    .venv/bin/python benchmarks/kube_controller.py [--part load,kills,failover,philly]
 """
 
 from __future__ import annotations
@@ -28,8 +33,9 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -41,23 +47,29 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # tests.kube_helpers: the kill harness the slow test uses too
 MODEL = ROOT / "models" / "dl2-philly"
 CONFIG_SEED = 0
-SERVER = """
+TWIN = """
 import json, sys
 from dataclasses import replace
-from dl2.kube.apiserver import THIRD_PARTY_CRDS, LocalApiServer
-from dl2.twin import simulate_cluster
-from dl2.twin.workloads import first_jobs
-from dl2.paths import REPO_ROOT
+from pathlib import Path
 from dl2.sim.config import SimConfig
+from dl2.twin.local import LocalCluster
+from dl2.twin.workloads import first_jobs
 from dl2.workload.registry import load_workloads
 
+import time
 philly = first_jobs(load_workloads("philly")[0], int(sys.argv[1]))
 burst = replace(philly, jobs=tuple(replace(j, spec=replace(j.spec, arrival_s=0.0)) for j in philly.jobs))
-server = LocalApiServer(crd_files=[*THIRD_PARTY_CRDS, REPO_ROOT / "k8s" / "crd-schedulerpolicy.yaml"]).start()
-simulate_cluster(server, burst, SimConfig.realistic(seed=0))
-print(json.dumps({"url": server.url}), flush=True)
-sys.stdin.read()
+started = time.perf_counter()
+with LocalCluster(Path(sys.argv[2]), burst, SimConfig.realistic(seed=0)) as local:
+    local.create_policy("active", 1, "drf")
+    ready = {"kubeconfig": str(local.serve_kubeconfig), "admin": str(local.admin_kubeconfig),
+             "start_s": time.perf_counter() - started}
+    print(json.dumps(ready), flush=True)
+    for line in sys.stdin:
+        status = local.twin.advance()
+        print(json.dumps({"done": status["done"], "twin_s": local.twin.slot_seconds[-1]}), flush=True)
 """
+"""The control plane and the twin, in a process of their own: one line out when up, one line in per slot."""
 
 
 def models_root(folder: Path) -> Path:
@@ -82,33 +94,33 @@ def policy(mode: str = "active") -> dict[str, Any]:
 
 
 def load_size(num_jobs: int, slots: int, folder: Path) -> dict[str, Any]:
-    from kubernetes import client
+    from kubernetes import config as kube_config
 
     from dl2.kube.controller import Controller, ControllerConfig
     from dl2.kube.models import directory_loader
+    from dl2.kube.policy import POLICIES
+    from dl2.kube.rest import Rest
+    from tests.kube_helpers import clock
 
     cores = sorted(os.sched_getaffinity(0))
-    server = subprocess.Popen(
-        [sys.executable, "-c", SERVER, str(num_jobs)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        cwd=ROOT, preexec_fn=lambda: os.sched_setaffinity(0, {cores[-1]}),
+    twin = subprocess.Popen(
+        [sys.executable, "-c", TWIN, str(num_jobs), str(folder / f"cluster-{num_jobs}")], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True, cwd=ROOT, preexec_fn=lambda: os.sched_setaffinity(0, {cores[-1]}),
     )  # fmt: skip
     try:
-        url = json.loads(server.stdout.readline())["url"]
+        started = json.loads(twin.stdout.readline())
         os.sched_setaffinity(0, {cores[0]})
-        configuration = client.Configuration()
-        configuration.host, configuration.retries = url, False
-        api = client.ApiClient(configuration)
+        api = kube_config.new_client_from_config(started["kubeconfig"])
+        api.configuration.retries = False
         api.user_agent = "dl2-serve/bench"
-        client.CustomObjectsApi(api).create_cluster_custom_object("dl2.io", "v1alpha1", "schedulerpolicies", policy())
-        config = ControllerConfig("bench", decision_log=folder / f"decisions-{num_jobs}", clock="cluster")
+        config = ControllerConfig(
+            "bench", decision_log=folder / f"decisions-{num_jobs}", clock="cluster", request_timeout_s=60.0,
+            cache_timeout_s=120.0,
+        )  # fmt: skip
         controller = Controller(api, config, directory_loader(models_root(folder / "models")))
-        controller.request_timeout_s = 60.0
-        controller.call.timeout_s = 60.0
-        controller.refresh_policy(
-            client.CustomObjectsApi(api).get_cluster_custom_object("dl2.io", "v1alpha1", "schedulerpolicies", "default")
-        )
-        core = client.CoreV1Api(api)
-        walls, calls, decide, jobs, resizes, phases = [], [], [], [], [], []
+        admin = Rest(kube_config.new_client_from_config(started["admin"]))  # the bench's reads, not the controller's
+        controller.refresh_policy(admin.get(POLICIES, None, "default"))
+        walls, calls, decide, jobs, resizes, phases, twin_s = [], [], [], [], [], [], []
         model = controller.runtime.current.scheduler
         original = model.schedule
 
@@ -120,20 +132,24 @@ def load_size(num_jobs: int, slots: int, folder: Path) -> dict[str, Any]:
 
         model.schedule = timed  # type: ignore[method-assign]
         for _ in range(slots):
-            data = core.read_namespaced_config_map("dl2-clock", "dl2-system").data
-            report = controller.run_slot(int(data["slot"]), float(data["time_s"]), float(data["slot_s"]))
+            now = clock(admin)
+            report = controller.run_slot(now.slot, now.time_s, now.slot_s, dict(now.resource_versions))
             walls.append(report.seconds)
             calls.append(report.api_calls)
             jobs.append(report.jobs)
             resizes.append(report.resizes)
             phases.append(report.phases)
-            request = urllib.request.Request(f"{url}/dl2/cluster/advance", data=b"{}", method="POST")
-            with urllib.request.urlopen(request, timeout=600) as response:
-                if json.loads(response.read())["done"]:
-                    break
+            twin.stdin.write("advance\n")
+            twin.stdin.flush()
+            advanced = json.loads(twin.stdout.readline())
+            twin_s.append(advanced["twin_s"])
+            if advanced["done"]:
+                break
+        controller.cache.stop()
+        controller.events.stop()
     finally:
-        server.stdin.close()
-        server.wait(60)
+        twin.stdin.close()
+        twin.wait(120)
         os.sched_setaffinity(0, set(cores))
     steady = slice(1, None)  # the first slot resizes every job from its request at once
     return {
@@ -149,54 +165,69 @@ def load_size(num_jobs: int, slots: int, folder: Path) -> dict[str, Any]:
         "max_api_calls_per_slot": int(max(calls[steady])),
         "first_slot_api_calls": calls[0],
         "median_resizes_per_slot": float(np.median(resizes[steady])),
+        "twin_start_s": started["start_s"],
+        "median_twin_slot_s": float(np.median(twin_s)),
     }
 
 
 # -- 2. kills -----------------------------------------------------------------------------------------------
 
 
+@contextmanager
+def kube_env(folder: Path) -> Iterator[Any]:
+    """A fresh control plane with dl2 installed, as the tests' `kube` fixture gives one."""
+    from dl2.twin.local import LocalCluster
+    from tests.kube_fixtures import KubeEnv
+
+    with LocalCluster(folder) as local:
+        assert local.identities is not None
+        yield KubeEnv(local.plane, local.identities)
+
+
 def kills(num_kills: int, seed: int, folder: Path, num_jobs: int, num_nodes: int) -> dict[str, Any]:
-    from dl2.twin import simulate_cluster
-    from dl2.twin.workloads import first_jobs, first_nodes
     from dl2.kube.controller import CRASH_POINTS
     from dl2.kube.models import directory_loader
     from dl2.sim.config import SimConfig
     from dl2.sim.decision_log import read_log
+    from dl2.twin.workloads import first_jobs, first_nodes
     from dl2.workload.registry import load_workloads
-    from tests.kube_helpers import POLICIES, ServeUnderKills, kube_server, uninterrupted_run
+    from tests.kube_helpers import ServeUnderKills, create_policy, twin, uninterrupted_run
 
     workload = first_nodes(first_jobs(load_workloads("philly")[0], num_jobs), num_nodes)
     workload = replace(workload, jobs=tuple(replace(j, spec=replace(j.spec, arrival_s=j.spec.arrival_s / 50))
                                             for j in workload.jobs))  # fmt: skip
     sim = SimConfig.realistic(seed=CONFIG_SEED)
     models = models_root(folder / "models")
-    reference, reference_jct, resized = uninterrupted_run(workload, sim, folder / "reference", directory_loader(models))
-    slots = max(resized) + 1
-    # a quarter of the points in the middle of a slot's resizes (after its first or second one, in slots that
-    # resize), the rest at any other point of any slot; twice as many points as kills, at distinct slots (a point
-    # its slot never reaches does not fire; arming stops after `num_kills` kills)
-    rng = random.Random(seed)
-    acting = [slot for slot, count in sorted(resized.items()) if count and slot > 0]
-    middle = sorted(rng.sample(acting, min(len(acting), num_kills // 2)))
-    others = sorted(
-        rng.sample(
-            [s for s in range(1, slots) if s not in middle], min(2 * num_kills - len(middle), slots - 1 - len(middle))
+    with kube_env(folder / "cluster") as kube:
+        reference, reference_jct, resized = uninterrupted_run(
+            kube, workload, sim, folder / "reference", directory_loader(models)
         )
-    )
-    plan = sorted(
-        [(f"resized-{rng.randint(1, min(2, resized[s]))}", s) for s in middle]
-        + [(rng.choice((*CRASH_POINTS[:3], "acted", "status")), s) for s in others],
-        key=lambda kill: kill[1],
-    )  # fmt: skip
-    started = time.perf_counter()
-    with kube_server() as server:
-        cluster = simulate_cluster(server, workload, sim)
-        server.create(POLICIES, None, policy())
-        run = ServeUnderKills(server, cluster, folder, models, plan, limit=num_kills)
-        run.run(slot_timeout_s=300)
-        through_api = {j.job_id: j.finish_s for j in cluster.result().jobs}
-        resizes = run.resizes()
-    wall = time.perf_counter() - started
+        slots = max(resized) + 1
+        # a quarter of the points in the middle of a slot's resizes (after its first or second one, in slots that
+        # resize), the rest at any other point of any slot; twice as many points as kills, at distinct slots (a
+        # point its slot never reaches does not fire; arming stops after `num_kills` kills)
+        rng = random.Random(seed)
+        acting = [slot for slot, count in sorted(resized.items()) if count and slot > 0]
+        middle = sorted(rng.sample(acting, min(len(acting), num_kills // 2)))
+        others = sorted(
+            rng.sample(
+                [s for s in range(1, slots) if s not in middle],
+                min(2 * num_kills - len(middle), slots - 1 - len(middle)),
+            )
+        )
+        plan = sorted(
+            [(f"resized-{rng.randint(1, min(2, resized[s]))}", s) for s in middle]
+            + [(rng.choice((*CRASH_POINTS[:3], "acted", "status")), s) for s in others],
+            key=lambda kill: kill[1],
+        )  # fmt: skip
+        started = time.perf_counter()
+        with twin(kube, workload, sim) as cluster:
+            create_policy(kube, "active")
+            run = ServeUnderKills(kube, cluster, folder, models, plan, limit=num_kills)
+            run.run(slot_timeout_s=300)
+            through_api = {j.job_id: j.finish_s for j in cluster.result().jobs}
+            resizes = run.resizes()
+        wall = time.perf_counter() - started
     records = read_log(folder / "decisions" / "dl2-local")
     keys = Counter((r.time_s, r.job_id) for r in records)
     reference_keys = {(r.time_s, r.job_id) for r in reference}
@@ -209,6 +240,7 @@ def kills(num_kills: int, seed: int, folder: Path, num_jobs: int, num_nodes: int
         "kill_points": dict(Counter(point for point, _ in run.kills)),
         "starts": run.starts,
         "resize_requests": sum(resizes.values()),
+        "reference_resizes": sum(resized.values()),
         "duplicate_resizes": sum(count - 1 for count in resizes.values()),
         "records": len(records),
         "reference_records": len(reference),
@@ -221,12 +253,88 @@ def kills(num_kills: int, seed: int, folder: Path, num_jobs: int, num_nodes: int
     }
 
 
+def failover(folder: Path, trials: int, lease_s: float = 15.0, renew_s: float = 10.0, retry_s: float = 2.0) -> dict:
+    """Two `dl2 serve` replicas with the Deployment's Lease timing on the twin in lock step; the leader is
+    SIGKILLed `trials` times at seeded slots; measured: seconds from the kill to the standby's first slot report."""
+    import signal
+
+    from dl2.kube.models import directory_loader  # noqa: F401  (the replicas load the same folder)
+    from dl2.sim.config import SimConfig
+    from dl2.twin.lockstep import clock_slot, reported_slot
+    from dl2.twin.workloads import first_jobs, first_nodes
+    from dl2.workload.registry import load_workloads
+    from tests.kube_helpers import create_policy, twin
+
+    workload = first_nodes(first_jobs(load_workloads("philly")[0], 30), 4)
+    models = models_root(folder / "models")
+    times: list[float] = []
+    with kube_env(folder / "cluster") as kube, twin(kube, workload, SimConfig.realistic(seed=CONFIG_SEED)) as cluster:
+        create_policy(kube, "active")
+        kubeconfig = kube.kubeconfig(folder / "kubeconfig", token=kube.identities.controller)
+        replicas: dict[str, subprocess.Popen[bytes]] = {}
+
+        def start(identity: str) -> None:
+            command = [
+                sys.executable, "-m", "dl2.cli.main", "serve", "--kubeconfig", str(kubeconfig), "--clock", "cluster",
+                "--decision-log", str(folder / "decisions"), "--models-dir", str(models), "--metrics-port", "0",
+                "--metrics-host", "127.0.0.1", "--identity", identity, "--lease-s", str(lease_s),
+                "--renew-deadline-s", str(renew_s), "--retry-s", str(retry_s), "--log-level", "WARNING",
+            ]  # fmt: skip
+            log = open(folder / f"{identity}.log", "ab")  # noqa: SIM115 (the process writes it)
+            replicas[identity] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+
+        def leader() -> str | None:
+            from dl2.kube.rest import Resource
+
+            lease = cluster.rest.get(Resource("coordination.k8s.io", "v1", "leases"), "dl2-system", "dl2-scheduler")
+            return (lease.get("spec") or {}).get("holderIdentity")
+
+        def advance_when_done(timeout_s: float) -> None:
+            deadline = time.monotonic() + timeout_s
+            while (reported_slot(cluster.rest) or -1) < clock_slot(cluster.rest):
+                assert time.monotonic() < deadline, "no replica reported the slot"
+                time.sleep(0.05)
+            cluster.advance()
+
+        try:
+            start("replica-a")
+            start("replica-b")
+            for trial in range(trials):
+                for _ in range(3):
+                    advance_when_done(120)
+                holder = leader()
+                assert holder in replicas, holder
+                slot = clock_slot(cluster.rest)
+                killed = time.monotonic()
+                os.kill(replicas[holder].pid, signal.SIGKILL)
+                replicas[holder].wait()
+                cluster.advance()  # the next slot: only the standby can report it
+                deadline = killed + 4 * lease_s
+                while (reported_slot(cluster.rest) or -1) < slot + 1:
+                    assert time.monotonic() < deadline, f"trial {trial}: no failover within {4 * lease_s:g} s"
+                    time.sleep(0.05)
+                times.append(time.monotonic() - killed)
+                start(holder)  # the killed pod is restarted, as its Deployment would
+        finally:
+            for process in replicas.values():
+                if process.poll() is None:
+                    process.terminate()
+                    process.wait(30)
+    return {
+        "trials": trials,
+        "lease_s": lease_s,
+        "renew_deadline_s": renew_s,
+        "retry_s": retry_s,
+        "failover_s": times,
+        "median_failover_s": float(np.median(times)),
+        "max_failover_s": float(max(times)),
+    }
+
+
 # -- 3. JCTs on a Philly slice ------------------------------------------------------------------------------
 
 
 def philly(num_jobs: int, num_nodes: int, folder: Path) -> list[dict[str, Any]]:
-    from dl2.twin import simulate_cluster
-    from dl2.twin.workloads import first_jobs, first_nodes
     from dl2.kube.controller import Controller, ControllerConfig
     from dl2.kube.models import directory_loader
     from dl2.rl.learned import LearnedScheduler
@@ -235,7 +343,8 @@ def philly(num_jobs: int, num_nodes: int, folder: Path) -> list[dict[str, Any]]:
     from dl2.sim.metrics import summarize
     from dl2.sim.run import interference_model, speed_model
     from dl2.sim.simulator import simulate
-    from tests.kube_helpers import POLICIES, clock, controller_api, heuristic_loader, kube_server
+    from dl2.twin.workloads import first_jobs, first_nodes
+    from tests.kube_helpers import create_policy, heuristic_loader, read_policy, run_slot, twin
 
     workload = first_nodes(first_jobs(load_philly(), num_jobs), num_nodes)
     sim = SimConfig.realistic(seed=CONFIG_SEED)
@@ -246,43 +355,48 @@ def philly(num_jobs: int, num_nodes: int, folder: Path) -> list[dict[str, Any]]:
         ("dl2-philly", directory_loader(models_root(folder / "models")),
          lambda: LearnedScheduler.from_dir(MODEL, compat=False)),
     ]  # fmt: skip
-    for name, loader, direct in runs:
-        started = time.perf_counter()
-        with kube_server() as server:
-            cluster = simulate_cluster(server, workload, sim, placer="binpack")
-            server.create(POLICIES, None, policy())
+    with kube_env(folder / "cluster") as kube:
+        for name, loader, direct in runs:
+            started = time.perf_counter()
+            create_policy(kube, "active")
             config = ControllerConfig(name, decision_log=folder / f"philly-{name}", clock="cluster", placer="binpack")
-            controller = Controller(controller_api(server, name), config, loader)
-            controller.refresh_policy(server.objects(POLICIES)["default"])
-            slots = fallbacks = 0
-            while True:
-                report = controller.run_slot(*clock(server))
-                fallbacks += report.fallback is not None and report.decided
-                slots += 1
-                if cluster.done:
-                    break
-                cluster.advance()
-            through_api = summarize(cluster.result(name))
-            jct_api = {j.job_id: j.jct_s for j in cluster.result(name).jobs}
-        api_s = time.perf_counter() - started
-        reference = simulate(workload, direct(), sim, speed, interference_model())
-        jct_sim = {j.job_id: j.jct_s for j in reference.jobs}
-        simulated = summarize(reference)
-        rows.append(
-            {
-                "policy": name,
-                "jobs": num_jobs,
-                "nodes": num_nodes,
-                "slots": slots,
-                "avg_jct_h_api": through_api.avg_jct_s / 3600,
-                "avg_jct_h_simulate": simulated.avg_jct_s / 3600,
-                "p99_jct_h_api": through_api.p99_jct_s / 3600,
-                "p99_jct_h_simulate": simulated.p99_jct_s / 3600,
-                "identical_jobs": sum(jct_api[k] == jct_sim[k] for k in jct_sim),
-                "fallback_slots": fallbacks,
-                "wall_s_api": api_s,
-            }
-        )
+            controller = Controller(kube.controller_api(name), config, loader)
+            with twin(kube, workload, sim, "binpack") as cluster:
+                controller.refresh_policy(read_policy(kube))
+                slots = fallbacks = calls = 0
+                while True:
+                    report = run_slot(controller, cluster.rest)
+                    fallbacks += report.fallback is not None and report.decided
+                    calls += report.api_calls
+                    slots += 1
+                    if cluster.done:
+                        break
+                    cluster.advance()
+                through_api = summarize(cluster.result(name))
+                jct_api = {j.job_id: j.jct_s for j in cluster.result(name).jobs}
+            controller.cache.stop()
+            controller.events.stop()
+            kube.reset()
+            api_s = time.perf_counter() - started
+            reference = simulate(workload, direct(), sim, speed, interference_model())
+            jct_sim = {j.job_id: j.jct_s for j in reference.jobs}
+            simulated = summarize(reference)
+            rows.append(
+                {
+                    "policy": name,
+                    "jobs": num_jobs,
+                    "nodes": num_nodes,
+                    "slots": slots,
+                    "avg_jct_h_api": through_api.avg_jct_s / 3600,
+                    "avg_jct_h_simulate": simulated.avg_jct_s / 3600,
+                    "p99_jct_h_api": through_api.p99_jct_s / 3600,
+                    "p99_jct_h_simulate": simulated.p99_jct_s / 3600,
+                    "identical_jobs": sum(jct_api[k] == jct_sim[k] for k in jct_sim),
+                    "fallback_slots": fallbacks,
+                    "api_calls_per_slot": calls / slots,
+                    "wall_s_api": api_s,
+                }
+            )
     return rows
 
 
@@ -294,7 +408,8 @@ def load_philly() -> Any:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", default="load,kills,philly", help="which parts to run (comma-separated)")
+    parser.add_argument("--part", default="load,kills,failover,philly", help="which parts to run (comma-separated)")
+    parser.add_argument("--failovers", type=int, default=5, help="failover: leader SIGKILLs")
     parser.add_argument("--jobs", default="40,400,2000", help="load: workload sizes")
     parser.add_argument("--slots", type=int, default=20, help="load: slots timed per size")
     parser.add_argument("--kills", type=int, default=20, help="kills: SIGKILLs of dl2 serve")
@@ -335,6 +450,16 @@ def main() -> None:
                   str(outcome["added_records"]), str(outcome["duplicated_records"]),
                   str(outcome["records_identical"] and outcome["jcts_identical_to_the_run_without_kills"]),
                   f"{outcome['wall_s']:.0f}"]],
+            )  # fmt: skip
+        if "failover" in parts:
+            outcome = failover(folder / "failover", args.failovers)
+            results["failover"] = outcome
+            print_table(
+                "leader failover: two dl2 serve replicas (Lease 15 s, renew deadline 10 s, retry 2 s), the leader "
+                "SIGKILLed",
+                ["trials", "median (s)", "max (s)", "each (s)"],
+                [[str(outcome["trials"]), f"{outcome['median_failover_s']:.1f}", f"{outcome['max_failover_s']:.1f}",
+                  ", ".join(f"{t:.1f}" for t in outcome["failover_s"])]],
             )  # fmt: skip
         if "philly" in parts:
             rows = philly(args.philly_jobs, args.philly_nodes, folder / "philly")

@@ -174,7 +174,7 @@ def resize_requests(events: list[Any]) -> list[Any]:
         and event.verb == "patch"
         and event.code < 300
         and (
-            event.rbac_resource == "pytorchjobs/scale"
+            event.rbac_resource == "pytorchjobs"
             or (event.api_group, event.resource) == ("batch.volcano.sh", "jobs")
         )
     ]

@@ -40,7 +40,7 @@ from tests.kube_helpers import (
 )
 
 CONFIG = SimConfig.realistic(seed=1)
-JOB_WRITES = {"pytorchjobs", "pytorchjobs/scale", "jobs"}
+JOB_WRITES = {"pytorchjobs", "pytorchjobs/scale", "jobs"}  # (it never uses scale: one patch carries the stamp)
 CONTROLLER_USER = service_account_user(CONTROLLER)
 
 
@@ -133,9 +133,7 @@ def test_active_mode_runs_drf_through_the_api_exactly_and_logs_every_job_once(se
         assert record.applied_workers == record.proposed_workers and record.applied_ps == record.proposed_ps
     assert epochs == pytest.approx({j.spec.job_id: j.spec.declared_epochs for j in workload.jobs})
     writes = setup.writes_to_jobs("dl2-serve/a")
-    assert sum(report.resizes for report in reports) == len(writes) - sum(
-        1 for e in writes if e.rbac_resource == "pytorchjobs"
-    )  # a PyTorchJob's resize is its annotation plus its scale patch
+    assert sum(report.resizes for report in reports) == len(writes)  # one request each: the size and the stamp
     assert sum(report.api_calls for report in reports) == len(writes) + len(reports)  # writes and a status, no reads
     # the trainer reads the records as it reads a simulated log
     batch = feedback_batch(records, workload.cluster, ObservationConfig(window=8), PLACERS["load-balance"]())
@@ -230,9 +228,9 @@ def test_api_faults_are_survived_with_backoff_and_change_no_decision(setup, tmp_
     controller.rest.timeout_s = 0.5
     agent = "dl2-serve/a"
     faults = [
-        Fault(FaultKind.ERROR, code=409, verb="patch", resource="pytorchjobs/scale", user_agent=agent, count=3),
+        Fault(FaultKind.ERROR, code=409, verb="patch", resource="pytorchjobs", user_agent=agent, count=3),
         Fault(FaultKind.ERROR, code=503, verb="patch", resource="jobs", user_agent=agent, count=2),
-        Fault(FaultKind.DELAY, delay_s=1.0, verb="patch", resource="pytorchjobs", user_agent=agent, count=2),
+        Fault(FaultKind.DELAY, delay_s=1.0, verb="list", resource="nodes", user_agent=agent, count=2),
         Fault(FaultKind.ERROR, code=429, verb="patch", resource="schedulerpolicies/status", user_agent=agent, count=1),
         Fault(FaultKind.ERROR, code=500, verb="list", resource="pods", user_agent=agent, count=2),
     ]
@@ -250,9 +248,9 @@ def test_api_faults_are_survived_with_backoff_and_change_no_decision(setup, tmp_
     through_api = {j.job_id: j.finish_s for j in setup.cluster.result().jobs}
     assert through_api == {j.job_id: j.finish_s for j in reference_result(workload, "drf", CONFIG).jobs}
     errors = error_counts(controller)
-    assert errors[("patch pytorchjobs/scale", "409")] == 3
+    assert errors[("patch pytorchjobs", "409")] == 3
     assert errors[("patch jobs", "503")] == 2
-    assert errors[("patch pytorchjobs", "ReadTimeoutError")] == 2
+    assert errors[("list nodes", "ReadTimeoutError")] == 2
     assert errors[("patch schedulerpolicies/status", "429")] == 1
     assert errors[("list pods", "500")] == 2
     informers = {informer.resource.key: informer for informer in controller.cache.informers}

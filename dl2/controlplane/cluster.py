@@ -113,9 +113,7 @@ def read_audit_log(path: Path, offset: int = 0, end: int | None = None) -> tuple
 
 
 class ControlPlane:
-    def __init__(
-        self, folder: Path | None = None, *, port: int = 0, scheduler: bool = True, kwok: bool = True
-    ) -> None:
+    def __init__(self, folder: Path | None = None, *, port: int = 0, scheduler: bool = True, kwok: bool = True) -> None:
         """`folder` holds the PKI, etcd's data, the logs and the audit log (a temporary one, removed on stop, when
         None); `port` is the API server's (0: a free one). `scheduler`, `kwok`: run the default kube-scheduler and
         kwok (a test of its own scheduler may not want the default one)."""

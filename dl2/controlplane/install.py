@@ -15,7 +15,10 @@ from dl2.kube.rest import Rest
 from dl2.paths import REPO_ROOT
 
 K8S = REPO_ROOT / "k8s"
-THIRD_PARTY_CRDS = (K8S / "third-party" / "kubeflow.org_pytorchjobs.yaml", K8S / "third-party" / "batch.volcano.sh_jobs.yaml")
+THIRD_PARTY_CRDS = (
+    K8S / "third-party" / "kubeflow.org_pytorchjobs.yaml",
+    K8S / "third-party" / "batch.volcano.sh_jobs.yaml",
+)
 """The real CRDs of the job kinds dl2 resizes (Kubeflow PyTorchJob, Volcano Job), shipped unmodified."""
 POLICY_CRD = K8S / "crd-schedulerpolicy.yaml"
 IDENTITY_MANIFESTS = (K8S / "namespace.yaml", K8S / "serviceaccount.yaml", K8S / "rbac.yaml")

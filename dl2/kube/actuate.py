@@ -9,6 +9,7 @@ patch to an absolute size, a status patch), so repeating one that did reach the 
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -45,6 +46,7 @@ class ApiCaller:
         self.sleep = sleep
         self.calls = 0
         """Requests sent (retries included)."""
+        self._lock = threading.Lock()
 
     def __call__(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """`function(*args, **kwargs)`, retried; `_operation=` names it in the metrics (default: its name)."""
@@ -53,7 +55,8 @@ class ApiCaller:
 
         operation = str(kwargs.pop("_operation", None) or getattr(function, "__name__", "request"))
         for attempt in range(self.attempts):
-            self.calls += 1
+            with self._lock:
+                self.calls += 1
             try:
                 return function(*args, **kwargs)
             except ApiException as error:
@@ -67,7 +70,9 @@ class ApiCaller:
                     raise ApiUnavailable(f"{operation}: {error}") from error
                 delay = None
             backoff = min(self.max_s, self.base_s * 2**attempt)
-            self.sleep(delay if delay is not None else backoff * (0.5 + self.rng.random() / 2))
+            with self._lock:
+                jitter = 0.5 + self.rng.random() / 2
+            self.sleep(delay if delay is not None else backoff * jitter)
         raise AssertionError("unreachable")
 
 
@@ -88,18 +93,16 @@ class Actuator:
         self.call = call
 
     def resize(self, job: ManagedJob, workers: int, ps: int, slot: int) -> None:
-        """Set a job's size and stamp the slot on it (its cooldown counts from there). A PyTorchJob gets the
-        stamp first, then the `scale` patch; a Volcano Job both in one JSON patch."""
+        """Set a job's size and stamp the slot on it (its cooldown counts from there), in one request: a merge
+        patch of a PyTorchJob, a JSON patch of a Volcano Job (the size and the stamp land together or not at all)."""
         resource = PYTORCHJOBS if c.kind_of(job.obj) == c.PYTORCHJOB else VOLCANO_JOBS
-        subresource, content_type, body = c.resize(job.obj, workers, ps)
+        _, content_type, body = c.resize(job.obj, workers, ps)
         stamp = str(slot)
-        if subresource == "scale":
-            annotation = {"metadata": {"annotations": {RESIZED_SLOT: stamp}}}
-            self.call(self.rest.patch, resource, job.namespace, job.name, annotation, _operation="patch pytorchjobs")
+        if resource is PYTORCHJOBS:
+            body = {**body, "metadata": {"annotations": {RESIZED_SLOT: stamp}}}
             self.call(
-                self.rest.patch, resource, job.namespace, job.name, body, content_type, "scale",
-                _operation="patch pytorchjobs/scale",
-            )  # fmt: skip
+                self.rest.patch, resource, job.namespace, job.name, body, content_type, _operation="patch pytorchjobs"
+            )
             return
         path = "/metadata/annotations/" + RESIZED_SLOT.replace("~", "~0").replace("/", "~1")
         operations = [*body, {"op": "add", "path": path, "value": stamp}]

@@ -5,8 +5,8 @@ The controller (`dl2 serve`) and the simulated cluster (`dl2.kube.apiserver.sim`
 - API group of dl2's own objects: `dl2.io`; labels and annotations are prefixed `dl2.io/`.
 - Managed namespaces carry the label `dl2.io/managed: "true"`.
 - All-reduce jobs are Kubeflow `PyTorchJob`s (`kubeflow.org/v1`) with `spec.elasticPolicy{minReplicas,
-  maxReplicas}` and workers only, in `spec.pytorchReplicaSpecs.Worker.replicas`; they are resized through the
-  CRD's `scale` subresource (`pytorchjobs/scale`, `{"spec": {"replicas": n}}`).
+  maxReplicas}` and workers only, in `spec.pytorchReplicaSpecs.Worker.replicas` (the field the CRD's `scale`
+  subresource reads and writes); they are resized by a merge patch of that field.
 - Parameter-server jobs are Volcano `Job`s (`batch.volcano.sh/v1alpha1`) with `spec.tasks[]` named `ps` and
   `worker`; they are resized by JSON-patching `/spec/tasks/<i>/replicas` (with a `test` of
   `/spec/tasks/<i>/name`, so a patch never resizes the wrong task); their limits are the annotations
@@ -280,9 +280,15 @@ def is_finished(obj: dict[str, Any]) -> bool:
 
 
 def resize(obj: dict[str, Any], workers: int, ps: int) -> tuple[str | None, str, Any]:
-    """How to resize a job: (subresource, patch content type, patch body) for a PATCH of the job."""
+    """How to resize a job: (subresource, patch content type, patch body) for a PATCH of the job: the field its
+    `scale` subresource reads, merge-patched on the job itself (so that one request can carry the controller's
+    stamp too), or a Volcano Job's task counts by JSON patch."""
     if kind_of(obj) == PYTORCHJOB:
-        return "scale", "application/merge-patch+json", {"spec": {"replicas": workers}}
+        return (
+            None,
+            "application/merge-patch+json",
+            {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": workers}}}},
+        )
     operations: list[dict[str, Any]] = []
     for role, count in ((PS, ps), (WORKER, workers)):
         found = volcano_task(obj, role)

@@ -27,6 +27,7 @@ import os
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,7 +40,7 @@ from dl2.kube.events import EventRecorder, ObjectRef
 from dl2.kube.leader import LeaseElector
 from dl2.kube.metrics import Health, Metrics
 from dl2.kube.models import Loader, PolicyRuntime
-from dl2.kube.observe import Snapshot, snapshot
+from dl2.kube.observe import Snapshot, SpecCache, snapshot
 from dl2.kube.policy import API_VERSION, KIND, OFF, POLICIES, Mode, PolicyError, PolicySpec, parse_policy
 from dl2.kube.reconcile import JobState, Target, changes, may_resize, plan
 from dl2.kube.records import DecisionLog, JournalEntry, SlotJournal, draft_records
@@ -68,6 +69,8 @@ class ControllerConfig:
     placer: str = "load-balance"
     """How the incumbent places tasks when it decides (the cluster's scheduler does the real placement)."""
     request_timeout_s: float = 10.0
+    parallel_writes: int = 8
+    """Resizes in flight at once."""
     cache_timeout_s: float = 30.0
     """On the simulated clock: how long a slot waits for its caches to reach the clock's barrier."""
     seed: int = 0
@@ -147,6 +150,8 @@ class Controller:
         self.call = ApiCaller(self.metrics, seed=config.seed)
         self.actuator = Actuator(self.rest, self.call)
         self.cache = ClusterCache(self.rest, self.metrics, seed=config.seed)
+        self.specs = SpecCache()
+        self._writers = ThreadPoolExecutor(config.parallel_writes, thread_name_prefix="dl2-resize")
         self.events = EventRecorder(self.rest, config.identity)
         self.runtime = PolicyRuntime(loader, config.placer)
         self.log = DecisionLog(config.decision_log / config.cluster_name)
@@ -238,7 +243,7 @@ class Controller:
         for resource, version in (barrier or {}).items():
             wanted[resource] = max(wanted.get(resource, 0), version)
         raw = self.cache.read(wanted, self.config.cache_timeout_s)
-        snap = snapshot(raw, time_s, slot, slot_s, self.config.cluster_name)
+        snap = snapshot(raw, time_s, slot, slot_s, self.config.cluster_name, self.specs)
         phases = {"observe": time.perf_counter() - started, "decide": 0.0}
         mark = time.perf_counter()
         self.last_snapshot = snap
@@ -339,16 +344,29 @@ class Controller:
         actual = {job.job_id: job.replicas for job in snap.jobs}
         jobs = {job.job_id: job for job in snap.jobs}
         states = {state.job_id: state for state in self._states(snap, policy)}
-        done = 0
-        for target in changes(journal.targets, actual):
-            if may_resize(states[target.job_id], policy.mode) is not None:
-                continue  # the mode narrowed since the slot was decided (the kill switch is `mode: shadow`)
+        wanted = [
+            target
+            for target in changes(journal.targets, actual)
+            # the mode may have narrowed since the slot was decided (the kill switch is `mode: shadow`)
+            if may_resize(states[target.job_id], policy.mode) is None
+        ]
+
+        def resize(target: Target) -> Target | None:
             if not self.is_leader():
-                break
+                return None  # deposed meanwhile: write nothing more
+            self.actuator.resize(jobs[target.job_id], target.workers, target.ps, slot)
+            return target
+
+        # the resizes of different jobs are independent: several in flight at once, as many as the API allows
+        done = 0
+        futures = [self._writers.submit(resize, target) for target in wanted]
+        for future in as_completed(futures):
+            target = future.result()
+            if target is None:
+                continue
             job = jobs[target.job_id]
-            before = job.replicas
-            self.actuator.resize(job, target.workers, target.ps, slot)
             self.metrics.resizes.labels(job.obj.get("kind", "")).inc()
+            before = job.replicas
             note = f"slot {slot}: {before[0]} -> {target.workers} workers"
             note += f", {before[1]} -> {target.ps} PS" if target.ps or before[1] else ""
             self._event("Normal", "Resized", "Resize", f"{note} ({policy.mode.value}, {policy.model_ref})",

@@ -199,9 +199,9 @@ def best_hosts(priorities: Sequence[Mapping[str, Any]]) -> set[str]:
 
 
 __all__ = [
-    "SnapshotCache",
     "ExtenderArgs",
     "HarmonyExtender",
+    "SnapshotCache",
     "best_hosts",
     "filter_result",
     "host_priorities",

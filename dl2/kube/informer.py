@@ -4,8 +4,8 @@ A daemon thread lists the resource (optionally by label and field selectors), th
 resourceVersion and applies every event to the cache. A watch that ends (the server's timeout, a dropped
 connection, a restarting server) resumes from the last version seen; `410 Gone` (that version was compacted away)
 lists again and replaces the cache; a resource the server does not serve (its CRD is not installed: 404) is an
-empty cache, listed again every few seconds; any other failure backs off exponentially with seeded jitter. The objects are
-the API's JSON, never mutated (a reader may hold one while the cache moves on).
+empty cache, listed again every few seconds; any other failure backs off exponentially with seeded jitter. The
+objects are the API's JSON, never mutated (a reader may hold one while the cache moves on).
 
 `version` is the newest resourceVersion the cache reflects; `wait_for(version)` blocks until it reaches one (the
 simulated clock's barrier, `dl2.kube.clock`). A resourceVersion is opaque to clients in general; here it is

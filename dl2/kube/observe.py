@@ -109,8 +109,46 @@ def _resized_slot(obj: dict[str, Any]) -> int | None:
     return int(text) if text is not None and str(text).isdigit() else None
 
 
-def snapshot(raw: RawCluster, time_s: float, slot: int, slot_s: float, cluster_name: str) -> Snapshot:
-    """The view of a slot from one read: active jobs in workload order with the tasks they hold."""
+class SpecCache:
+    """Each job's `JobSpec` as last parsed, by uid: a spec changes with the job's spec or its contract annotations,
+    not with its progress or resize stamp, which change every slot (parsing thousands of quantities each slot is
+    most of what observing a large cluster costs)."""
+
+    VOLATILE = (c.PROGRESS_EPOCHS, RESIZED_SLOT)
+
+    def __init__(self) -> None:
+        self._specs: dict[str, tuple[tuple[Any, ...], JobSpec]] = {}
+
+    def spec(self, obj: dict[str, Any]) -> JobSpec:
+        metadata = obj.get("metadata") or {}
+        uid = metadata.get("uid")
+        if not uid:
+            return c.job_spec(obj)
+        annotations = metadata.get("annotations") or {}
+        key = (
+            metadata.get("generation"),
+            metadata.get("name"),
+            metadata.get("creationTimestamp"),
+            tuple(sorted((k, v) for k, v in annotations.items() if k not in self.VOLATILE)),
+        )
+        cached = self._specs.get(uid)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        spec = c.job_spec(obj)
+        self._specs[uid] = (key, spec)
+        return spec
+
+    def keep(self, uids: set[str]) -> None:
+        """Forget the jobs that are gone."""
+        for uid in set(self._specs) - uids:
+            del self._specs[uid]
+
+
+def snapshot(
+    raw: RawCluster, time_s: float, slot: int, slot_s: float, cluster_name: str, specs: SpecCache | None = None
+) -> Snapshot:
+    """The view of a slot from one read: active jobs in workload order with the tasks they hold (`specs` keeps
+    the parsed job specs between slots)."""
     cluster, node_index = cluster_spec(raw.nodes, cluster_name)
     held = _held(raw.pods, node_index)
     active: list[tuple[float, str, JobView, ManagedJob]] = []
@@ -121,7 +159,7 @@ def snapshot(raw: RawCluster, time_s: float, slot: int, slot_s: float, cluster_n
         metadata = obj.get("metadata") or {}
         key = f"{metadata.get('namespace')}/{metadata.get('name')}"
         try:
-            spec: JobSpec = c.job_spec(obj)
+            spec: JobSpec = specs.spec(obj) if specs is not None else c.job_spec(obj)
             done = c.is_finished(obj)
             epochs = c.progress_epochs(obj)
             replicas = c.replicas(obj)
@@ -140,6 +178,8 @@ def snapshot(raw: RawCluster, time_s: float, slot: int, slot_s: float, cluster_n
         job_view = JobView(spec, epochs, 0.0, allocation, 0.0, 0.0, 0)
         managed = ManagedJob(spec.job_id, namespace, name, obj, replicas, c.is_kueue_managed(obj), _resized_slot(obj))
         active.append((spec.arrival_s, name, job_view, managed))
+    if specs is not None:
+        specs.keep({str((obj.get("metadata") or {}).get("uid")) for obj in raw.jobs})
     active.sort(key=lambda entry: (entry[0], entry[1]))
     views = tuple(entry[2] for entry in active)
     previous = Allocation({v.spec.job_id: v.allocation for v in views})

@@ -99,6 +99,9 @@ class DecisionLog:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.journal_dir = directory / JOURNAL
+        self._last: SlotJournal | None = None
+        """The journal this process last wrote or read (the file is for a restart; this spares parsing it back)."""
+        self._described: str | None = None
 
     def _journal_path(self, slot: int) -> Path:
         return self.journal_dir / f"slot-{slot:09d}.json"
@@ -107,6 +110,8 @@ class DecisionLog:
         path = self._journal_path(slot)
         if not path.is_file():
             return None
+        if self._last is not None and self._last.slot == slot:
+            return self._last
         data = json.loads(path.read_text())
         entries = tuple(
             JournalEntry(
@@ -117,7 +122,8 @@ class DecisionLog:
             )
             for number, item in enumerate(data["entries"], start=1)
         )
-        return SlotJournal(int(data["slot"]), entries)
+        self._last = SlotJournal(int(data["slot"]), entries)
+        return self._last
 
     def write_journal(self, journal: SlotJournal) -> SlotJournal:
         """Store a slot's decisions, once: if the slot already has a journal, that one stands (and is returned)."""
@@ -138,7 +144,9 @@ class DecisionLog:
         }
         path = self._journal_path(journal.slot)
         if write_file(path, json.dumps(document, sort_keys=True), overwrite=False):
+            self._last = journal
             return journal
+        self._last = None  # another writer's journal stands: read it
         stored = self.journal(journal.slot)
         assert stored is not None
         return stored
@@ -176,6 +184,9 @@ class DecisionLog:
         """Write `cluster.json` if it is missing or says something else; whether it was written."""
         document = json.dumps(cluster_to_json(cluster), indent=2, sort_keys=True) + "\n"
         path = self.directory / CLUSTER_FILE
+        if document == self._described and path.is_file():
+            return False
+        self._described = document
         if path.is_file() and path.read_text() == document:
             return False
         self.directory.mkdir(parents=True, exist_ok=True)

@@ -15,8 +15,8 @@ Nodes are real Node objects run by kwok. Every slot (`advance`):
    job status with replica counts, `dl2.io/progress-epochs` on every job that trained, finished jobs
    Succeeded/Completed and their pods removed;
 5. the next slot begins: jobs that have arrived are created as a user submits them (their pods Pending until the
-   slot places them), and the clock ConfigMap (`dl2.kube.clock`) is published last, naming the version of the
-   twin's last write of each resource.
+   slot places them); once kwok reports every bound pod Running, the clock ConfigMap (`dl2.kube.clock`) is
+   published last, naming the version of the last write of each resource the controller watches.
 
 Writes of different jobs go out in parallel (`TwinOptions.parallel`). The twin authenticates as `dl2-twin`.
 """
@@ -35,6 +35,8 @@ import numpy as np
 from dl2.core import Allocation, Architecture, ClusterView, JobAllocation, JobSpec, Workload
 from dl2.kube import clock as slot_clock
 from dl2.kube import contract as c
+from dl2.kube.informer import Informer
+from dl2.kube.metrics import Metrics
 from dl2.kube.rest import (
     CONFIGMAPS,
     NAMESPACES,
@@ -80,6 +82,10 @@ class TwinOptions:
     """With `scheduler_name`: how long a slot waits for the scheduler to bind or refuse each new pod."""
     parallel: int = 8
     """Requests in flight at once."""
+    settle: bool = True
+    """Before publishing a slot, wait until kwok reports every bound pod Running (as kubelets would have long
+    before the next slot on a real cluster), and name kwok's last write in the clock's barrier."""
+    settle_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
         if not self.namespaces:
@@ -160,6 +166,9 @@ class ClusterTwin:
         self._view: ClusterView | None = None
         self._stopped = False
         self._pool = ThreadPoolExecutor(self.options.parallel, thread_name_prefix="dl2-twin")
+        self._pods: Informer | None = None
+        if self.options.settle:
+            self._pods = Informer(self.rest, PODS, Metrics(), label_selector=c.JOB_LABEL)
         self.slot_seconds: list[float] = []
         """Wall time of each slot the twin ran (its writes included)."""
 
@@ -172,6 +181,8 @@ class ClusterTwin:
     def start(self) -> ClusterTwin:
         """Create the namespaces (waiting for their default ServiceAccount, which pods need), the nodes and the
         clock, and submit the jobs that arrive in the first slot."""
+        if self._pods is not None:
+            self._pods.start()
         system = self.options.system_namespace
         existing = {ns["metadata"]["name"] for ns in self.rest.list(NAMESPACES)}
         for name, managed in [(system, False), *((ns, True) for ns in self.options.namespaces)]:
@@ -199,6 +210,8 @@ class ClusterTwin:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+        if self._pods is not None:
+            self._pods.stop()
 
     @property
     def done(self) -> bool:
@@ -427,9 +440,33 @@ class ClusterTwin:
             if error.status != 404:  # already gone (the garbage collector follows a deleted job's pods)
                 raise
 
+    def _settle(self) -> int:
+        """Wait until the pod cache reflects the twin's writes and kwok has every bound pod Running; the cache's
+        version then (0 without settling)."""
+        if self._pods is None:
+            return 0
+        pods = self._pods
+        pods.wait_for(self.rest.written.get(PODS.key, 0), self.options.settle_timeout_s)
+        bound = [
+            f"{job.namespace}/{manifests.pod_name(job.name, role, index)}"
+            for job in self.jobs.values()
+            for role, nodes in job.pods.items()
+            for index, node in enumerate(nodes)
+            if node is not None
+        ]
+        deadline = time.monotonic() + self.options.settle_timeout_s
+        while time.monotonic() < deadline:
+            pending = [key for key in bound if ((pods.get(key) or {}).get("status") or {}).get("phase") != "Running"]
+            if not pending:
+                break
+            bound = pending
+            pods.wait_for(pods.version + 1, 0.2)
+        return pods.version
+
     def _publish_clock(self) -> None:
         status = self.status()
         versions = {resource.key: self.rest.written.get(resource.key, 0) for resource in BARRIER_RESOURCES}
+        versions[PODS.key] = max(versions[PODS.key], self._settle())
         data = slot_clock.clock_data(status["slot"], status["time_s"], status["slot_s"], versions)
         for key in ("workload", "jobs", "arrived", "active", "finished", "cancelled", "done"):
             value = status[key]

@@ -22,7 +22,7 @@ from dl2.kube.rest import Rest
 from dl2.sim.config import SimConfig
 from dl2.twin import ClusterTwin, TwinOptions, start_twin
 
-RESIZES = (("kubeflow.org", "pytorchjobs/scale"), ("batch.volcano.sh", "jobs"))
+RESIZES = (("kubeflow.org", "pytorchjobs"), ("batch.volcano.sh", "jobs"))
 
 
 class LocalCluster:
@@ -100,7 +100,8 @@ class LocalCluster:
         return [event for event in self.plane.audit_events(offset) if event.user == user]
 
     def resizes(self, offset: int = 0) -> int:
-        """Resize requests the controller sent and the API server accepted (PyTorchJob scale, Volcano job patch)."""
+        """Resize requests the controller sent and the API server accepted (patches of PyTorchJobs and Volcano
+        Jobs: the controller writes nothing else to them)."""
         return sum(
             1
             for e in self.controller_requests(offset)
