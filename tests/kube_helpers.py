@@ -173,10 +173,7 @@ def resize_requests(events: list[Any]) -> list[Any]:
         if CONTROLLER_AGENT in event.user_agent
         and event.verb == "patch"
         and event.code < 300
-        and (
-            event.rbac_resource == "pytorchjobs"
-            or (event.api_group, event.resource) == ("batch.volcano.sh", "jobs")
-        )
+        and (event.rbac_resource == "pytorchjobs" or (event.api_group, event.resource) == ("batch.volcano.sh", "jobs"))
     ]
 
 

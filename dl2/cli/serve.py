@@ -97,6 +97,7 @@ def _api(kubeconfig: Path | None) -> Any:
     else:
         raise UsageError("not in a cluster: give --kubeconfig")
     configuration.retries = False
+    configuration.connection_pool_maxsize = 32  # five watches, parallel resizes, the Lease, Events
     return client.ApiClient(configuration)
 
 

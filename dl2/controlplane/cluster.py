@@ -40,6 +40,8 @@ KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 SERVICE_CIDR = "10.0.0.0/24"
 POD_CIDR = "10.64.0.0/12"
 CONTEXT = "dl2-local"
+POOL_SIZE = 32
+"""Connections a client keeps: its informers' watches, parallel writes and the rest."""
 QUIET_USERS = ("system:kube-controller-manager", "system:kube-scheduler", "system:apiserver", "kwok", TWIN)
 """Left out of the audit log: the control plane's components and the twin (a busy simulated cluster would fill it)."""
 
@@ -351,6 +353,7 @@ class ControlPlane:
             configuration.cert_file = str(self.users[user].cert)
             configuration.key_file = str(self.users[user].key)
         configuration.retries = False
+        configuration.connection_pool_maxsize = POOL_SIZE
         return configuration
 
     def client(

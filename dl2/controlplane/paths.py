@@ -1,7 +1,9 @@
-"""Request paths and methods in Kubernetes terms: which resource, namespace, name and subresource, and the RBAC verb.
+"""Request paths and methods in Kubernetes terms: which resource, namespace, name and subresource, and the RBAC verb
+(what the fault proxy matches faults on: `dl2.controlplane.faults`).
 
-kmock 0.8's own parser reads `/api/v1/namespaces/{name}` as a namespace prefix, so resource paths are parsed
-here; kmock still parses the request (method, query, body).
+The API server's own rules: `/api/v1/namespaces/{name}` is the Namespace object itself (its `status` and
+`finalize` are subresources of it), `/api/v1/namespaces/{ns}/{plural}/...` is a namespaced resource; a GET is
+`get` with a name, `list` without, `watch` with `?watch=true`.
 """
 
 from __future__ import annotations

@@ -237,6 +237,13 @@ class Controller:
         (the simulated clock's), to which the controller adds those of its own writes."""
         if not self.is_leader():
             return None
+        self.events.hold()
+        try:
+            return self._run_slot(slot, time_s, slot_s, barrier)
+        finally:
+            self.events.release()
+
+    def _run_slot(self, slot: int, time_s: float, slot_s: float, barrier: dict[str, int] | None) -> SlotReport | None:
         started, calls = time.perf_counter(), self.call.calls
         self.health.beat()
         wanted = dict(self.rest.written)

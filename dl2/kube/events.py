@@ -2,8 +2,9 @@
 `kubectl describe` and `kubectl get events` show them: a resize on the job, a promotion, a fallback to the
 incumbent, a refused spec and a model that failed to load on the SchedulerPolicy.
 
-Events are sent from a background thread, like client-go's event broadcaster: a slot never waits for them, and
-when the API server is down they are dropped after a few attempts rather than queued forever (`max_queue`).
+Events are sent from a background thread, like client-go's event broadcaster: a slot never waits for them (and,
+held while a slot runs, they do not compete with its resizes for the API server), and when the API server is
+down they are dropped after a few attempts rather than queued forever (`max_queue`).
 """
 
 from __future__ import annotations
@@ -62,6 +63,15 @@ class EventRecorder:
         self.dropped = 0
         self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(max_queue)
         self._thread: threading.Thread | None = None
+        self._open = threading.Event()
+        self._open.set()
+
+    def hold(self) -> None:
+        """Keep queued events until `release()` (the controller holds them while a slot runs)."""
+        self._open.clear()
+
+    def release(self) -> None:
+        self._open.set()
 
     def start(self) -> EventRecorder:
         if self._thread is None:
@@ -94,7 +104,8 @@ class EventRecorder:
             self.dropped += 1
 
     def flush(self, timeout_s: float = 10.0) -> None:
-        """Wait until every queued event has been sent or dropped (tests; a clean shutdown)."""
+        """Wait until every queued event has been sent or dropped (tests; a clean shutdown); releases a hold."""
+        self.release()
         done = threading.Event()
 
         def drain() -> None:
@@ -117,6 +128,7 @@ class EventRecorder:
             try:
                 if body is None:
                     return
+                self._open.wait(30.0)  # held at most that long, whatever happens to the slot
                 self._send(body)
             finally:
                 self._queue.task_done()
