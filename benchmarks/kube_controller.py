@@ -61,7 +61,7 @@ philly = first_jobs(load_workloads("philly")[0], int(sys.argv[1]))
 burst = replace(philly, jobs=tuple(replace(j, spec=replace(j.spec, arrival_s=0.0)) for j in philly.jobs))
 started = time.perf_counter()
 with LocalCluster(Path(sys.argv[2]), burst, SimConfig.realistic(seed=0)) as local:
-    local.create_policy("active", 1, "drf")
+    local.create_policy("active", 1, "drf", guardrails=json.loads(sys.argv[3]))
     ready = {"kubeconfig": str(local.serve_kubeconfig), "admin": str(local.admin_kubeconfig),
              "start_s": time.perf_counter() - started}
     print(json.dumps(ready), flush=True)
@@ -93,7 +93,18 @@ def policy(mode: str = "active") -> dict[str, Any]:
 # -- 1. load ------------------------------------------------------------------------------------------------
 
 
-def load_size(num_jobs: int, slots: int, folder: Path) -> dict[str, Any]:
+def shipped_guardrails() -> dict[str, int]:
+    """The guardrails of the sample policy `k8s/schedulerpolicy.yaml`."""
+    import yaml
+
+    guardrails: dict[str, int] = yaml.safe_load((ROOT / "k8s" / "schedulerpolicy.yaml").read_text())["spec"][
+        "guardrails"
+    ]
+    return guardrails
+
+
+def load_size(num_jobs: int, slots: int, folder: Path, guardrails: dict[str, int] | None = None) -> dict[str, Any]:
+    """One size; `guardrails` those of the policy (None: none, every proposal applied)."""
     from kubernetes import config as kube_config
 
     from dl2.kube.controller import Controller, ControllerConfig
@@ -104,7 +115,8 @@ def load_size(num_jobs: int, slots: int, folder: Path) -> dict[str, Any]:
 
     cores = sorted(os.sched_getaffinity(0))
     twin = subprocess.Popen(
-        [sys.executable, "-c", TWIN, str(num_jobs), str(folder / f"cluster-{num_jobs}")], stdin=subprocess.PIPE,
+        [sys.executable, "-c", TWIN, str(num_jobs), str(folder / f"cluster-{num_jobs}-{bool(guardrails)}"),
+         json.dumps(guardrails or {})], stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, text=True, cwd=ROOT, preexec_fn=lambda: os.sched_setaffinity(0, {cores[-1]}),
     )  # fmt: skip
     try:
@@ -114,8 +126,8 @@ def load_size(num_jobs: int, slots: int, folder: Path) -> dict[str, Any]:
         api.configuration.retries = False
         api.user_agent = "dl2-serve/bench"
         config = ControllerConfig(
-            "bench", decision_log=folder / f"decisions-{num_jobs}", clock="cluster", request_timeout_s=60.0,
-            cache_timeout_s=120.0,
+            "bench", decision_log=folder / f"decisions-{num_jobs}-{bool(guardrails)}", clock="cluster",
+            request_timeout_s=60.0, cache_timeout_s=120.0,
         )  # fmt: skip
         controller = Controller(api, config, directory_loader(models_root(folder / "models")))
         admin = Rest(kube_config.new_client_from_config(started["admin"]))  # the bench's reads, not the controller's
@@ -154,6 +166,7 @@ def load_size(num_jobs: int, slots: int, folder: Path) -> dict[str, Any]:
     steady = slice(1, None)  # the first slot resizes every job from its request at once
     return {
         "jobs": num_jobs,
+        "guardrails": guardrails or {},
         "slots": len(walls),
         "active_jobs_median": float(np.median(jobs)),
         "first_slot_s": walls[0],
@@ -412,6 +425,9 @@ def main() -> None:
     parser.add_argument("--failovers", type=int, default=5, help="failover: leader SIGKILLs")
     parser.add_argument("--jobs", default="40,400,2000", help="load: workload sizes")
     parser.add_argument("--slots", type=int, default=20, help="load: slots timed per size")
+    parser.add_argument(
+        "--guarded", default="2000", help="load: sizes also run with the sample policy's guardrails ('' for none)"
+    )
     parser.add_argument("--kills", type=int, default=20, help="kills: SIGKILLs of dl2 serve")
     parser.add_argument("--kill-jobs", type=int, default=30, help="kills: Philly jobs of the run")
     parser.add_argument("--kill-nodes", type=int, default=4, help="kills: Philly nodes of the run")
@@ -426,12 +442,14 @@ def main() -> None:
         folder = Path(scratch)
         if "load" in parts:
             sizes = [load_size(int(n), args.slots, folder) for n in args.jobs.split(",")]
+            sizes += [load_size(int(n), args.slots, folder, shipped_guardrails()) for n in args.guarded.split(",") if n]
             results["load"] = sizes
             print_table(
                 f"slot latency: Philly's first N jobs at once on 352 nodes, dl2-philly active ({args.slots} slots)",
-                ["jobs", "active", "first slot (s)", "median (ms)", "p99 (ms)", "observe", "decide", "of it policy",
-                 "record", "act", "API calls/slot", "max", "resizes/slot"],
-                [[str(s["jobs"]), f"{s['active_jobs_median']:.0f}", f"{s['first_slot_s']:.2f}",
+                ["jobs", "guardrails", "active", "first slot (s)", "median (ms)", "p99 (ms)", "observe", "decide",
+                 "of it policy", "record", "act", "API calls/slot", "max", "resizes/slot"],
+                [[str(s["jobs"]), "shipped" if s["guardrails"] else "none", f"{s['active_jobs_median']:.0f}",
+                  f"{s['first_slot_s']:.2f}",
                   f"{1000 * s['median_slot_s']:.1f}", f"{1000 * s['p99_slot_s']:.1f}",
                   f"{1000 * s['median_observe_s']:.0f}", f"{1000 * s['median_decide_s']:.0f}",
                   f"{1000 * s['median_policy_s']:.0f}", f"{1000 * s['median_record_s']:.0f}",

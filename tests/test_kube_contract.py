@@ -82,8 +82,14 @@ def test_a_job_spec_reads_back_exactly_from_its_manifest(spec):
     assert contract.job_spec(obj) == spec
     assert contract.replicas(obj) == (spec.requested_workers, spec.requested_ps)
     subresource, content_type, body = contract.resize(obj, 3, 2)
+    assert subresource is None  # the job itself, so one request carries the controller's stamp too
     if spec.architecture is Architecture.ALLREDUCE:
-        assert (subresource, body) == ("scale", {"spec": {"replicas": 3}})
+        # the field the PyTorchJob's `scale` subresource reads, merge-patched
+        assert content_type == "application/merge-patch+json"
+        assert body == {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 3}}}}
+        resized = copy.deepcopy(obj)
+        resized["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 3
+        assert contract.replicas(resized) == (3, 0)
     else:
         resized = json_patch(obj, body)
         assert content_type == "application/json-patch+json" and contract.replicas(resized) == (3, 2)

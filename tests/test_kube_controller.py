@@ -261,9 +261,8 @@ def test_api_faults_are_survived_with_backoff_and_change_no_decision(setup, tmp_
 
 
 def test_an_informer_survives_dropped_streams_and_expired_versions(kube):
-    from dl2.controlplane.proxy import FaultProxy
-
     from dl2.controlplane.faults import Fault, FaultKind
+    from dl2.controlplane.proxy import FaultProxy
 
     create_policy(kube, "shadow")
     with FaultProxy(kube.url, kube.plane.ca) as proxy:

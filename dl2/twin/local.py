@@ -87,8 +87,17 @@ class LocalCluster:
         assert self.identities is not None, "start() the cluster first"
         return self.plane.client(token=self.identities.promoter, user_agent="dl2-promoter")
 
-    def create_policy(self, mode: str, version: int | None, incumbent: str, name: str = DEFAULT_NAME) -> None:
+    def create_policy(
+        self,
+        mode: str,
+        version: int | None,
+        incumbent: str,
+        name: str = DEFAULT_NAME,
+        guardrails: dict[str, int] | None = None,
+    ) -> None:
         spec: dict[str, Any] = {"mode": mode, "incumbent": incumbent}
+        if guardrails:
+            spec["guardrails"] = guardrails
         if version is not None:
             spec["model"] = {"name": "dl2-policy", "version": str(version)}
         body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "spec": spec}
