@@ -21,6 +21,7 @@ from dl2.kube.cache import ClusterCache
 from dl2.kube.metrics import Metrics
 from dl2.kube.rest import CONFIGMAPS, Rest
 from dl2.sim.config import SimConfig
+from dl2.truth import Truth
 from dl2.twin import ClusterTwin, TwinOptions, start_twin
 from dl2.workload.mapping import TraceMapping
 from dl2.workload.synthetic import PRESETS, generate
@@ -39,10 +40,15 @@ def tiny_workload(num_jobs: int = 8, num_nodes: int = 2, seed: int = 3) -> Workl
 
 @contextmanager
 def twin(
-    kube: KubeEnv, workload: Workload, config: SimConfig, placer: str = "load-balance", **options: Any
+    kube: KubeEnv,
+    workload: Workload,
+    config: SimConfig,
+    placer: str = "load-balance",
+    truth: Truth | None = None,
+    **options: Any,
 ) -> Iterator[ClusterTwin]:
     """A started cluster twin on the session's control plane (its thread pool closed afterwards)."""
-    running = start_twin(kube.twin_api(), workload, config, placer, TwinOptions(**options))
+    running = start_twin(kube.twin_api(), workload, config, placer, TwinOptions(**options), truth)
     try:
         yield running
     finally:

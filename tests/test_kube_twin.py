@@ -20,6 +20,7 @@ from dl2.kube.rest import CONFIGMAPS, NAMESPACES, NODES, PODS, PYTORCHJOBS, VOLC
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.run import speed_model
+from dl2.truth import truth_named
 from dl2.twin import reference_result
 from dl2.twin.workloads import first_jobs, first_nodes, with_allreduce
 from dl2.workload.synthetic import PRESETS, generate
@@ -117,13 +118,16 @@ def test_kwok_runs_the_bound_pods_and_a_resize_changes_them_and_pays_the_rescale
             pods = rest.list(PODS, namespace, labelSelector=selector)
 
 
-@pytest.mark.parametrize("heuristic", ["drf", "optimus"])
-def test_a_heuristic_deciding_through_the_api_gets_the_simulators_jcts(kube, heuristic):
+@pytest.mark.parametrize(("heuristic", "truth"), [("drf", None), ("optimus", None), ("optimus", "seed-1")])
+def test_a_heuristic_deciding_through_the_api_gets_the_simulators_jcts(kube, heuristic, truth):
     """DRF reads the jobs' specs and order; Optimus also their progress (the `dl2.io/progress-epochs` annotation)
-    and the speed model. Both decide from what the API shows exactly as from the simulator's own view."""
+    and the speed model. Both decide from what the API shows exactly as from the simulator's own view; on a
+    cluster whose truth departs from the catalogue (new types, shifted speeds, interference, checkpoint
+    resizes), the twin plays that truth exactly as `dl2 simulate --truth` does."""
     workload = tiny_workload(num_jobs=12, num_nodes=2)
     scheduler = make_scheduler(heuristic, speed_model(Mode.REALISTIC), False)
-    with twin(kube, workload, CONFIG) as cluster:
+    played = None if truth is None else truth_named(truth)
+    with twin(kube, workload, CONFIG, truth=played) as cluster:
         controller = HeuristicClient(kube.admin(f"dl2-{heuristic}-client"), scheduler)
         try:
             slots = 0
@@ -134,7 +138,8 @@ def test_a_heuristic_deciding_through_the_api_gets_the_simulators_jcts(kube, heu
         finally:
             controller.close()
         through_api = {j.job_id: (j.finish_s, j.num_rescales) for j in cluster.result().jobs}
-    direct = {j.job_id: (j.finish_s, j.num_rescales) for j in reference_result(workload, heuristic, CONFIG).jobs}
+    reference = reference_result(workload, heuristic, CONFIG, truth=played)
+    direct = {j.job_id: (j.finish_s, j.num_rescales) for j in reference.jobs}
     assert through_api == direct  # the same floats: the same allocations in every slot
     assert controller.resizes > len(workload.jobs) and controller.short_of_max > 0 and slots > 20  # contended
 

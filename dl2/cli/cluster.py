@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dl2.cli.common import UsageError, add_sim_options, check_range, check_seed, sim_config
+from dl2.cli.common import UsageError, add_sim_options, add_truth_option, check_range, check_seed, sim_config
 from dl2.core.limits import MAX_JOBS, MAX_NODES, MAX_TIME_S
 from dl2.io import print_json, write_json_atomic
 from dl2.schedulers.registry import PLACERS
@@ -60,6 +60,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--namespaces", default="team-a,team-b", help="managed namespaces, comma-separated")
     parser.add_argument("--kueue-fraction", type=float, default=0.0, help="share of jobs submitted to Kueue")
     add_sim_options(parser)
+    add_truth_option(parser)
     parser.add_argument("--seed", type=int, default=0, help="seed of the workload and the simulation")
     parser.add_argument(
         "--reference", default=None, metavar="SCHEDULER", help="at the end, also run this heuristic on the workload"
@@ -134,7 +135,7 @@ def _serve(args: argparse.Namespace) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     try:
-        local = LocalCluster(args.folder, workload, config, _heuristic_placer(args), options, args.port)
+        local = LocalCluster(args.folder, workload, config, _heuristic_placer(args), options, args.port, _truth(args))
     except AssetsMissing as error:
         raise UsageError(str(error)) from None
     with local:
@@ -168,6 +169,15 @@ def _serve(args: argparse.Namespace) -> int:
         if local.twin is not None:
             _report(local.twin, workload, config, args)
     return 0
+
+
+def _truth(args: argparse.Namespace) -> Any:
+    """The twin's truth (`--truth`), or None: the catalogue."""
+    from dl2.truth import truth_named
+
+    if args.truth is not None and args.simulate is None:
+        raise UsageError("--truth is how a simulated cluster's jobs behave: give --simulate a workload")
+    return None if args.truth is None else truth_named(args.truth)
 
 
 def _heuristic_placer(args: argparse.Namespace) -> str:
@@ -226,7 +236,7 @@ def _report(cluster: Any, workload: Any, config: Any, args: argparse.Namespace) 
     if cluster.done and not report["status"]["cancelled"]:
         report["metrics"] = summarize(cluster.result()).to_json_dict()
     if args.reference is not None:
-        reference = summarize(reference_result(workload, args.reference, config, _heuristic_placer(args)))
+        reference = summarize(reference_result(workload, args.reference, config, _heuristic_placer(args), _truth(args)))
         report["reference"] = reference.to_json_dict()
         table.add_row(f"simulator, {args.reference}", f"{reference.avg_jct_s:,.1f}", str(reference.num_jobs))
     Console(stderr=True).print(table)  # stdout carries JSON lines only

@@ -44,6 +44,32 @@ def add_sim_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_truth_option(parser: argparse.ArgumentParser) -> None:
+    """`--truth`: play a cluster whose jobs depart from the catalogue (`dl2.truth`)."""
+    from dl2.truth.scenarios import SCENARIOS
+
+    parser.add_argument(
+        "--truth",
+        default=None,
+        type=truth_argument,
+        metavar="TRUTH",
+        help=f"run the cluster on a truth unlike the catalogue the policies read: {', '.join(SCENARIOS)}, or seed-N "
+        "for one drawn from a seed (realistic mode; default: the catalogue itself)",
+    )
+
+
+def truth_argument(text: str) -> str:
+    """A truth's name, checked now (argparse refuses anything else with one line)."""
+    from dl2.config import ConfigError
+    from dl2.truth.scenarios import truth_named
+
+    try:
+        truth_named(text)
+    except ConfigError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
 def placer_argument(text: str) -> str:
     """A placer's name or a folder (a Harmony placer, checked when loaded); anything else is refused by argparse."""
     if text in PLACERS or Path(text).is_dir():

@@ -10,7 +10,9 @@ import numpy as np
 from tqdm import tqdm
 
 from dl2.cli.common import (
+    UsageError,
     add_sim_options,
+    add_truth_option,
     add_workload_options,
     check_seed,
     console,
@@ -48,6 +50,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--scheduler", "-s", required=True, help="scheduler name (drf, fifo, srtf, optimus, optimus-fitted, tiresias)"
     )
     add_sim_options(parser)
+    add_truth_option(parser)
+    parser.add_argument(
+        "--oracle",
+        action="store_true",
+        help="with --truth: hand the scheduler the truth's speeds and the jobs' true types (a ceiling, labelled "
+        "oracle; a deployment has only the catalogue)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the workload mapping and of the simulation")
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     parser.set_defaults(run=run)
@@ -66,13 +75,29 @@ def run(args: argparse.Namespace) -> int:
         disable=args.json or len(workloads) == 1,
         file=sys.stderr,
     )
+    if args.oracle and args.truth is None:
+        raise UsageError("--oracle reads a truth: name one with --truth")
+    if args.truth is not None and compat:
+        raise UsageError("--truth is played in realistic mode (compatibility mode is the authors' catalogue)")
     for workload in progress:
-        metrics.append(summarize(run_one(workload, build, config)))
+        if args.truth is None:
+            metrics.append(summarize(run_one(workload, build, config)))
+        else:
+            from dl2.truth import realise, truth_named
+            from dl2.truth.run import run_on
+
+            cluster = realise(truth_named(args.truth), workload)
+            metrics.append(summarize(run_on(cluster, build, config, oracle=args.oracle)))
     report = aggregate(metrics, compat)
+    if args.truth is not None:
+        report["truth"] = args.truth
+        report["oracle"] = args.oracle
     if args.json:
         print_json(report)
     else:
-        print_table(report, args.scheduler, args.workload, config.mode)
+        scheduler = f"{args.scheduler} (oracle)" if args.oracle else args.scheduler
+        workload = args.workload if args.truth is None else f"{args.workload} under the truth {args.truth}"
+        print_table(report, scheduler, workload, config.mode)
     return 0
 
 

@@ -77,8 +77,9 @@ class SimulatorSpeeds:
         values = np.array([self.speed.placed_throughput(*placed[i]) for i in which], dtype=float)
         if self.interference is None:
             return values
-        table, index = self.interference.table, self.interference.model_index
-        kinds = [index[spec.model] for spec, _ in placed]
+        interference = self.interference
+        table = interference.table
+        kinds = [interference.type_index(spec) for spec, _ in placed]
         for position, victim in enumerate(which):
             row = table[kinds[victim]]
             factor = 1.0

@@ -9,7 +9,7 @@ and a change of allocation only adds pauses. The average over the workload bound
 
 Placements are enumerated up to symmetry: servers with the same capacity are interchangeable, so a placement
 is a multiset of per-server (workers, PS) configurations. The realistic speed function depends on a placement
-only through the number of worker-PS pairs that share a server (parameter-server jobs; `speed_fit._kappa`) or
+only through the number of worker-PS pairs that share a server (parameter-server jobs; `speed_fit.placement_kappa`) or
 whether the ring spans servers (all-reduce), so for each (workers, PS) a dynamic programme over those multisets
 finds the placement with the most co-located pairs, which the speed function then evaluates
 (`tests/test_lower_bound.py` checks that against brute force over every placement of small jobs).

@@ -162,7 +162,7 @@ class Simulation:
         if self.interference is not None:
             table = np.array(self.interference.table, dtype=float)
             self._colocation = CoLocation(table, self.cluster.num_nodes)
-            self._type_of = [self.interference.model_index[spec.model] for spec in self.specs]
+            self._type_of = [self.interference.type_index(spec) for spec in self.specs]
 
     def fork(self) -> Simulation:
         """An independent copy of the run as it stands: advancing either leaves the other unchanged, and both

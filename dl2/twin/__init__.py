@@ -19,6 +19,8 @@ from dl2.schedulers.registry import PLACERS, make_scheduler
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.run import interference_model, speed_model
 from dl2.sim.simulator import SimResult, simulate
+from dl2.truth import Truth, realise
+from dl2.truth.run import run_on
 from dl2.twin.cluster import ClusterTwin, TwinOptions
 
 
@@ -28,19 +30,33 @@ def start_twin(
     config: SimConfig | None = None,
     placer: str = "load-balance",
     options: TwinOptions | None = None,
+    truth: Truth | None = None,
 ) -> ClusterTwin:
     """Create the twin's nodes, namespaces and clock through `api` (a client with the twin's credentials) and
     submit the first slot's jobs; `placer` is the heuristic that places tasks unless `options.scheduler_name`
-    leaves that to a kube-scheduler."""
+    leaves that to a kube-scheduler. With a `truth`, the jobs run as it says (`dl2.truth`), not as the catalogue
+    that the controller reads."""
     if placer not in PLACERS:
         raise KeyError(f"unknown placer {placer!r}; known: {', '.join(PLACERS)}")
-    return ClusterTwin(api, workload, config or SimConfig.realistic(), PLACERS[placer](), options).start()
+    config = config or SimConfig.realistic()
+    if truth is None:
+        return ClusterTwin(api, workload, config, PLACERS[placer](), options).start()
+    cluster = realise(truth, workload)
+    return ClusterTwin(
+        api, cluster.workload, cluster.config(config), PLACERS[placer](), options, cluster.speed, cluster.interference
+    ).start()
 
 
-def reference_result(workload: Workload, scheduler: str, config: SimConfig, placer: str = "load-balance") -> SimResult:
+def reference_result(
+    workload: Workload, scheduler: str, config: SimConfig, placer: str = "load-balance", truth: Truth | None = None
+) -> SimResult:
     """The same workload and configuration run by the simulator with a heuristic deciding (what `dl2 simulate`
     reports), to compare with the JCTs obtained through the API."""
     speed = speed_model(Mode.REALISTIC)
+    if truth is not None:
+        return run_on(
+            realise(truth, workload), lambda speed, compat: make_scheduler(scheduler, speed, compat, placer), config
+        )
     return simulate(workload, make_scheduler(scheduler, speed, False, placer), config, speed, interference_model())
 
 

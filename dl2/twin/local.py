@@ -20,6 +20,7 @@ from dl2.core import Workload
 from dl2.kube.policy import API_VERSION, DEFAULT_NAME, KIND, POLICIES
 from dl2.kube.rest import Rest
 from dl2.sim.config import SimConfig
+from dl2.truth import Truth
 from dl2.twin import ClusterTwin, TwinOptions, start_twin
 
 RESIZES = (("kubeflow.org", "pytorchjobs"), ("batch.volcano.sh", "jobs"))
@@ -34,15 +35,17 @@ class LocalCluster:
         placer: str = "load-balance",
         options: TwinOptions | None = None,
         port: int = 0,
+        truth: Truth | None = None,
     ) -> None:
         """`folder` keeps the control plane's files and the kubeconfigs (a temporary one when None); without a
-        `workload` only the control plane runs."""
+        `workload` only the control plane runs; its jobs behave as `truth` says (None: as the catalogue)."""
         self.plane = ControlPlane(folder, port=port)
         self.folder = self.plane.folder
         self.workload = workload
         self.config = config or SimConfig.realistic()
         self.placer = placer
         self.options = options
+        self.truth = truth
         self.twin: ClusterTwin | None = None
         self.identities: Identities | None = None
         self.admin_kubeconfig = self.folder / "admin.kubeconfig"
@@ -58,7 +61,7 @@ class LocalCluster:
             self.plane.write_kubeconfig(self.promoter_kubeconfig, token=identities.promoter)
             if self.workload is not None:
                 api = self.plane.client(TWIN, user_agent="dl2-twin")
-                self.twin = start_twin(api, self.workload, self.config, self.placer, self.options)
+                self.twin = start_twin(api, self.workload, self.config, self.placer, self.options, self.truth)
         except BaseException:
             self.stop()
             raise

@@ -20,7 +20,7 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
-from dl2.core import InputError
+from dl2.core import InputError, JobSpec
 from dl2.core.inputs import read_json
 from dl2.workload.catalogue import CATALOGUE, MODEL_NAMES
 
@@ -76,3 +76,7 @@ class InterferenceModel:
 
     def slowdown(self, victim: str, aggressor: str) -> float:
         return self.matrix[victim][aggressor]
+
+    def type_index(self, spec: JobSpec) -> int:
+        """The row and column of `table` that a job's tasks take (its catalogue type)."""
+        return self.model_index[spec.model]

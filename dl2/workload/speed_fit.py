@@ -30,6 +30,10 @@ from dl2.workload.measurements import measurements_of
 
 FEATURE_NAMES = ("t0/w", "t1", "t2/p", "t3*w/p", "t4*w", "t5*p")
 
+TermFactors = tuple[float, float, float, float]
+"""Factors on groups of the form's terms: (compute t0, communication t2 and t3, parameter server t3 alone,
+overhead t1, t4 and t5)."""
+
 
 def _features(num_ps: np.ndarray, num_workers: np.ndarray) -> np.ndarray:
     ones = np.ones_like(num_ps)
@@ -49,10 +53,25 @@ class FittedModel:
     """90th percentile of the absolute percentage error."""
     num_rows: int
 
-    def inverse_speed(self, num_ps: float, num_workers: float, kappa: float = 1.0) -> float:
+    def inverse_speed(
+        self, num_ps: float, num_workers: float, kappa: float = 1.0, factors: TermFactors | None = None
+    ) -> float:
+        """Seconds per unit of throughput; `factors` scale groups of terms (a cluster whose truth departs from
+        the fit: `dl2.truth`)."""
         t0, t1, t2, t3, t4, t5 = self.coefficients
+        if factors is None:
+            return (
+                t0 / num_workers
+                + t1
+                + kappa * (t2 / num_ps + t3 * num_workers / num_ps)
+                + t4 * num_workers
+                + t5 * num_ps
+            )
+        compute, communication, parameter_server, overhead = factors
         return (
-            t0 / num_workers + t1 + kappa * (t2 / num_ps + t3 * num_workers / num_ps) + t4 * num_workers + t5 * num_ps
+            compute * t0 / num_workers
+            + overhead * (t1 + t4 * num_workers + t5 * num_ps)
+            + kappa * communication * (t2 / num_ps + parameter_server * t3 * num_workers / num_ps)
         )
 
 
@@ -96,18 +115,30 @@ class ParametricSpeedModel:
         ps = allocation.ps_nodes
         if not ps:
             return 0.0
-        return 1.0 / self.fits[spec.model].inverse_speed(len(ps), len(workers), _kappa(profile, workers, ps))
+        return 1.0 / self.fits[spec.model].inverse_speed(len(ps), len(workers), placement_kappa(profile, workers, ps))
 
     def _allreduce(self, profile: ModelProfile, num_workers: int, spans_servers: bool) -> float:
-        fit = self.fits[profile.name]
-        t0, t1, _t2, _t3, t4, _t5 = fit.coefficients
-        units_per_second = t0 / profile.compute_time_s  # the fitted compute term is the measured compute time
-        bandwidth = profile.inter_bw_mb_s if spans_servers else max(profile.intra_bw_mb_s, profile.inter_bw_mb_s)
-        ring_s = 2.0 * (num_workers - 1) / num_workers * profile.model_size_mb / bandwidth
-        return 1.0 / (t0 / num_workers + t1 + t4 * num_workers + units_per_second * ring_s / num_workers)
+        return 1.0 / allreduce_inverse_speed(self.fits[profile.name], profile, num_workers, spans_servers)
 
 
-def _kappa(profile: ModelProfile, worker_nodes: tuple[int, ...], ps_nodes: tuple[int, ...]) -> float:
+def allreduce_inverse_speed(
+    fit: FittedModel, profile: ModelProfile, num_workers: int, spans_servers: bool, factors: TermFactors | None = None
+) -> float:
+    """Seconds per unit of throughput of a ring all-reduce job (the module docstring); `factors` as in
+    `FittedModel.inverse_speed` (the ring's transfer is communication; a parameter server has no part)."""
+    t0, t1, _t2, _t3, t4, _t5 = fit.coefficients
+    compute, communication, _parameter_server, overhead = factors or (1.0, 1.0, 1.0, 1.0)
+    units_per_second = t0 / profile.compute_time_s  # the fitted compute term is the measured compute time
+    bandwidth = profile.inter_bw_mb_s if spans_servers else max(profile.intra_bw_mb_s, profile.inter_bw_mb_s)
+    ring_s = 2.0 * (num_workers - 1) / num_workers * profile.model_size_mb / bandwidth
+    return (
+        compute * t0 / num_workers
+        + overhead * (t1 + t4 * num_workers)
+        + communication * units_per_second * ring_s / num_workers
+    )
+
+
+def placement_kappa(profile: ModelProfile, worker_nodes: tuple[int, ...], ps_nodes: tuple[int, ...]) -> float:
     """Communication-time factor of this placement relative to the all-crossing measurements."""
     ps_count = Counter(ps_nodes)
     co_located_pairs = sum(ps_count.get(node, 0) for node in worker_nodes)

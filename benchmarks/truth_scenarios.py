@@ -1,0 +1,106 @@
+"""Clusters whose truth departs from the catalogue: how far each scheduler that reads the catalogue falls from an
+oracle that reads the truth, before any learning from feedback.
+
+Each scenario (`dl2.truth`: `catalogue` is the no-shift control) is played on Philly-like workloads
+(`synthetic-philly`, seeds 9100-9102, the first `--jobs` jobs on the first `--nodes` servers; none of them was
+used to train a shipped model), realistic mode, the simulation seeded like the workload. Rows:
+
+- the champion `models/dl2-philly` (the shipped DL2 policy; it reads the catalogue through its state);
+- the heuristics a deployment can run: DRF, Tiresias (the jobs' asked sizes), Optimus and `speedup-hull` on the
+  catalogue's speeds, and `optimus-fitted` (its own online fit of each job's observed progress);
+- `oracle`: the best of Optimus and `speedup-hull` handed the truth's speeds and the jobs' true types (a ceiling,
+  not a baseline: no deployment has it).
+
+Reported: mean average JCT over the seeds with a 95% confidence interval (Student t), and each row against the
+oracle. What the closed loop learns from the cluster's records is to be measured against these rows.
+
+    .venv/bin/python benchmarks/truth_scenarios.py [--jobs 300 --nodes 24 --seeds 9100,9101,9102]
+
+Prints a table and writes `benchmarks/results/truth_scenarios.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from common import environment, print_table, write_json
+
+from dl2.cli.common import scheduler_builder
+from dl2.sim.config import Mode, SimConfig
+from dl2.sim.metrics import mean_ci95, summarize
+from dl2.truth import SCENARIOS, realise, truth_named
+from dl2.truth.run import run_on
+from dl2.twin.workloads import first_jobs, first_nodes
+from dl2.workload.synthetic import PRESETS, generate
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAMPION = str(ROOT / "models" / "dl2-philly")
+HEURISTICS = ("drf", "tiresias", "optimus", "speedup-hull", "optimus-fitted")
+ORACLES = ("optimus", "speedup-hull")
+
+
+def run_cell(task: tuple[str, int, int, int, str, bool]) -> tuple[str, int, str, bool, float]:
+    """(truth, seed, jobs, nodes, scheduler, oracle) -> its average JCT in hours."""
+    truth_name, seed, num_jobs, num_nodes, scheduler, oracle = task
+    workload = generate(replace(PRESETS["synthetic-philly"], num_jobs=max(num_jobs, 1)), seed, "synthetic-philly")
+    workload = first_nodes(first_jobs(workload, num_jobs), num_nodes)
+    cluster = realise(truth_named(truth_name), workload)
+    build = scheduler_builder(scheduler, None, Mode.REALISTIC)
+    result = run_on(cluster, build, SimConfig.realistic(seed=seed), oracle=oracle)
+    return truth_name, seed, scheduler, oracle, summarize(result).avg_jct_s / 3600
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--truths", default=",".join(SCENARIOS), help="scenarios or seed-N, comma-separated")
+    parser.add_argument("--seeds", default="9100,9101,9102", help="workload and simulation seeds")
+    parser.add_argument("--jobs", type=int, default=300, help="first N jobs of each workload")
+    parser.add_argument("--nodes", type=int, default=24, help="first N servers of the cluster")
+    parser.add_argument("--workers", type=int, default=2, help="processes")
+    parser.add_argument("--out", default="truth_scenarios.json", help="file name under benchmarks/results/")
+    args = parser.parse_args()
+    truths = args.truths.split(",")
+    seeds = [int(seed) for seed in args.seeds.split(",")]
+    rows = [(CHAMPION, False), *((name, False) for name in HEURISTICS), *((name, True) for name in ORACLES)]
+    tasks = [(t, s, args.jobs, args.nodes, name, oracle) for t in truths for s in seeds for name, oracle in rows]
+    with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
+        cells = pool.map(run_cell, tasks, chunksize=1)
+    jct = {(t, s, name, oracle): hours for t, s, name, oracle, hours in cells}
+    results: dict[str, Any] = {"environment": environment(), "arguments": vars(args), "scenarios": {}}
+    table = []
+    for truth in truths:
+        oracle = np.array([min(jct[(truth, s, name, True)] for name in ORACLES) for s in seeds])
+        entries: dict[str, Any] = {}
+        labelled = [("champion dl2-philly", CHAMPION, False), *((name, name, False) for name in HEURISTICS)]
+        for label, name, is_oracle in labelled:
+            values = np.array([jct[(truth, s, name, is_oracle)] for s in seeds])
+            entries[label] = _summary(values, oracle)
+        entries["oracle (best of optimus, speedup-hull on the truth)"] = _summary(oracle, oracle)
+        results["scenarios"][truth] = entries
+        for label, entry in entries.items():
+            table.append([truth, label, f"{entry['mean_h']:.3f} ± {entry['ci95_h']:.3f}", f"{entry['vs_oracle']:+.1%}"])
+    print_table(
+        f"average JCT (h) on synthetic-philly's first {args.jobs} jobs on {args.nodes} servers, seeds {args.seeds}",
+        ["truth", "scheduler", "avg JCT (h), 95% CI", "vs oracle"],
+        table,
+    )
+    print(f"wrote {write_json(args.out, results)}")
+
+
+def _summary(values: np.ndarray, oracle: np.ndarray) -> dict[str, Any]:
+    mean, half = mean_ci95(list(values))
+    return {
+        "per_seed_h": [round(float(v), 4) for v in values],
+        "mean_h": mean,
+        "ci95_h": half,
+        "vs_oracle": float(np.mean(values / oracle) - 1.0),
+    }
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""A truth played on a workload: the jobs as the cluster receives them, and the speed and interference they really
+run at.
+
+Which jobs are of a new type is drawn with the truth's seed. Such a job is submitted under its type's declared
+catalogue label, with its type's demands, and with its epochs rescaled so that what a reader of the catalogue
+expects of it (its declared epochs at the label's speed at the asked size) takes as long as the job did in the
+workload: the arrivals and expected sizes stay the workload's, only the truth departs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cache
+
+import numpy as np
+
+from dl2.core import Architecture, Job, JobSpec, Resources, Workload
+from dl2.sim.config import SimConfig
+from dl2.truth.model import NewJobType, Truth
+from dl2.truth.speed import TrueInterference, TrueSpeedModel
+from dl2.workload.catalogue import CATALOGUE
+from dl2.workload.speed_fit import ParametricSpeedModel
+
+
+@cache
+def catalogue_speed() -> ParametricSpeedModel:
+    """The catalogue's fitted speed (built once per process)."""
+    return ParametricSpeedModel()
+
+
+@dataclass(frozen=True, slots=True)
+class TrueCluster:
+    """A workload under a truth: what the simulator or the cluster twin runs."""
+
+    truth: Truth
+    workload: Workload
+    """The jobs as submitted (arrivals, new types' labels, demands and epochs)."""
+    speed: TrueSpeedModel
+    interference: TrueInterference
+    new_type_of: dict[str, str]
+    """Job id -> the new type it really is (absent: the catalogue type it declares)."""
+
+    def config(self, config: SimConfig) -> SimConfig:
+        """The run's configuration with the truth's cost of a resize."""
+        return config if self.truth.rescale is None else replace(config, rescale=self.truth.rescale)
+
+    def type_of(self, spec: JobSpec) -> str:
+        """What a job really is: its new type, or its catalogue label."""
+        return self.new_type_of.get(spec.job_id, spec.model)
+
+    def oracle_workload(self) -> Workload:
+        """The same jobs, each labelled with what it really is: what a heuristic reading the truth is given (a
+        new type's name is unknown to the catalogue, so only an oracle can be handed it)."""
+        jobs = tuple(
+            replace(job, spec=replace(job.spec, model=self.new_type_of[job.spec.job_id]))
+            if job.spec.job_id in self.new_type_of
+            else job
+            for job in self.workload.jobs
+        )
+        return replace(self.workload, jobs=jobs)
+
+
+def realise(truth: Truth, workload: Workload) -> TrueCluster:
+    """Play `truth` on `workload` (module docstring)."""
+    rng = np.random.default_rng([truth.seed, 11])
+    draws = rng.uniform(size=workload.num_jobs)
+    bounds = np.cumsum([new.share for new in truth.new_types])
+    new_of: dict[str, NewJobType] = {}
+    jobs = []
+    for job, draw in zip(workload.jobs, draws, strict=True):
+        spec = replace(job.spec, arrival_s=job.spec.arrival_s / truth.arrival_density)
+        position = int(np.searchsorted(bounds, draw, side="right"))
+        if position < len(truth.new_types):
+            new = truth.new_types[position]
+            new_of[spec.job_id] = new
+            job = _as_new_type(replace(job, spec=spec), new)
+        else:
+            job = replace(job, spec=spec)
+        jobs.append(job)
+    submitted = replace(workload, jobs=tuple(jobs), name=f"{workload.name}+{truth.name}")
+    return TrueCluster(
+        truth,
+        submitted,
+        TrueSpeedModel(truth, new_of, catalogue_speed()),
+        TrueInterference(truth, new_of),
+        {job_id: new.name for job_id, new in new_of.items()},
+    )
+
+
+def _as_new_type(job: Job, new: NewJobType) -> Job:
+    spec = job.spec
+    speed = catalogue_speed()
+    num_ps = spec.requested_ps if spec.architecture is Architecture.PS else 0
+    # epochs per second at the asked size as the catalogue sees the job, before and after the new label
+    before = speed.throughput(spec.model, num_ps, spec.requested_workers) / spec.samples_per_epoch
+    label = CATALOGUE[new.declared]
+    after = speed.throughput(new.declared, num_ps, spec.requested_workers) / label.samples_per_epoch
+    ratio = after / before
+    allreduce = spec.architecture is Architecture.ALLREDUCE
+    relabelled = replace(
+        spec,
+        model=new.declared,
+        samples_per_epoch=label.samples_per_epoch,
+        declared_epochs=spec.declared_epochs * ratio,
+        worker_demand=new.worker_demand,
+        ps_demand=Resources() if allreduce else new.ps_demand,
+    )
+    return replace(job, spec=relabelled, true_epochs=job.true_epochs * ratio)

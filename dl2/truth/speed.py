@@ -1,0 +1,111 @@
+"""The truth's speed and interference: the catalogue's models with a truth's departures applied.
+
+`TrueSpeedModel` and `TrueInterference` stand where the simulator and the cluster twin take the catalogue's
+`ParametricSpeedModel` and `InterferenceModel`; a job of a new type is known by its id (its spec carries only the
+catalogue label it declares).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from dl2.core import Architecture, JobAllocation, JobSpec
+from dl2.truth.model import NewJobType, SpeedShift, Truth
+from dl2.workload.catalogue import CATALOGUE, MODEL_NAMES
+from dl2.workload.interference import InterferenceModel, default_matrix
+from dl2.workload.speed_fit import ParametricSpeedModel, TermFactors, allreduce_inverse_speed, placement_kappa
+
+
+def factors(shift: SpeedShift) -> TermFactors | None:
+    """The shift as the fit's term factors; None for no shift, so that a type the truth leaves alone runs at
+    exactly the catalogue's speed (the same floats, not merely close ones)."""
+    if shift.is_identity:
+        return None
+    return (shift.compute, shift.communication, shift.parameter_server, shift.overhead)
+
+
+class TrueSpeedModel:
+    """Placement-aware speed under a truth (the `SpeedModel` protocol)."""
+
+    def __init__(self, truth: Truth, new_type_of: Mapping[str, NewJobType], catalogue: ParametricSpeedModel) -> None:
+        """`new_type_of`: job id -> its new type, for the jobs that are of one."""
+        self.truth = truth
+        self.new_type_of = dict(new_type_of)
+        self.new_types = {new.name: new for new in truth.new_types}
+        self.fits = catalogue.fits
+
+    def _type(self, spec: JobSpec) -> tuple[str, SpeedShift]:
+        """The catalogue fit a job's speed starts from and the shift applied to it."""
+        new = self.new_type_of.get(spec.job_id)
+        if new is not None:
+            return new.base, new.shift
+        return spec.model, self.truth.shift_of(spec.model)
+
+    def throughput(self, model: str, num_ps: int, num_workers: int) -> float:
+        """A type's true speed, every worker-PS pair across servers. `model` is a catalogue type or a new type's
+        own name: only the oracle, which reads jobs by their true type (`TrueCluster.oracle_workload`), asks
+        for the latter."""
+        if num_workers <= 0:
+            return 0.0
+        new = self.new_types.get(model)
+        base, shift = (new.base, new.shift) if new is not None else (model, self.truth.shift_of(model))
+        fit = self.fits[base]
+        if num_ps <= 0:
+            return 1.0 / allreduce_inverse_speed(fit, CATALOGUE[base], num_workers, num_workers > 1, factors(shift))
+        return 1.0 / fit.inverse_speed(num_ps, num_workers, 1.0, factors(shift))
+
+    def placed_throughput(self, spec: JobSpec, allocation: JobAllocation) -> float:
+        workers = allocation.worker_nodes
+        if not workers:
+            return 0.0
+        model, shift = self._type(spec)
+        profile, fit = CATALOGUE[model], self.fits[model]
+        if spec.architecture is Architecture.ALLREDUCE:
+            spans = len(set(workers)) > 1
+            return 1.0 / allreduce_inverse_speed(fit, profile, len(workers), spans, factors(shift))
+        ps = allocation.ps_nodes
+        if not ps:
+            return 0.0
+        kappa = placement_kappa(profile, workers, ps)
+        return 1.0 / fit.inverse_speed(len(ps), len(workers), kappa, factors(shift))
+
+
+def true_matrix(truth: Truth) -> dict[str, dict[str, float]]:
+    """The truth's slowdown of every victim by every aggressor, new types included (a new type interferes as its
+    `base` does), with the truth's scale and seeded spread applied to each pair's extra slowdown."""
+    profiled = default_matrix()
+    base_of = {name: name for name in MODEL_NAMES} | {t.name: t.base for t in truth.new_types}
+    names = list(base_of)
+    rng = np.random.default_rng([truth.seed, 7])  # its own stream: which jobs are new does not move the spread
+    spread = rng.uniform(1.0 - truth.interference_spread, 1.0 + truth.interference_spread, (len(names), len(names)))
+    if truth.interference_scale == 1.0 and truth.interference_spread == 0.0:
+        return {
+            victim: {aggressor: profiled[base_of[victim]][base_of[aggressor]] for aggressor in names}
+            for victim in names
+        }
+    return {
+        victim: {
+            aggressor: 1.0
+            + truth.interference_scale * spread[i, j] * (profiled[base_of[victim]][base_of[aggressor]] - 1)
+            for j, aggressor in enumerate(names)
+        }
+        for i, victim in enumerate(names)
+    }
+
+
+class TrueInterference(InterferenceModel):
+    """The truth's interference table; a job of a new type takes its type's row and column."""
+
+    def __init__(self, truth: Truth, new_type_of: Mapping[str, NewJobType]) -> None:
+        matrix = true_matrix(truth)
+        self.matrix = matrix
+        names = list(matrix)
+        self.model_index = {name: i for i, name in enumerate(names)}
+        self.table = [[matrix[victim][aggressor] for aggressor in names] for victim in names]
+        self.new_type_of = {job_id: new.name for job_id, new in new_type_of.items()}
+
+    def type_index(self, spec: JobSpec) -> int:
+        """A job's true type's row: its new type's (by id, or by name in the oracle's workload) or its label's."""
+        return self.model_index[self.new_type_of.get(spec.job_id, spec.model)]
