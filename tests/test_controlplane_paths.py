@@ -46,3 +46,21 @@ def test_rbac_verbs():
         "deletecollection",
         "get",
     ]
+
+
+def test_an_audit_offset_never_falls_inside_a_line(tmp_path):
+    """The API server may be part-way through a line: an offset must end at the last whole one, or the next read
+    starts with half an event."""
+    from dl2.controlplane.cluster import last_line_end, read_audit_log
+
+    log = tmp_path / "audit.log"
+    assert last_line_end(log) == 0
+    whole = b'{"stage": "ResponseComplete", "auditID": "a"}\n' * 3
+    log.write_bytes(whole + b'{"stage": "Respo')
+    assert last_line_end(log) == len(whole)
+    assert last_line_end(log, chunk=7) == len(whole)  # found across chunks too
+    log.write_bytes(b"no newline yet")
+    assert last_line_end(log) == 0
+    log.write_bytes(whole + b'{"stage": "Respo')
+    events, offset = read_audit_log(log, last_line_end(log))
+    assert events == [] and offset == len(whole)

@@ -90,6 +90,23 @@ class AuditEvent:
         )
 
 
+def last_line_end(path: Path, chunk: int = 65_536) -> int:
+    """The offset just after the last newline of `path` (0 when it has none or does not exist)."""
+    if not path.exists():
+        return 0
+    with path.open("rb") as stream:
+        end = stream.seek(0, 2)
+        while end > 0:
+            start = max(0, end - chunk)
+            stream.seek(start)
+            data = stream.read(end - start)
+            found = data.rfind(b"\n")
+            if found >= 0:
+                return start + found + 1
+            end = start
+    return 0
+
+
 def read_audit_log(path: Path, offset: int = 0, end: int | None = None) -> tuple[list[AuditEvent], int]:
     """Events of the audit log from byte `offset` to `end` (the end of the file: None; whole lines only) and the
     offset after them."""
@@ -397,8 +414,10 @@ class ControlPlane:
         return read_audit_log(self.audit_log, offset)[0]
 
     def audit_offset(self) -> int:
-        """Where the audit log ends now (events after it: `audit_events(offset)`)."""
-        return self.audit_log.stat().st_size if self.audit_log.exists() else 0
+        """Where the audit log's last whole line ends now (events after it: `audit_events(offset)`). Not the
+        file's size: the API server may be part-way through writing a line, and an offset inside it would make
+        the next read start with half an event."""
+        return last_line_end(self.audit_log)
 
     def iter_logs(self) -> Iterator[tuple[str, str]]:
         for component in self.components:

@@ -23,6 +23,7 @@ from dl2.schedulers.placement import Placer
 from dl2.sim.config import SimConfig
 from dl2.sim.decision_log import decision_record
 from dl2.sim.simulator import Simulation
+from dl2.workload.calibration import is_steady, nodes_of
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.speed import SpeedModel
 
@@ -109,7 +110,7 @@ def samples_from_records(
             raise ValueError(f"a record of cluster {record.cluster!r} in a log of {cluster.name!r}")
         by_slot[record.time_s].append(record)
     times = sorted(by_slot)
-    placements = [{r.job_id: _nodes(r) for r in by_slot[t]} for t in times]
+    placements = [{r.job_id: nodes_of(r) for r in by_slot[t]} for t in times]
     parts: list[Encoded] = []
     targets: list[float] = []
     for k in range(1, len(times) - 1, every):
@@ -120,7 +121,7 @@ def samples_from_records(
             nodes = placements[k][record.job_id]
             if not nodes[0]:
                 continue
-            if _is_steady(record, nodes, placements[k - 1], placements[k + 1], times[k] - times[k - 1]):
+            if is_steady(record, nodes, placements[k - 1], placements[k + 1], times[k] - times[k - 1]):
                 chosen.append(len(placed))
                 targets.append(math.log(record.observed_epochs * record.samples_per_epoch / record.slot_s))
             placed.append((record.job_spec(), JobAllocation(*nodes)))
@@ -132,32 +133,9 @@ def samples_from_records(
     )
 
 
-def _nodes(record: DecisionRecord) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    return record.applied_worker_nodes, record.applied_ps_nodes
-
-
-def _is_steady(
-    record: DecisionRecord,
-    nodes: tuple[tuple[int, ...], tuple[int, ...]],
-    before: dict[str, tuple[tuple[int, ...], tuple[int, ...]]],
-    after: dict[str, tuple[tuple[int, ...], tuple[int, ...]]],
-    gap_s: float,
-) -> bool:
-    """Held the same placement through the previous slot (which ended where this one starts) and is still
-    active in the next slot, with progress to show for it."""
-    previous = before.get(record.job_id)
-    return (
-        record.observed_epochs > 0
-        and record.job_id in after
-        and previous is not None
-        and math.isclose(gap_s, record.slot_s)
-        and JobAllocation(*previous).same_placement(JobAllocation(*nodes))
-    )
-
-
 def allocation_of(records: Sequence[DecisionRecord]) -> Allocation:
     """The applied allocation that one slot's records describe."""
-    return Allocation({r.job_id: JobAllocation(*_nodes(r)) for r in records if r.applied_worker_nodes})
+    return Allocation({r.job_id: JobAllocation(*nodes_of(r)) for r in records if r.applied_worker_nodes})
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,289 @@
+"""Speeds calibrated from a cluster's decision records: how far each job type runs from its catalogue fit.
+
+A record (`DecisionRecord`) gives a job's allocation, its placement and the epochs it made over the slot; a
+*steady* record (the job held that placement through the previous slot and is still there in the next, so no
+resize pause and no finish part-way) makes its observed throughput, observed_epochs x samples_per_epoch / slot_s,
+a measurement of its speed at that placement. Records of one slot also say which jobs shared servers.
+
+The calibration keeps the catalogue's form (`dl2.workload.speed_fit`) and fits, per job type, the factors a
+cluster's truth may put on its groups of terms (computation, communication, the parameter servers' share,
+overheads): a least-squares fit of the inverse speed of the job's solo records (no other job on its servers),
+weighted to relative error, with a ridge pull of each factor towards 1 so that a type seen at few allocations
+moves only as far as its records show. Co-located records then fit one scale of the profiled interference. A
+type is keyed by its catalogue label; `by_demand=True` also splits a label by the pods' requests, which is how
+jobs of a model the catalogue lacks, submitted under a catalogue label, get a calibration of their own.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dl2.core import Architecture, DecisionRecord, JobAllocation, JobSpec
+from dl2.workload.catalogue import CATALOGUE
+from dl2.workload.interference import InterferenceModel
+from dl2.workload.speed_fit import ParametricSpeedModel, TermFactors, allreduce_inverse_speed, placement_kappa
+
+Nodes = tuple[tuple[int, ...], tuple[int, ...]]
+IDENTITY: TermFactors = (1.0, 1.0, 1.0, 1.0)
+
+
+def nodes_of(record: DecisionRecord) -> Nodes:
+    return record.applied_worker_nodes, record.applied_ps_nodes
+
+
+def is_steady(
+    record: DecisionRecord, nodes: Nodes, before: dict[str, Nodes], after: dict[str, Nodes], gap_s: float
+) -> bool:
+    """Held the same placement through the previous slot (which ended where this one starts) and is still
+    active in the next slot, with progress to show for it."""
+    previous = before.get(record.job_id)
+    return (
+        record.observed_epochs > 0
+        and record.job_id in after
+        and previous is not None
+        and math.isclose(gap_s, record.slot_s)
+        and JobAllocation(*previous).same_placement(JobAllocation(*nodes))
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One steady record: a job's speed at a placement, and the labels of the jobs it shared servers with."""
+
+    record: DecisionRecord
+    throughput: float
+    neighbours: tuple[str, ...]
+
+
+def steady_measurements(records: Sequence[DecisionRecord]) -> Iterator[Measurement]:
+    """The steady records of one cluster's log, in slot order."""
+    by_slot: dict[float, list[DecisionRecord]] = defaultdict(list)
+    for record in records:
+        by_slot[record.time_s].append(record)
+    times = sorted(by_slot)
+    placements = [{r.job_id: nodes_of(r) for r in by_slot[t]} for t in times]
+    for k in range(1, len(times) - 1):
+        slot = by_slot[times[k]]
+        on_node: dict[int, list[DecisionRecord]] = defaultdict(list)
+        for record in slot:
+            for node in set(record.applied_worker_nodes + record.applied_ps_nodes):
+                on_node[node].append(record)
+        for record in slot:
+            nodes = placements[k][record.job_id]
+            if not nodes[0] or not is_steady(
+                record, nodes, placements[k - 1], placements[k + 1], times[k] - times[k - 1]
+            ):
+                continue
+            neighbours = {
+                other.model
+                for node in set(nodes[0] + nodes[1])
+                for other in on_node[node]
+                if other.job_id != record.job_id
+            }
+            throughput = record.observed_epochs * record.samples_per_epoch / record.slot_s
+            yield Measurement(record, throughput, tuple(sorted(neighbours)))
+
+
+TypeKey = tuple[str, float, float, float, float]
+"""(catalogue label, worker GPUs, worker cores, worker memory, PS memory): a job type as the cluster sees it."""
+
+
+def type_key(spec_or_record: JobSpec | DecisionRecord, by_demand: bool) -> TypeKey:
+    if isinstance(spec_or_record, DecisionRecord):
+        r = spec_or_record
+        demand = (r.worker_gpu, r.worker_cpu, r.worker_mem_gb, r.ps_mem_gb)
+        label = r.model
+    else:
+        s = spec_or_record
+        demand = (s.worker_demand.gpu, s.worker_demand.cpu, s.worker_demand.mem_gb, s.ps_demand.mem_gb)
+        label = s.model
+    return (label, *demand) if by_demand else (label, 0.0, 0.0, 0.0, 0.0)
+
+
+def _terms(catalogue: ParametricSpeedModel, record: DecisionRecord) -> np.ndarray:
+    """The four groups of terms of the record's inverse speed at its placement (compute, communication, the
+    parameter servers' extra, overheads): 1/S = a.f for factors f."""
+    fit = catalogue.fits[record.model]
+    t0, t1, t2, t3, t4, t5 = fit.coefficients
+    workers, ps = record.applied_worker_nodes, record.applied_ps_nodes
+    w = len(workers)
+    profile = CATALOGUE[record.model]
+    if record.architecture == Architecture.ALLREDUCE.value:
+        units_per_second = t0 / profile.compute_time_s
+        spans = len(set(workers)) > 1
+        bandwidth = profile.inter_bw_mb_s if spans else max(profile.intra_bw_mb_s, profile.inter_bw_mb_s)
+        ring = units_per_second * 2.0 * (w - 1) / w * profile.model_size_mb / bandwidth / w
+        return np.array([t0 / w, ring, 0.0, t1 + t4 * w])
+    p = len(ps)
+    kappa = placement_kappa(profile, workers, ps)
+    # communication x (t2/p + parameter_server x t3 w/p): linear in (communication, communication x parameter_server)
+    return np.array([t0 / w, kappa * t2 / p, kappa * t3 * w / p, t1 + t4 * w + t5 * p])
+
+
+@dataclass(frozen=True, slots=True)
+class TypeCalibration:
+    factors: TermFactors
+    """(compute, communication, parameter server, overhead), as `speed_fit.TermFactors`."""
+    solo_records: int
+    jobs: int
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """Per-type factors and an interference scale fitted from records."""
+
+    types: dict[TypeKey, TypeCalibration]
+    interference_scale: float
+    co_located_records: int
+    by_demand: bool
+
+    def factors(self, spec: JobSpec) -> TermFactors:
+        """A job's factors: its demand signature's, else its label's, else none (the catalogue)."""
+        found = self.types.get(type_key(spec, self.by_demand))
+        if found is None and self.by_demand:
+            found = self.types.get(type_key(spec, False))
+        return IDENTITY if found is None else found.factors
+
+
+def calibrate(
+    records: Sequence[DecisionRecord],
+    catalogue: ParametricSpeedModel,
+    interference: InterferenceModel,
+    by_demand: bool = False,
+    prior_weight: float = 3.0,
+    rounds: int = 4,
+    min_solo: int = 20,
+) -> Calibration:
+    """Fit the factors of every type seen in `records` and the interference scale (module docstring).
+    `prior_weight` is the pull towards the catalogue, in records' worth. Solo and co-located records both count:
+    the factors are fitted to each record's speed with its slowdown taken out at the current interference
+    scale, the scale then to the co-located records at the current factors, `rounds` times."""
+    measurements = list(steady_measurements(records))
+    terms = [_terms(catalogue, m.record) for m in measurements]
+    extra = np.array(
+        [max(interference.slowdown(m.record.model, other) for other in m.neighbours) - 1.0 if m.neighbours else 0.0
+         for m in measurements]
+    )  # fmt: skip
+    inverse = np.array([1.0 / m.throughput for m in measurements])
+    keys = [{type_key(m.record, False), type_key(m.record, by_demand)} for m in measurements]
+    jobs: dict[TypeKey, set[str]] = defaultdict(set)
+    solo: Counter[TypeKey] = Counter()
+    for m, own in zip(measurements, keys, strict=True):
+        for key in own:
+            jobs[key].add(m.record.job_id)
+            solo[key] += not m.neighbours
+    shared = int(np.count_nonzero(extra))
+    calibration = Calibration({}, 1.0, shared, by_demand)
+    for _ in range(rounds if extra.any() else 1):
+        rows: dict[TypeKey, list[tuple[np.ndarray, float]]] = defaultdict(list)
+        solo_inverse = inverse / (1.0 + calibration.interference_scale * extra)
+        for row, target, own, alone in zip(terms, solo_inverse, keys, extra == 0.0, strict=True):
+            # every label gets a calibration of its own (what `CalibratedSpeedModel.throughput` reads), and with
+            # `by_demand` each demand signature under it one more; a type with enough solo records is fitted to
+            # those alone, so that how fast it is and how much its neighbours slow it are not traded for each other
+            for key in own:
+                if alone or solo[key] < min_solo:
+                    rows[key].append((row, float(target)))
+        types = {
+            key: TypeCalibration(_fit(samples, prior_weight), len(samples), len(jobs[key]))
+            for key, samples in rows.items()
+        }
+        fitted = Calibration(types, calibration.interference_scale, shared, by_demand)
+        calibration = Calibration(types, _interference_scale(fitted, measurements, terms, extra), shared, by_demand)
+    return calibration
+
+
+def _interference_scale(
+    calibration: Calibration, measurements: list[Measurement], terms: list[np.ndarray], extra: np.ndarray
+) -> float:
+    """One scale k on the profiled extra slowdowns, slowdown = 1 + k (s - 1). Within a type, a record's inverse
+    speed over the calibrated one is r = b (1 + k e), e its worst profiled neighbour's extra slowdown (0 alone):
+    a line in e whose slope over intercept is k, whatever part of the slowdown the type's level absorbed. k is
+    the mean of the types' slopes over intercepts, weighted by how much e varies within each."""
+    if not extra.any():
+        return 1.0
+    ratios: dict[TypeKey, list[tuple[float, float]]] = defaultdict(list)
+    for m, row, e in zip(measurements, terms, extra, strict=True):
+        spec = m.record.job_spec()
+        predicted_inverse = float(row @ _coordinates(calibration.factors(spec)))
+        ratios[type_key(m.record, calibration.by_demand)].append((float(e), 1.0 / (m.throughput * predicted_inverse)))
+    slopes, weights = [], []
+    for pairs in ratios.values():
+        e, r = np.array(pairs).T
+        spread = float(np.sum((e - e.mean()) ** 2))
+        if len(pairs) < 3 or spread <= 1e-9:
+            continue
+        slope = float(np.sum((e - e.mean()) * (r - r.mean())) / spread)
+        intercept = float(r.mean() - slope * e.mean())
+        if intercept > 0:
+            slopes.append(slope / intercept)
+            weights.append(spread)
+    if not weights:
+        return calibration.interference_scale
+    return float(np.clip(np.average(slopes, weights=weights), 0.0, 10.0))
+
+
+def _fit(samples: list[tuple[np.ndarray, float]], prior_weight: float) -> TermFactors:
+    """Least squares on relative error of the inverse speed in the (compute, communication, communication x
+    parameter server, overhead) coordinates, each pulled towards 1 by `prior_weight` records' worth: where the
+    records leave a direction open (a type seen at one allocation), the factors stay as near the catalogue as the
+    records allow, and a change is spread over the terms in proportion to their share of the inverse speed."""
+    terms = np.array([s[0] for s in samples])
+    target = np.array([s[1] for s in samples])
+    relative = terms / target[:, None]  # each row's terms as shares of its observed inverse speed: ~1 in sum
+    present = relative.any(axis=0)  # all-reduce jobs have no parameter-server term
+    # a record's pull on the fit is the squared norm of its row; the prior's, spread over the factors, weighs as
+    # `prior_weight` such rows
+    strength = math.sqrt(prior_weight * float(np.mean(np.sum(relative**2, axis=1))) / int(present.sum()))
+    ridge = strength * np.eye(4)[present]
+    design = np.vstack([relative, ridge])
+    goal = np.concatenate([np.ones(len(target)), np.full(len(ridge), strength)])
+    solution = np.ones(4)
+    solution[present], *_ = np.linalg.lstsq(design[:, present], goal, rcond=None)
+    compute, communication, joint, overhead = (float(v) for v in np.clip(solution, 0.05, 20.0))
+    if not present[2]:
+        joint = communication
+    return (compute, communication, joint / communication, overhead)
+
+
+def _coordinates(factors: TermFactors) -> np.ndarray:
+    compute, communication, parameter_server, overhead = factors
+    return np.array([compute, communication, communication * parameter_server, overhead])
+
+
+class CalibratedSpeedModel:
+    """The catalogue's speed with a calibration's factors (the `SpeedModel` protocol): what a heuristic reads
+    once the cluster's records have been fitted."""
+
+    def __init__(self, catalogue: ParametricSpeedModel, calibration: Calibration) -> None:
+        self.catalogue = catalogue
+        self.calibration = calibration
+
+    def _factors(self, model: str) -> TermFactors | None:
+        found = self.calibration.types.get((model, 0.0, 0.0, 0.0, 0.0))
+        return None if found is None else found.factors
+
+    def throughput(self, model: str, num_ps: int, num_workers: int) -> float:
+        if num_workers <= 0:
+            return 0.0
+        if num_ps <= 0:
+            fit, profile = self.catalogue.fits[model], CATALOGUE[model]
+            return 1.0 / allreduce_inverse_speed(fit, profile, num_workers, num_workers > 1, self._factors(model))
+        return 1.0 / self.catalogue.fits[model].inverse_speed(num_ps, num_workers, 1.0, self._factors(model))
+
+    def placed_throughput(self, spec: JobSpec, allocation: JobAllocation) -> float:
+        workers, ps = allocation.worker_nodes, allocation.ps_nodes
+        if not workers or (spec.architecture is Architecture.PS and not ps):
+            return 0.0
+        found = self.calibration.factors(spec)
+        factors = None if found == IDENTITY else found  # None: the catalogue's own floats
+        fit, profile = self.catalogue.fits[spec.model], CATALOGUE[spec.model]
+        if spec.architecture is Architecture.ALLREDUCE:
+            return 1.0 / allreduce_inverse_speed(fit, profile, len(workers), len(set(workers)) > 1, factors)
+        kappa = placement_kappa(profile, workers, ps)
+        return 1.0 / fit.inverse_speed(len(ps), len(workers), kappa, factors)
