@@ -8,6 +8,9 @@ used to train a shipped model), realistic mode, the simulation seeded like the w
 - the champion `models/dl2-philly` (the shipped DL2 policy; it reads the catalogue through its state);
 - the heuristics a deployment can run: DRF, Tiresias (the jobs' asked sizes), Optimus and `speedup-hull` on the
   catalogue's speeds, and `optimus-fitted` (its own online fit of each job's observed progress);
+- `calibrated`: the best of Optimus and `speedup-hull` reading the speeds calibrated from the decision records of
+  the cluster's previous week (`dl2.workload.calibration`; the workload of seed + 500 under the same truth, DRF
+  deciding as in shadow mode), which a deployment can have;
 - `oracle`: the best of Optimus and `speedup-hull` handed the truth's speeds and the jobs' true types (a ceiling,
   not a baseline: no deployment has it).
 
@@ -31,11 +34,17 @@ import numpy as np
 from common import environment, print_table, write_json
 
 from dl2.cli.common import scheduler_builder
+from dl2.core import Workload
+from dl2.placement.samples import record_run
+from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.metrics import mean_ci95, summarize
 from dl2.truth import SCENARIOS, realise, truth_named
+from dl2.truth.realise import catalogue_speed
 from dl2.truth.run import run_on
 from dl2.twin.workloads import first_jobs, first_nodes
+from dl2.workload.calibration import CalibratedSpeedModel, calibrate
+from dl2.workload.interference import InterferenceModel
 from dl2.workload.synthetic import PRESETS, generate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,15 +53,32 @@ HEURISTICS = ("drf", "tiresias", "optimus", "speedup-hull", "optimus-fitted")
 ORACLES = ("optimus", "speedup-hull")
 
 
-def run_cell(task: tuple[str, int, int, int, str, bool]) -> tuple[str, int, str, bool, float]:
-    """(truth, seed, jobs, nodes, scheduler, oracle) -> its average JCT in hours."""
-    truth_name, seed, num_jobs, num_nodes, scheduler, oracle = task
+def philly_like(seed: int, num_jobs: int, num_nodes: int) -> Workload:
     workload = generate(replace(PRESETS["synthetic-philly"], num_jobs=max(num_jobs, 1)), seed, "synthetic-philly")
-    workload = first_nodes(first_jobs(workload, num_jobs), num_nodes)
-    cluster = realise(truth_named(truth_name), workload)
+    return first_nodes(first_jobs(workload, num_jobs), num_nodes)
+
+
+def calibrated_speed(truth_name: str, seed: int, num_jobs: int, num_nodes: int) -> CalibratedSpeedModel:
+    """The speeds calibrated from the records of the cluster's previous week (the workload of seed + 500 under the
+    same truth, DRF deciding, as a shadow-mode controller records it)."""
+    previous = realise(truth_named(truth_name), philly_like(seed + 500, num_jobs, num_nodes))
+    config = previous.config(SimConfig.realistic(seed=seed + 500))
+    drf = make_scheduler("drf", catalogue_speed(), False)
+    records = record_run(previous.workload, drf, config, previous.speed, previous.interference)
+    return CalibratedSpeedModel(catalogue_speed(), calibrate(records, catalogue_speed(), InterferenceModel(), True))
+
+
+def run_cell(task: tuple[str, int, int, int, str, str]) -> tuple[str, int, str, str, float]:
+    """(truth, seed, jobs, nodes, scheduler, reads) -> its average JCT in hours; `reads` is what the scheduler's
+    speeds come from: the catalogue, the truth (an oracle) or the calibration."""
+    truth_name, seed, num_jobs, num_nodes, scheduler, reads = task
+    cluster = realise(truth_named(truth_name), philly_like(seed, num_jobs, num_nodes))
     build = scheduler_builder(scheduler, None, Mode.REALISTIC)
-    result = run_on(cluster, build, SimConfig.realistic(seed=seed), oracle=oracle)
-    return truth_name, seed, scheduler, oracle, summarize(result).avg_jct_s / 3600
+    if reads == "calibrated":
+        speed = calibrated_speed(truth_name, seed, num_jobs, num_nodes)
+        build = lambda _speed, compat: make_scheduler(scheduler, speed, compat)  # noqa: E731
+    result = run_on(cluster, build, SimConfig.realistic(seed=seed), oracle=reads == "truth")
+    return truth_name, seed, scheduler, reads, summarize(result).avg_jct_s / 3600
 
 
 def main() -> None:
@@ -66,20 +92,27 @@ def main() -> None:
     args = parser.parse_args()
     truths = args.truths.split(",")
     seeds = [int(seed) for seed in args.seeds.split(",")]
-    rows = [(CHAMPION, False), *((name, False) for name in HEURISTICS), *((name, True) for name in ORACLES)]
-    tasks = [(t, s, args.jobs, args.nodes, name, oracle) for t in truths for s in seeds for name, oracle in rows]
+    rows = [
+        (CHAMPION, "catalogue"),
+        *((name, "catalogue") for name in HEURISTICS),
+        *((name, "calibrated") for name in ORACLES),
+        *((name, "truth") for name in ORACLES),
+    ]
+    tasks = [(t, s, args.jobs, args.nodes, name, reads) for t in truths for s in seeds for name, reads in rows]
     with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
         cells = pool.map(run_cell, tasks, chunksize=1)
-    jct = {(t, s, name, oracle): hours for t, s, name, oracle, hours in cells}
+    jct = {(t, s, name, reads): hours for t, s, name, reads, hours in cells}
     results: dict[str, Any] = {"environment": environment(), "arguments": vars(args), "scenarios": {}}
     table = []
     for truth in truths:
-        oracle = np.array([min(jct[(truth, s, name, True)] for name in ORACLES) for s in seeds])
+        oracle = np.array([min(jct[(truth, s, name, "truth")] for name in ORACLES) for s in seeds])
+        calibrated = np.array([min(jct[(truth, s, name, "calibrated")] for name in ORACLES) for s in seeds])
         entries: dict[str, Any] = {}
-        labelled = [("champion dl2-philly", CHAMPION, False), *((name, name, False) for name in HEURISTICS)]
-        for label, name, is_oracle in labelled:
-            values = np.array([jct[(truth, s, name, is_oracle)] for s in seeds])
+        labelled = [("champion dl2-philly", CHAMPION), *((name, name) for name in HEURISTICS)]
+        for label, name in labelled:
+            values = np.array([jct[(truth, s, name, "catalogue")] for s in seeds])
             entries[label] = _summary(values, oracle)
+        entries["calibrated (best of optimus, speedup-hull on the records' speeds)"] = _summary(calibrated, oracle)
         entries["oracle (best of optimus, speedup-hull on the truth)"] = _summary(oracle, oracle)
         results["scenarios"][truth] = entries
         for label, entry in entries.items():

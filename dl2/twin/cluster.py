@@ -194,6 +194,7 @@ class ClusterTwin:
         )
         for name in self.options.namespaces:
             self._wait_for_service_account(name)
+        self._wait_for_nodes()
         clock = {"metadata": {"name": self.options.clock_name}, "data": {}}
         self.rest.create(CONFIGMAPS, system, clock)
         self._begin_slot()
@@ -207,6 +208,24 @@ class ClusterTwin:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no ServiceAccount default in {namespace} after {timeout_s:g} s")
             time.sleep(0.05)
+
+    def _wait_for_nodes(self, timeout_s: float = 60.0) -> None:
+        """Until kwok reports every node Ready and the node lifecycle controller has lifted the `not-ready` taint
+        the API server puts on a new node: a kube-scheduler that saw the taint would refuse the first pods for it
+        rather than for want of room."""
+        names = set(self.node_names)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            waiting = [
+                node["metadata"]["name"]
+                for node in self.rest.list(NODES)
+                if node["metadata"]["name"] in names and not _schedulable(node)
+            ]
+            if not waiting:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(waiting)} nodes not Ready after {timeout_s:g} s (first: {waiting[0]})")
+            time.sleep(0.1)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -530,6 +549,14 @@ class ClusterTwin:
 
     def metrics(self, scheduler_name: str = "through-the-api") -> RunMetrics:
         return summarize(self.result(scheduler_name))
+
+
+def _schedulable(node: dict[str, Any]) -> bool:
+    """Ready, and without the taints a node carries while it is not (`node.kubernetes.io/not-ready`, ...)."""
+    conditions = (node.get("status") or {}).get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    taints = (node.get("spec") or {}).get("taints") or []
+    return ready and not any(str(t.get("key", "")).startswith("node.kubernetes.io/") for t in taints)
 
 
 def _undecided(pod: dict[str, Any]) -> bool:
