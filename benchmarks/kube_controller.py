@@ -434,7 +434,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="kills: seed of the kill points")
     parser.add_argument("--philly-jobs", type=int, default=100)
     parser.add_argument("--philly-nodes", type=int, default=16)
-    parser.add_argument("--out", default="kube_controller.json", help="file name under benchmarks/results/")
+    parser.add_argument(
+        "--out",
+        default="kube_controller.json",
+        help="file name under benchmarks/results/ (docs/results.md names "
+        "kube_controller_load.json for --part load, kube_controller_kills_philly.json for the rest)",
+    )
     args = parser.parse_args()
     parts = set(args.part.split(","))
     results: dict[str, Any] = {"environment": environment(), "arguments": vars(args)}
