@@ -21,6 +21,8 @@ from dl2.workload.interference import InterferenceModel
 from dl2.workload.registry import load_workloads
 
 QUIET = SimConfig.realistic(seed=0, speed_noise=0.0, interference=False)
+EXACT = SimConfig.realistic(seed=0, speed_noise=0.0)
+"""No noise, the profiled interference: a cluster whose truth is the catalogue is then exactly the catalogue."""
 
 
 def records_of(cluster: TrueCluster, config: SimConfig, scheduler: str = "optimus-fitted"):
@@ -59,9 +61,25 @@ def test_only_steady_records_are_measurements():
 
 def test_records_of_the_catalogue_calibrate_to_the_catalogue():
     cluster = realise(SCENARIOS["catalogue"], philly())
-    calibration = calibrate(records_of(cluster, QUIET), catalogue_speed(), InterferenceModel())
-    for entry in calibration.types.values():
+    records = records_of(cluster, EXACT)
+    fitted = calibrate(records, catalogue_speed(), InterferenceModel(), validate=False)
+    assert fitted.types
+    for entry in fitted.types.values():
         assert entry.factors == pytest.approx((1.0, 1.0, 1.0, 1.0), abs=0.05)
+    # held out, no fit beats the catalogue on a cluster that is the catalogue: every type keeps it
+    validated = calibrate(records, catalogue_speed(), InterferenceModel())
+    assert validated.types == {} and validated.interference_scale == 1.0
+
+
+def test_a_calibration_is_kept_only_where_it_beats_the_catalogue_on_held_out_jobs():
+    truth = Truth("shifted", shifts={m: SpeedShift(compute=0.6, communication=1.8) for m in ("vgg-16", "resnet-50")})
+    cluster = realise(truth, philly(300, 16))
+    calibration = calibrate(records_of(cluster, EXACT), catalogue_speed(), InterferenceModel())
+    assert calibration.types
+    for key, entry in calibration.types.items():
+        assert entry.held_out_error is not None and entry.catalogue_error is not None
+        assert entry.held_out_error < entry.catalogue_error, key
+    assert {key[0] for key in calibration.types} <= {"vgg-16", "resnet-50"}  # the others' catalogue is exact
 
 
 def held_records(spec, allocation, throughput, first_slot, slot_s=600.0):
@@ -95,7 +113,7 @@ def test_a_shifted_truth_is_recovered_from_records_at_several_allocations():
         allocation = JobAllocation((0,) * workers, (index % 3 + 1 if spread else 0,) * ps)
         job = replace(spec, job_id=f"j{index}")
         records += held_records(job, allocation, cluster.speed.placed_throughput(job, allocation), 3 * index)
-    calibration = calibrate(records, catalogue_speed(), InterferenceModel(), prior_weight=1e-6)
+    calibration = calibrate(records, catalogue_speed(), InterferenceModel(), prior_weight=1e-6, validate=False)
     assert calibration.types[("vgg-16", 0.0, 0.0, 0.0, 0.0)].factors == pytest.approx((0.6, 1.8, 1.3, 1.0), rel=0.02)
     calibrated = CalibratedSpeedModel(catalogue_speed(), calibration)
     assert (
@@ -119,7 +137,7 @@ def test_records_at_one_allocation_move_the_factors_no_further_than_they_show():
     calibrated = CalibratedSpeedModel(catalogue_speed(), calibration)
     assert calibrated.placed_throughput(spec, allocation) == pytest.approx(observed, rel=0.05)
     # a single record is outweighed by the pull towards the catalogue (3 records' worth)
-    one = calibrate(records[:3], catalogue_speed(), InterferenceModel())
+    one = calibrate(records[:3], catalogue_speed(), InterferenceModel(), validate=False)
     moved = CalibratedSpeedModel(catalogue_speed(), one).placed_throughput(spec, allocation)
     assert observed < moved < catalogue_speed().placed_throughput(spec, allocation)
     assert all(0.5 < f < 2.0 for f in calibration.types[("vgg-16", 0.0, 0.0, 0.0, 0.0)].factors)

@@ -416,6 +416,12 @@ def test_the_promotion_handshake_confirms_a_loaded_version_and_restores_a_failin
     thread.start()
     promoter = kube.promoter_api()
     try:
+        # v1 serving first, so that the promotion below is from v1 (a promotion that lands before the first load is
+        # served with no previous version to name)
+        deadline = time.monotonic() + 20
+        while ((read_policy(kube).get("status") or {}).get("loadedModel") or {}).get("version") != "1":
+            assert time.monotonic() < deadline, "the controller did not load v1"
+            time.sleep(0.05)
         result = promote_policy(promoter, 2, "canary", timeout_s=20, poll_s=0.05)
         assert result.confirmed and not result.restored, result.detail
         assert result.previous_version == "1" and result.version == "2" and result.mode == "canary"

@@ -39,7 +39,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--kubeconfig",
         type=Path,
         default=DEFAULT_KUBECONFIG,
-        help=f"cluster-admin kubeconfig to write (default {DEFAULT_KUBECONFIG}); dl2 serve's goes beside it",
+        help=f"cluster-admin kubeconfig to write (default {DEFAULT_KUBECONFIG}); the one for `dl2 serve` goes "
+        "beside it",
     )
     parser.add_argument(
         "--folder", type=Path, default=None, help="keep the control plane's files here (default: a temporary folder)"

@@ -17,9 +17,10 @@ jobs of a model the catalogue lacks, submitted under a catalogue label, get a ca
 from __future__ import annotations
 
 import math
+import zlib
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -129,8 +130,13 @@ def _terms(catalogue: ParametricSpeedModel, record: DecisionRecord) -> np.ndarra
 class TypeCalibration:
     factors: TermFactors
     """(compute, communication, parameter server, overhead), as `speed_fit.TermFactors`."""
-    solo_records: int
+    records: int
+    """Records the factors were fitted to."""
     jobs: int
+    held_out_error: float | None = None
+    """Mean relative speed error on the held-out jobs of a fit without them (None: not validated)."""
+    catalogue_error: float | None = None
+    """The catalogue's on the same records."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,11 +147,16 @@ class Calibration:
     interference_scale: float
     co_located_records: int
     by_demand: bool
+    seen: frozenset[TypeKey] = frozenset()
+    """Every type the records had, kept or not."""
 
     def factors(self, spec: JobSpec) -> TermFactors:
-        """A job's factors: its demand signature's, else its label's, else none (the catalogue)."""
-        found = self.types.get(type_key(spec, self.by_demand))
-        if found is None and self.by_demand:
+        """A job's factors: its demand signature's; its label's for a signature the records never had; else none
+        (the catalogue). A signature that was seen and not kept keeps the catalogue rather than borrow its label's
+        factors, which other jobs under the label (a new type, say) may have made."""
+        own = type_key(spec, self.by_demand)
+        found = self.types.get(own)
+        if found is None and self.by_demand and own not in self.seen:
             found = self.types.get(type_key(spec, False))
         return IDENTITY if found is None else found.factors
 
@@ -156,59 +167,120 @@ def calibrate(
     interference: InterferenceModel,
     by_demand: bool = False,
     prior_weight: float = 3.0,
-    rounds: int = 4,
-    min_solo: int = 20,
+    validate: bool = True,
 ) -> Calibration:
     """Fit the factors of every type seen in `records` and the interference scale (module docstring).
-    `prior_weight` is the pull towards the catalogue, in records' worth. Solo and co-located records both count:
-    the factors are fitted to each record's speed with its slowdown taken out at the current interference
-    scale, the scale then to the co-located records at the current factors, `rounds` times."""
-    measurements = list(steady_measurements(records))
-    terms = [_terms(catalogue, m.record) for m in measurements]
-    extra = np.array(
-        [max(interference.slowdown(m.record.model, other) for other in m.neighbours) - 1.0 if m.neighbours else 0.0
-         for m in measurements]
-    )  # fmt: skip
-    inverse = np.array([1.0 / m.throughput for m in measurements])
-    keys = [{type_key(m.record, False), type_key(m.record, by_demand)} for m in measurements]
-    jobs: dict[TypeKey, set[str]] = defaultdict(set)
-    solo: Counter[TypeKey] = Counter()
-    for m, own in zip(measurements, keys, strict=True):
-        for key in own:
-            jobs[key].add(m.record.job_id)
-            solo[key] += not m.neighbours
-    shared = int(np.count_nonzero(extra))
-    calibration = Calibration({}, 1.0, shared, by_demand)
-    for _ in range(rounds if extra.any() else 1):
-        rows: dict[TypeKey, list[tuple[np.ndarray, float]]] = defaultdict(list)
-        solo_inverse = inverse / (1.0 + calibration.interference_scale * extra)
-        for row, target, own, alone in zip(terms, solo_inverse, keys, extra == 0.0, strict=True):
-            # every label gets a calibration of its own (what `CalibratedSpeedModel.throughput` reads), and with
-            # `by_demand` each demand signature under it one more; a type with enough solo records is fitted to
-            # those alone, so that how fast it is and how much its neighbours slow it are not traded for each other
-            for key in own:
-                if alone or solo[key] < min_solo:
-                    rows[key].append((row, float(target)))
-        types = {
-            key: TypeCalibration(_fit(samples, prior_weight), len(samples), len(jobs[key]))
-            for key, samples in rows.items()
-        }
-        fitted = Calibration(types, calibration.interference_scale, shared, by_demand)
-        calibration = Calibration(types, _interference_scale(fitted, measurements, terms, extra), shared, by_demand)
-    return calibration
+    `prior_weight` is the pull towards the catalogue, in records' worth.
+
+    With `validate`, a quarter of the jobs (by a hash of their ids) is held out: a type keeps its factors only if
+    a fit without those jobs predicts their observed speeds better than the catalogue does, and the interference
+    scale is kept only if some type is. A type with no held-out job keeps the catalogue: a calibration is used
+    only where it has shown that it beats what it replaces."""
+    data = _Data.of(list(steady_measurements(records)), catalogue, interference, by_demand)
+    full = data.fit(np.ones(len(data.inverse), dtype=bool), prior_weight)
+    if not validate:
+        return full
+    held = np.array([zlib.crc32(m.record.job_id.encode()) % 4 == 0 for m in data.measurements], dtype=bool)
+    trained = data.fit(~held, prior_weight)
+    kept: dict[TypeKey, TypeCalibration] = {}
+    for key, entry in full.types.items():
+        rows = held & np.array([key in own for own in data.keys], dtype=bool)
+        if not rows.any() or key not in trained.types:
+            continue
+        fitted = data.error(rows, trained.types[key].factors, trained.interference_scale)
+        profiled = data.error(rows, IDENTITY, 1.0)
+        if fitted < profiled:
+            kept[key] = replace(entry, held_out_error=fitted, catalogue_error=profiled)
+    scale = full.interference_scale if kept else 1.0
+    return Calibration(kept, scale, full.co_located_records, by_demand, frozenset(full.types))
+
+
+@dataclass(frozen=True, slots=True)
+class _Data:
+    """The steady measurements of a log, with what every fit needs of each: its terms, its worst neighbour's
+    profiled extra slowdown, its observed inverse speed and its type keys."""
+
+    measurements: list[Measurement]
+    terms: list[np.ndarray]
+    extra: np.ndarray
+    inverse: np.ndarray
+    keys: list[set[TypeKey]]
+    by_demand: bool
+
+    @classmethod
+    def of(
+        cls, measurements: list[Measurement], catalogue: ParametricSpeedModel, interference: InterferenceModel,
+        by_demand: bool,
+    ) -> _Data:  # fmt: skip
+        extra = [
+            max(interference.slowdown(m.record.model, other) for other in m.neighbours) - 1.0 if m.neighbours else 0.0
+            for m in measurements
+        ]
+        return cls(
+            measurements,
+            [_terms(catalogue, m.record) for m in measurements],
+            np.array(extra),
+            np.array([1.0 / m.throughput for m in measurements]),
+            [{type_key(m.record, False), type_key(m.record, by_demand)} for m in measurements],
+            by_demand,
+        )
+
+    def fit(self, use: np.ndarray, prior_weight: float, rounds: int = 4, min_solo: int = 20) -> Calibration:
+        """Solo and co-located records both count: the factors are fitted to each record's speed with its
+        slowdown taken out at the current interference scale, the scale then at the current factors, `rounds`
+        times. A type with `min_solo` solo records is fitted to those alone, so that how fast it is and how much
+        its neighbours slow it are not traded for each other."""
+        jobs: dict[TypeKey, set[str]] = defaultdict(set)
+        solo: Counter[TypeKey] = Counter()
+        for m, own, chosen in zip(self.measurements, self.keys, use, strict=True):
+            for key in own if chosen else ():
+                jobs[key].add(m.record.job_id)
+                solo[key] += not m.neighbours
+        shared = int(np.count_nonzero(self.extra[use]))
+        calibration = Calibration({}, 1.0, shared, self.by_demand)
+        for _ in range(rounds if shared else 1):
+            rows: dict[TypeKey, list[tuple[np.ndarray, float]]] = defaultdict(list)
+            solo_inverse = self.inverse / (1.0 + calibration.interference_scale * self.extra)
+            for i in np.flatnonzero(use):
+                # every label gets a calibration of its own (what `CalibratedSpeedModel.throughput` reads), and
+                # with `by_demand` each demand signature under it one more
+                for key in self.keys[i]:
+                    if self.extra[i] == 0.0 or solo[key] < min_solo:
+                        rows[key].append((self.terms[i], float(solo_inverse[i])))
+            types = {
+                key: TypeCalibration(_fit(samples, prior_weight), len(samples), len(jobs[key]))
+                for key, samples in rows.items()
+            }
+            fitted = Calibration(types, calibration.interference_scale, shared, self.by_demand)
+            scale = _interference_scale(fitted, self.measurements, self.terms, self.extra, use)
+            calibration = Calibration(types, scale, shared, self.by_demand, frozenset(types))
+        return calibration
+
+    def error(self, rows: np.ndarray, factors: TermFactors, scale: float) -> float:
+        """Mean relative error of the speeds these factors and scale predict for `rows`, against the observed."""
+        coordinates = _coordinates(factors)
+        predicted = np.array(
+            [float(self.terms[i] @ coordinates) * (1.0 + scale * self.extra[i]) for i in np.flatnonzero(rows)]
+        )
+        return float(np.mean(np.abs(self.inverse[rows] / predicted - 1.0)))
 
 
 def _interference_scale(
-    calibration: Calibration, measurements: list[Measurement], terms: list[np.ndarray], extra: np.ndarray
+    calibration: Calibration,
+    measurements: list[Measurement],
+    terms: list[np.ndarray],
+    extra: np.ndarray,
+    use: np.ndarray,
 ) -> float:
     """One scale k on the profiled extra slowdowns, slowdown = 1 + k (s - 1). Within a type, a record's inverse
     speed over the calibrated one is r = b (1 + k e), e its worst profiled neighbour's extra slowdown (0 alone):
     a line in e whose slope over intercept is k, whatever part of the slowdown the type's level absorbed. k is
     the mean of the types' slopes over intercepts, weighted by how much e varies within each."""
-    if not extra.any():
+    if not extra[use].any():
         return 1.0
     ratios: dict[TypeKey, list[tuple[float, float]]] = defaultdict(list)
-    for m, row, e in zip(measurements, terms, extra, strict=True):
+    for i in np.flatnonzero(use):
+        m, row, e = measurements[i], terms[i], extra[i]
         spec = m.record.job_spec()
         predicted_inverse = float(row @ _coordinates(calibration.factors(spec)))
         ratios[type_key(m.record, calibration.by_demand)].append((float(e), 1.0 / (m.throughput * predicted_inverse)))
