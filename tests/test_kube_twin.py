@@ -194,7 +194,7 @@ def test_dl2_cluster_runs_a_workload_on_its_own_control_plane_and_reports_jcts(t
     process = _dl2(
         "cluster", "--simulate", "synthetic-small", "--jobs", "5", "--nodes", "2", "--tick-s", "0.01",
         "--allreduce-fraction", "0.5", "--exit-when-done", "--reference", "drf", "--out", str(report),
-        "--kubeconfig", str(kubeconfig), "--seed", "2", "--folder", str(tmp_path / "cluster"),
+        "--kubeconfig", str(kubeconfig), "--seed", "2", "--folder", str(tmp_path / "cluster"), "--truth", "seed-3",
     )  # fmt: skip
     out, err = process.communicate(timeout=180)
     assert process.returncode == 0, err
@@ -234,3 +234,10 @@ def test_dl2_cluster_serves_kubectl_until_sigterm_and_refuses_bad_options(tmp_pa
     assert bad.returncode == 2 and err.strip().splitlines() == [
         "dl2 cluster: error: --jobs, --nodes, --reference and --lockstep need --simulate"
     ]
+    for argv, words in (
+        (["--truth", "seed-3"], "--truth is how a simulated cluster's jobs behave"),
+        (["--simulate", "synthetic-small", "--truth", "speedy"], "'speedy' is not allowed"),
+    ):
+        bad = _dl2("cluster", *argv)
+        _, err = bad.communicate(timeout=60)
+        assert bad.returncode == 2 and len(err.strip().splitlines()) == 1 and words in err, err
