@@ -7,8 +7,9 @@ through; the other sections are the pipeline's own configurations below. Source,
 come from the `workloads` section, the network's shape from the warm-up. DVC reads the same file (each stage
 declares the sections it uses, so `dvc exp run -S warmup.epochs=3` reruns exactly what depends on it).
 `profile: smoke` (or `--smoke`) merges the `smoke:` section over the others. A bad value is one line naming the
-file, the key, the value and what is allowed; unknown keys are errors (a typo in `-S warmup.epoch=3` must not
-be ignored); unknown top-level sections are kept in `Params.extra` for tools that live elsewhere.
+file, the key, the value and what is allowed; unknown keys and unknown sections are errors (a typo in
+`-S warmup.epoch=3` must not be ignored), and so is a key given twice in one mapping (YAML would keep the last:
+a second `profile: smoke` at the end of the file would silently turn the full run into the smoke run).
 """
 
 from __future__ import annotations
@@ -226,8 +227,6 @@ class Params:
     ablate: AblateParams = field(default_factory=AblateParams)
     promote: PromoteParams = field(default_factory=PromoteParams)
     cluster: ClusterParams = field(default_factory=ClusterParams)
-    extra: Mapping[str, Any] = field(default_factory=dict)
-    """Top-level sections this schema does not know (other tools' settings), untouched."""
     raw: Mapping[str, Any] = field(default_factory=dict)
     """Each section as params.yaml spells it (flat keys) after merging: what MLflow runs log as parameters."""
 
@@ -255,10 +254,32 @@ def load(path: Path | str | None = None, smoke: bool = False, overrides: Sequenc
     return from_mapping(raw, smoke, str(location), overrides)
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """The safe loader, refusing a key given twice in one mapping (YAML itself keeps the last silently)."""
+
+
+def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (line {key_node.start_mark.line + 1})", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=True)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _strict_mapping)
+
+
 def parse_yaml(text: str, where: str) -> Any:
-    """A YAML document (safe types only); invalid or too deeply nested YAML is an InputError."""
+    """A YAML document (safe types only); invalid or too deeply nested YAML, or a key given twice in one mapping,
+    is an InputError."""
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_StrictLoader)
+    except yaml.constructor.ConstructorError as error:
+        raise InputError(where, str(error.problem)) from None
     except yaml.YAMLError as error:
         raise InputError(where, f"not valid YAML ({str(error).splitlines()[0]})") from None
     except RecursionError:
@@ -269,6 +290,7 @@ def from_mapping(
     raw: Mapping[str, Any], smoke: bool = False, where: str = "params", overrides: Sequence[str] = ()
 ) -> Params:
     data = copy.deepcopy(dict(raw))
+    _check_sections(data, where)
     profile_overrides = data.pop("smoke", None) or {}
     if smoke:
         data["profile"] = "smoke"
@@ -296,6 +318,15 @@ def _section(data: Mapping[str, Any], name: str, where: str) -> dict[str, Any]:
     return dict(value)
 
 
+KNOWN_SECTIONS = ("profile", *SECTIONS, "warmup", "finetune", "smoke")
+
+
+def _check_sections(data: Mapping[str, Any], where: str) -> None:
+    unknown = [key for key in data if key not in KNOWN_SECTIONS]
+    if unknown:
+        raise ParamsError(f"{where}: {unknown[0]}: unknown section (known: {', '.join(KNOWN_SECTIONS)})")
+
+
 def _build(data: Mapping[str, Any], profile: str, where: str) -> Params:
     sections: dict[str, Any] = {
         name: build(cls, _section(data, name, where), f"{where}: {name}") for name, cls in SECTIONS.items()
@@ -312,10 +343,8 @@ def _build(data: Mapping[str, Any], profile: str, where: str) -> Params:
     except ConfigError as error:
         raise ParamsError(f"{where}: finetune: {error}") from None
     _check_schedulers(sections, warmup, where)
-    known = {*SECTIONS, "profile", "warmup", "finetune"}
-    extra = {key: value for key, value in data.items() if key not in known}
     flat = {name: _section(data, name, where) for name in (*SECTIONS, "warmup", "finetune")}
-    return Params(profile=profile, warmup=warmup, finetune=finetune, extra=extra, raw=flat, **sections)
+    return Params(profile=profile, warmup=warmup, finetune=finetune, raw=flat, **sections)
 
 
 def _check_schedulers(sections: Mapping[str, Any], warmup: WarmUpConfig, where: str) -> None:
