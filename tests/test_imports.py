@@ -1,11 +1,13 @@
 """Fast, honest imports: a simulation or comparison of heuristics loads no torch, gymnasium or MLflow, and a rollout
-worker serving the NumPy/numba policy loads no torch. Each check runs in a fresh interpreter and reads
-`sys.modules` after the work is done."""
+worker serving the NumPy/numba policy loads no torch (each check runs in a fresh interpreter and reads
+`sys.modules` after the work is done); and every third-party module imported anywhere is pinned."""
 
 from __future__ import annotations
 
 import ast
+import importlib.metadata
 import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -65,3 +67,43 @@ def test_a_rollout_worker_loads_no_torch(tmp_path: Path) -> None:
         "assert episode.num_decisions > 0\n"
     )
     assert loaded_after(script, tmp_path) <= {"gymnasium"}  # the environment is a Gymnasium env; no torch
+
+
+ROOT = Path(__file__).resolve().parent.parent
+IMPORTED_BY = ("dl2", "pipelines", "dags", "tests", "benchmarks", "docs")
+PROVIDED_BY = {"airflow": "apache-airflow"}
+"""Import names whose distributions are installed through a declared meta-package."""
+
+
+def _distribution(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_every_third_party_import_is_declared_in_the_pins():
+    """A module the code imports comes from a distribution that requirements.txt or dev.txt names, not from one
+    that merely happens to be installed as something else's dependency (which a new version may drop)."""
+    declared = set()
+    for name in ("requirements.txt", "dev.txt"):
+        for line in (ROOT / "requirements" / name).read_text().splitlines():
+            requirement = line.split("#")[0].strip()
+            if requirement:
+                declared.add(_distribution(re.split(r"[=<>\[ ;]", requirement)[0]))
+    providers = importlib.metadata.packages_distributions()
+    local = {path.stem for folder in IMPORTED_BY for path in (ROOT / folder).rglob("*.py")} | set(IMPORTED_BY)
+    undeclared: dict[str, str] = {}
+    for folder in IMPORTED_BY:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    names = [alias.name.split(".")[0] for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module.split(".")[0]]
+                else:
+                    continue
+                for name in names:
+                    if name in sys.stdlib_module_names or name in local or name == "__future__":
+                        continue
+                    dists = {_distribution(d) for d in providers.get(name, [])} | {PROVIDED_BY.get(name, name)}
+                    if not dists & declared:
+                        undeclared.setdefault(name, str(path.relative_to(ROOT)))
+    assert undeclared == {}, f"imported but not pinned in requirements/ (module: first file): {undeclared}"
