@@ -209,6 +209,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
             time.sleep(2)
         passwords = home / "simple_auth_manager_passwords.json.generated"
         while not passwords.is_file():
+            assert process.poll() is None and time.monotonic() < deadline, f"no {passwords.name}; logs: {home}"
             time.sleep(1)
         body = json.dumps({"username": "admin", "password": json.loads(passwords.read_text())["admin"]}).encode()
         request = urllib.request.Request(f"{url}/auth/token", data=body, headers={"Content-Type": "application/json"})
@@ -216,12 +217,13 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
             token = json.loads(response.read())["access_token"]
         server = Standalone(url, token, home, root)
         server.call("POST", "/api/v2/pools", {"name": "dl2_dvc", "slots": 1, "description": "DVC locks the repo"})
-        while time.monotonic() < deadline:
+        while True:
             try:
                 for dag_id in ("dl2_trace_ingest", "dl2_online_finetune"):
                     server.call("GET", f"/api/v2/dags/{dag_id}")
                 break
             except urllib.error.HTTPError:  # not parsed yet
+                assert time.monotonic() < deadline, f"the DAGs were not parsed in time; logs: {home}"
                 time.sleep(2)
         yield server
     finally:
