@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,7 @@ def philly_like(seed: int, num_jobs: int, num_nodes: int) -> Workload:
     return first_nodes(first_jobs(workload, num_jobs), num_nodes)
 
 
+@cache
 def calibrated_speed(truth_name: str, seed: int, num_jobs: int, num_nodes: int) -> CalibratedSpeedModel:
     """The speeds calibrated from the records of the cluster's previous week (the workload of seed + 500 under the
     same truth, DRF deciding, as a shadow-mode controller records it)."""

@@ -90,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
         any(value is not None for value in (args.jobs, args.nodes, args.reference)) or args.lockstep
     ):
         raise UsageError("--jobs, --nodes, --reference and --lockstep need --simulate")
+    if args.simulate is None and args.truth is not None:
+        raise UsageError("--truth is how a simulated cluster's jobs behave: give --simulate a workload")
     for path in args.crd:
         if not path.is_file():
             raise UsageError(f"--crd {path}: no such file")
@@ -136,7 +138,7 @@ def _serve(args: argparse.Namespace) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     try:
-        local = LocalCluster(args.folder, workload, config, _heuristic_placer(args), options, args.port, _truth(args))
+        local = LocalCluster(args.folder, workload, config, _heuristic_placer(args), options, args.port, args.truth)
     except AssetsMissing as error:
         raise UsageError(str(error)) from None
     with local:
@@ -170,15 +172,6 @@ def _serve(args: argparse.Namespace) -> int:
         if local.twin is not None:
             _report(local.twin, workload, config, args)
     return 0
-
-
-def _truth(args: argparse.Namespace) -> Any:
-    """The twin's truth (`--truth`), or None: the catalogue."""
-    from dl2.truth import truth_named
-
-    if args.truth is not None and args.simulate is None:
-        raise UsageError("--truth is how a simulated cluster's jobs behave: give --simulate a workload")
-    return None if args.truth is None else truth_named(args.truth)
 
 
 def _heuristic_placer(args: argparse.Namespace) -> str:
@@ -237,7 +230,7 @@ def _report(cluster: Any, workload: Any, config: Any, args: argparse.Namespace) 
     if cluster.done and not report["status"]["cancelled"]:
         report["metrics"] = summarize(cluster.result()).to_json_dict()
     if args.reference is not None:
-        reference = summarize(reference_result(workload, args.reference, config, _heuristic_placer(args), _truth(args)))
+        reference = summarize(reference_result(workload, args.reference, config, _heuristic_placer(args), args.truth))
         report["reference"] = reference.to_json_dict()
         table.add_row(f"simulator, {args.reference}", f"{reference.avg_jct_s:,.1f}", str(reference.num_jobs))
     Console(stderr=True).print(table)  # stdout carries JSON lines only

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dl2.core import Dl2Error, InputError, Workload
 from dl2.schedulers.placement import Placer
@@ -14,6 +14,9 @@ from dl2.schedulers.registry import COMPAT_SCHEDULERS, PLACERS, SCHEDULERS, make
 from dl2.sim.config import SIM_KEYS, Mode, SimConfig
 from dl2.sim.config import sim_config as build_sim_config
 from dl2.sim.run import SchedulerBuilder
+
+if TYPE_CHECKING:
+    from dl2.truth.model import Truth
 
 
 class UsageError(Dl2Error):
@@ -58,16 +61,15 @@ def add_truth_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def truth_argument(text: str) -> str:
-    """A truth's name, checked now (argparse refuses anything else with one line)."""
+def truth_argument(text: str) -> Truth:
+    """A truth by name (argparse refuses anything else with one line)."""
     from dl2.config import ConfigError
     from dl2.truth.scenarios import truth_named
 
     try:
-        truth_named(text)
+        return truth_named(text)
     except ConfigError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
-    return text
 
 
 def placer_argument(text: str) -> str:

@@ -83,20 +83,19 @@ def run(args: argparse.Namespace) -> int:
         if args.truth is None:
             metrics.append(summarize(run_one(workload, build, config)))
         else:
-            from dl2.truth import realise, truth_named
+            from dl2.truth import realise
             from dl2.truth.run import run_on
 
-            cluster = realise(truth_named(args.truth), workload)
-            metrics.append(summarize(run_on(cluster, build, config, oracle=args.oracle)))
+            metrics.append(summarize(run_on(realise(args.truth, workload), build, config, oracle=args.oracle)))
     report = aggregate(metrics, compat)
     if args.truth is not None:
-        report["truth"] = args.truth
+        report["truth"] = args.truth.name
         report["oracle"] = args.oracle
     if args.json:
         print_json(report)
     else:
         scheduler = f"{args.scheduler} (oracle)" if args.oracle else args.scheduler
-        workload = args.workload if args.truth is None else f"{args.workload} under the truth {args.truth}"
+        workload = args.workload if args.truth is None else f"{args.workload} under the truth {args.truth.name}"
         print_table(report, scheduler, workload, config.mode)
     return 0
 

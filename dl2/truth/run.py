@@ -4,9 +4,9 @@ reading the truth."""
 from __future__ import annotations
 
 from dl2.sim.config import Mode, SimConfig
-from dl2.sim.run import SchedulerBuilder, speed_model
+from dl2.sim.run import SchedulerBuilder
 from dl2.sim.simulator import SimResult, simulate
-from dl2.truth.realise import TrueCluster
+from dl2.truth.realise import TrueCluster, catalogue_speed
 
 
 def run_on(cluster: TrueCluster, build: SchedulerBuilder, config: SimConfig, oracle: bool = False) -> SimResult:
@@ -17,5 +17,5 @@ def run_on(cluster: TrueCluster, build: SchedulerBuilder, config: SimConfig, ora
     if oracle:
         scheduler, workload = build(cluster.speed, False), cluster.oracle_workload()
     else:
-        scheduler, workload = build(speed_model(Mode.REALISTIC), False), cluster.workload
+        scheduler, workload = build(catalogue_speed(), False), cluster.workload
     return simulate(workload, scheduler, cluster.config(config), cluster.speed, cluster.interference)

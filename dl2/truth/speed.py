@@ -11,11 +11,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from dl2.core import Architecture, JobAllocation, JobSpec
+from dl2.core import JobSpec
 from dl2.truth.model import NewJobType, SpeedShift, Truth
-from dl2.workload.catalogue import CATALOGUE, MODEL_NAMES
+from dl2.workload.catalogue import MODEL_NAMES
 from dl2.workload.interference import InterferenceModel, default_matrix
-from dl2.workload.speed_fit import ParametricSpeedModel, TermFactors, allreduce_inverse_speed, placement_kappa
+from dl2.workload.speed_fit import ParametricSpeedModel, ShiftedSpeedModel, TermFactors
 
 
 def factors(shift: SpeedShift) -> TermFactors | None:
@@ -26,50 +26,29 @@ def factors(shift: SpeedShift) -> TermFactors | None:
     return (shift.compute, shift.communication, shift.parameter_server, shift.overhead)
 
 
-class TrueSpeedModel:
+class TrueSpeedModel(ShiftedSpeedModel):
     """Placement-aware speed under a truth (the `SpeedModel` protocol)."""
 
     def __init__(self, truth: Truth, new_type_of: Mapping[str, NewJobType], catalogue: ParametricSpeedModel) -> None:
         """`new_type_of`: job id -> its new type, for the jobs that are of one."""
+        super().__init__(catalogue)
         self.truth = truth
         self.new_type_of = dict(new_type_of)
         self.new_types = {new.name: new for new in truth.new_types}
-        self.fits = catalogue.fits
 
-    def _type(self, spec: JobSpec) -> tuple[str, SpeedShift]:
-        """The catalogue fit a job's speed starts from and the shift applied to it."""
+    def type_factors(self, model: str) -> tuple[str, TermFactors | None]:
+        """A catalogue type's shift, or a new type's own (by its name: only the oracle, which reads jobs by their
+        true type, `TrueCluster.oracle_workload`, asks for one)."""
+        new = self.new_types.get(model)
+        if new is not None:
+            return new.base, factors(new.shift)
+        return model, factors(self.truth.shift_of(model))
+
+    def job_factors(self, spec: JobSpec) -> tuple[str, TermFactors | None]:
         new = self.new_type_of.get(spec.job_id)
         if new is not None:
-            return new.base, new.shift
-        return spec.model, self.truth.shift_of(spec.model)
-
-    def throughput(self, model: str, num_ps: int, num_workers: int) -> float:
-        """A type's true speed, every worker-PS pair across servers. `model` is a catalogue type or a new type's
-        own name: only the oracle, which reads jobs by their true type (`TrueCluster.oracle_workload`), asks
-        for the latter."""
-        if num_workers <= 0:
-            return 0.0
-        new = self.new_types.get(model)
-        base, shift = (new.base, new.shift) if new is not None else (model, self.truth.shift_of(model))
-        fit = self.fits[base]
-        if num_ps <= 0:
-            return 1.0 / allreduce_inverse_speed(fit, CATALOGUE[base], num_workers, num_workers > 1, factors(shift))
-        return 1.0 / fit.inverse_speed(num_ps, num_workers, 1.0, factors(shift))
-
-    def placed_throughput(self, spec: JobSpec, allocation: JobAllocation) -> float:
-        workers = allocation.worker_nodes
-        if not workers:
-            return 0.0
-        model, shift = self._type(spec)
-        profile, fit = CATALOGUE[model], self.fits[model]
-        if spec.architecture is Architecture.ALLREDUCE:
-            spans = len(set(workers)) > 1
-            return 1.0 / allreduce_inverse_speed(fit, profile, len(workers), spans, factors(shift))
-        ps = allocation.ps_nodes
-        if not ps:
-            return 0.0
-        kappa = placement_kappa(profile, workers, ps)
-        return 1.0 / fit.inverse_speed(len(ps), len(workers), kappa, factors(shift))
+            return new.base, factors(new.shift)
+        return self.type_factors(spec.model)
 
 
 def true_matrix(truth: Truth) -> dict[str, dict[str, float]]:

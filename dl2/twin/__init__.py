@@ -52,11 +52,11 @@ def reference_result(
 ) -> SimResult:
     """The same workload and configuration run by the simulator with a heuristic deciding (what `dl2 simulate`
     reports), to compare with the JCTs obtained through the API."""
-    speed = speed_model(Mode.REALISTIC)
     if truth is not None:
         return run_on(
             realise(truth, workload), lambda speed, compat: make_scheduler(scheduler, speed, compat, placer), config
         )
+    speed = speed_model(Mode.REALISTIC)
     return simulate(workload, make_scheduler(scheduler, speed, False, placer), config, speed, interference_model())
 
 

@@ -27,7 +27,7 @@ import numpy as np
 from dl2.core import Architecture, DecisionRecord, JobAllocation, JobSpec
 from dl2.workload.catalogue import CATALOGUE
 from dl2.workload.interference import InterferenceModel
-from dl2.workload.speed_fit import ParametricSpeedModel, TermFactors, allreduce_inverse_speed, placement_kappa
+from dl2.workload.speed_fit import ParametricSpeedModel, ShiftedSpeedModel, TermFactors, placement_kappa, ring_term
 
 Nodes = tuple[tuple[int, ...], tuple[int, ...]]
 IDENTITY: TermFactors = (1.0, 1.0, 1.0, 1.0)
@@ -115,10 +115,7 @@ def _terms(catalogue: ParametricSpeedModel, record: DecisionRecord) -> np.ndarra
     w = len(workers)
     profile = CATALOGUE[record.model]
     if record.architecture == Architecture.ALLREDUCE.value:
-        units_per_second = t0 / profile.compute_time_s
-        spans = len(set(workers)) > 1
-        bandwidth = profile.inter_bw_mb_s if spans else max(profile.intra_bw_mb_s, profile.inter_bw_mb_s)
-        ring = units_per_second * 2.0 * (w - 1) / w * profile.model_size_mb / bandwidth / w
+        ring = ring_term(fit, profile, w, spans_servers=len(set(workers)) > 1)
         return np.array([t0 / w, ring, 0.0, t1 + t4 * w])
     p = len(ps)
     kappa = placement_kappa(profile, workers, ps)
@@ -150,7 +147,7 @@ class Calibration:
     seen: frozenset[TypeKey] = frozenset()
     """Every type the records had, kept or not."""
 
-    def factors(self, spec: JobSpec) -> TermFactors:
+    def factors(self, spec: JobSpec | DecisionRecord) -> TermFactors:
         """A job's factors: its demand signature's; its label's for a signature the records never had; else none
         (the catalogue). A signature that was seen and not kept keeps the catalogue rather than borrow its label's
         factors, which other jobs under the label (a new type, say) may have made."""
@@ -281,8 +278,7 @@ def _interference_scale(
     ratios: dict[TypeKey, list[tuple[float, float]]] = defaultdict(list)
     for i in np.flatnonzero(use):
         m, row, e = measurements[i], terms[i], extra[i]
-        spec = m.record.job_spec()
-        predicted_inverse = float(row @ _coordinates(calibration.factors(spec)))
+        predicted_inverse = float(row @ _coordinates(calibration.factors(m.record)))
         ratios[type_key(m.record, calibration.by_demand)].append((float(e), 1.0 / (m.throughput * predicted_inverse)))
     slopes, weights = [], []
     for pairs in ratios.values():
@@ -328,34 +324,19 @@ def _coordinates(factors: TermFactors) -> np.ndarray:
     return np.array([compute, communication, communication * parameter_server, overhead])
 
 
-class CalibratedSpeedModel:
+class CalibratedSpeedModel(ShiftedSpeedModel):
     """The catalogue's speed with a calibration's factors (the `SpeedModel` protocol): what a heuristic reads
-    once the cluster's records have been fitted."""
+    once the cluster's records have been fitted. A type read by name takes its label's factors; a job, its own
+    type's (`Calibration.factors`)."""
 
     def __init__(self, catalogue: ParametricSpeedModel, calibration: Calibration) -> None:
-        self.catalogue = catalogue
+        super().__init__(catalogue)
         self.calibration = calibration
 
-    def _factors(self, model: str) -> TermFactors | None:
+    def type_factors(self, model: str) -> tuple[str, TermFactors | None]:
         found = self.calibration.types.get((model, 0.0, 0.0, 0.0, 0.0))
-        return None if found is None else found.factors
+        return model, None if found is None else found.factors
 
-    def throughput(self, model: str, num_ps: int, num_workers: int) -> float:
-        if num_workers <= 0:
-            return 0.0
-        if num_ps <= 0:
-            fit, profile = self.catalogue.fits[model], CATALOGUE[model]
-            return 1.0 / allreduce_inverse_speed(fit, profile, num_workers, num_workers > 1, self._factors(model))
-        return 1.0 / self.catalogue.fits[model].inverse_speed(num_ps, num_workers, 1.0, self._factors(model))
-
-    def placed_throughput(self, spec: JobSpec, allocation: JobAllocation) -> float:
-        workers, ps = allocation.worker_nodes, allocation.ps_nodes
-        if not workers or (spec.architecture is Architecture.PS and not ps):
-            return 0.0
+    def job_factors(self, spec: JobSpec) -> tuple[str, TermFactors | None]:
         found = self.calibration.factors(spec)
-        factors = None if found == IDENTITY else found  # None: the catalogue's own floats
-        fit, profile = self.catalogue.fits[spec.model], CATALOGUE[spec.model]
-        if spec.architecture is Architecture.ALLREDUCE:
-            return 1.0 / allreduce_inverse_speed(fit, profile, len(workers), len(set(workers)) > 1, factors)
-        kappa = placement_kappa(profile, workers, ps)
-        return 1.0 / fit.inverse_speed(len(ps), len(workers), kappa, factors)
+        return spec.model, None if found == IDENTITY else found  # None: the catalogue's own floats

@@ -121,6 +121,45 @@ class ParametricSpeedModel:
         return 1.0 / allreduce_inverse_speed(self.fits[profile.name], profile, num_workers, spans_servers)
 
 
+class ShiftedSpeedModel(ParametricSpeedModel):
+    """The catalogue's fits with factors on their terms, per type or per job: a cluster's truth (`dl2.truth`), or
+    what its records calibrate (`dl2.workload.calibration`). Subclasses say which fit and factors apply."""
+
+    def __init__(self, catalogue: ParametricSpeedModel) -> None:
+        self.fits = catalogue.fits  # the same fits: only the factors differ
+
+    def type_factors(self, model: str) -> tuple[str, TermFactors | None]:
+        """(the catalogue type whose fit a type's speed starts from, the factors on it; None: the fit itself)."""
+        return model, None
+
+    def job_factors(self, spec: JobSpec) -> tuple[str, TermFactors | None]:
+        """The same for one job (a job may be other than its label says)."""
+        return self.type_factors(spec.model)
+
+    def throughput(self, model: str, num_ps: int, num_workers: int) -> float:
+        if num_workers <= 0:
+            return 0.0
+        base, factors = self.type_factors(model)
+        fit = self.fits[base]
+        if num_ps <= 0:
+            return 1.0 / allreduce_inverse_speed(fit, CATALOGUE[base], num_workers, num_workers > 1, factors)
+        return 1.0 / fit.inverse_speed(num_ps, num_workers, 1.0, factors)
+
+    def placed_throughput(self, spec: JobSpec, allocation: JobAllocation) -> float:
+        workers = allocation.worker_nodes
+        if not workers:
+            return 0.0
+        base, factors = self.job_factors(spec)
+        profile, fit = CATALOGUE[base], self.fits[base]
+        if spec.architecture is Architecture.ALLREDUCE:
+            return 1.0 / allreduce_inverse_speed(fit, profile, len(workers), len(set(workers)) > 1, factors)
+        ps = allocation.ps_nodes
+        if not ps:
+            return 0.0
+        kappa = placement_kappa(profile, workers, ps)
+        return 1.0 / fit.inverse_speed(len(ps), len(workers), kappa, factors)
+
+
 def allreduce_inverse_speed(
     fit: FittedModel, profile: ModelProfile, num_workers: int, spans_servers: bool, factors: TermFactors | None = None
 ) -> float:
@@ -128,14 +167,20 @@ def allreduce_inverse_speed(
     `FittedModel.inverse_speed` (the ring's transfer is communication; a parameter server has no part)."""
     t0, t1, _t2, _t3, t4, _t5 = fit.coefficients
     compute, communication, _parameter_server, overhead = factors or (1.0, 1.0, 1.0, 1.0)
-    units_per_second = t0 / profile.compute_time_s  # the fitted compute term is the measured compute time
-    bandwidth = profile.inter_bw_mb_s if spans_servers else max(profile.intra_bw_mb_s, profile.inter_bw_mb_s)
-    ring_s = 2.0 * (num_workers - 1) / num_workers * profile.model_size_mb / bandwidth
     return (
         compute * t0 / num_workers
         + overhead * (t1 + t4 * num_workers)
-        + communication * units_per_second * ring_s / num_workers
+        + communication * ring_term(fit, profile, num_workers, spans_servers)
     )
+
+
+def ring_term(fit: FittedModel, profile: ModelProfile, num_workers: int, spans_servers: bool) -> float:
+    """The ring all-reduce's transfer in seconds per unit of throughput: 2 (w-1)/w model sizes at the slowest
+    link's bandwidth, in the fit's units (its compute term is the measured compute time)."""
+    units_per_second = fit.coefficients[0] / profile.compute_time_s
+    bandwidth = profile.inter_bw_mb_s if spans_servers else max(profile.intra_bw_mb_s, profile.inter_bw_mb_s)
+    ring_s = 2.0 * (num_workers - 1) / num_workers * profile.model_size_mb / bandwidth
+    return units_per_second * ring_s / num_workers
 
 
 def placement_kappa(profile: ModelProfile, worker_nodes: tuple[int, ...], ps_nodes: tuple[int, ...]) -> float:
