@@ -181,14 +181,15 @@ def test_local_network_inference_keeps_unchanged_rows_between_calls() -> None:
         np.testing.assert_allclose(numpy_policy.logits(observation), expected, atol=1e-4)
 
 
+@pytest.mark.parametrize("kind", ["per-job-local", "per-job"])
 @pytest.mark.parametrize("hidden", [(24,), (32, 16), (16, 16, 8)])
-def test_compiled_greedy_decisions_match_torch(hidden: tuple[int, ...]) -> None:
-    """The numba kernel (`dl2.rl.compiled`) carries the window's columns between calls like the NumPy path;
-    through a slot-like sequence (one row and the tail change per call, now and then a new window, random
-    masks) its logits and its masked argmax agree with torch's full pass."""
+def test_compiled_greedy_decisions_match_torch(kind: str, hidden: tuple[int, ...]) -> None:
+    """The numba kernels (`dl2.rl.compiled`) carry the window's columns between calls; through a slot-like
+    sequence (one row and the tail change per call, now and then a new window, random masks) their logits and
+    their masked argmax agree with torch's full pass and with the NumPy path."""
     pytest.importorskip("numba")
     torch.manual_seed(7)
-    config = NetworkConfig(hidden=hidden, kind="per-job-local")
+    config = NetworkConfig(hidden=hidden, kind=kind)
     policy = PolicyNetwork(SHAPE, config)
     compiled_policy = NumpyPolicy.from_state_dict(policy.state_dict(), SHAPE, config)
     fallback = NumpyPolicy.from_state_dict(policy.state_dict(), SHAPE, config, use_compiled=False)

@@ -53,7 +53,7 @@ class NumpyPolicy:
             self._split_concatenations()
         self._rows: _RowCache | None = None
         self._kernel: _KernelState | None = None
-        if use_compiled and kind == "per-job-local" and (kernel := compiled.greedy_kernel()) is not None:
+        if use_compiled and (kernel := compiled.greedy_kernel(kind)) is not None:
             self._kernel = _KernelState.build(self, kernel)
 
     def _split_concatenations(self) -> None:
@@ -77,8 +77,8 @@ class NumpyPolicy:
     def from_state_dict(
         cls, state: Mapping[str, object], shape: InputShape, config: NetworkConfig, use_compiled: bool = True
     ) -> NumpyPolicy:
-        """`use_compiled`: a `per-job-local` network's decisions (greedy, and the logits of sampled ones) go
-        through the numba kernel when numba is installed (`dl2.rl.compiled`)."""
+        """`use_compiled`: a per-job network's decisions (greedy, and the logits of sampled ones) go through the
+        numba kernel when numba is installed (`dl2.rl.compiled`)."""
         if config.kind == "mlp":
             parts = {"trunk": _linear_layers(state, "trunk."), "head": _single(state, "head")}
         else:
@@ -216,16 +216,11 @@ class NumpyPolicy:
 
 @dataclass(slots=True)
 class _KernelState:
-    """The compiled kernel's weights and the window columns it carries between calls (`dl2.rl.compiled`)."""
+    """A compiled kernel (`dl2.rl.compiled`) with its arguments: the window columns it carries between calls,
+    then the weights."""
 
     kernel: Callable[..., int]
-    window: int
-    features: int
-    weights: tuple[object, ...]
-    cached_jobs: np.ndarray
-    embeddings: np.ndarray
-    head_part: np.ndarray
-    occupied: np.ndarray
+    arguments: tuple[object, ...]
     logits: np.ndarray
 
     @classmethod
@@ -234,9 +229,7 @@ class _KernelState:
         encoder = policy.parts["encoder"]
         width = encoder[-1][0].shape[1]
         ((last, last_bias),) = policy._head_rest  # the job head is [2 x width, width, 3]
-        weights = (
-            tuple(np.ascontiguousarray(w) for w, _ in encoder),
-            tuple(np.ascontiguousarray(b) for _, b in encoder),
+        head = (
             np.ascontiguousarray(policy._head_jobs),
             np.ascontiguousarray(policy._context_pooled),
             np.ascontiguousarray(policy._context_tail),
@@ -246,31 +239,34 @@ class _KernelState:
             np.ascontiguousarray(last),
             np.ascontiguousarray(last_bias),
         )
-        return cls(
-            kernel,
-            shape.window,
-            shape.job_features,
-            weights,
-            np.full((shape.window, shape.job_features), np.nan, dtype=np.float32),  # NaN: every column is new
-            np.zeros((shape.window, width), dtype=np.float32),
-            np.zeros((shape.window, policy._head_jobs.shape[1]), dtype=np.float32),
-            np.zeros(shape.window, dtype=np.bool_),
-            np.empty(3 * shape.window + 1, dtype=np.float32),
-        )
+        columns = np.full((shape.window, shape.job_features), np.nan, dtype=np.float32)  # NaN: every column is new
+        occupied = np.zeros(shape.window, dtype=np.bool_)
+        if policy.kind == "per-job-local":
+            carried: tuple[object, ...] = (
+                columns,
+                np.zeros((shape.window, width), dtype=np.float32),  # embeddings
+                np.zeros((shape.window, policy._head_jobs.shape[1]), dtype=np.float32),  # their head products
+                occupied,
+                tuple(np.ascontiguousarray(w) for w, _ in encoder),
+                tuple(np.ascontiguousarray(b) for _, b in encoder),
+            )
+        else:  # per-job: the first layer split in two products, then the encoder's other layers
+            first_width = policy._encoder_jobs.shape[1]
+            carried = (
+                columns,
+                np.zeros((shape.window, first_width), dtype=np.float32),  # columns x first layer
+                occupied,
+                policy._encoder_jobs,
+                np.ascontiguousarray(policy._encoder_tail),
+                np.ascontiguousarray(policy._encoder_bias),
+                tuple(np.ascontiguousarray(w) for w, _ in encoder),  # the kernel skips the first
+                tuple(np.ascontiguousarray(b) for _, b in encoder),
+            )
+        logits = np.empty(3 * shape.window + 1, dtype=np.float32)
+        return cls(kernel, (shape.window, shape.job_features, *carried, *head), logits)
 
     def greedy(self, x: np.ndarray, mask: np.ndarray) -> int:
-        return self.kernel(
-            x,
-            mask,
-            self.window,
-            self.features,
-            self.cached_jobs,
-            self.embeddings,
-            self.head_part,
-            self.occupied,
-            *self.weights,
-            self.logits,
-        )
+        return self.kernel(x, mask, *self.arguments, self.logits)
 
 
 @dataclass(slots=True)

@@ -209,12 +209,15 @@ class ClusterTwin:
                 raise TimeoutError(f"no ServiceAccount default in {namespace} after {timeout_s:g} s")
             time.sleep(0.05)
 
-    def _wait_for_nodes(self, timeout_s: float = 60.0) -> None:
+    def _wait_for_nodes(self, timeout_s: float | None = None) -> None:
         """Until kwok reports every node Ready and the node lifecycle controller has lifted the `not-ready` taint
         the API server puts on a new node: a kube-scheduler that saw the taint would refuse the first pods for it
-        rather than for want of room."""
+        rather than for want of room. The default deadline grows with the nodes (kwok and the node lifecycle
+        controller share one loaded API server: the 352 Philly nodes take minutes on two cores)."""
         names = set(self.node_names)
-        deadline = time.monotonic() + timeout_s
+        timeout_s = 60.0 + 0.5 * len(names) if timeout_s is None else timeout_s
+        started = time.monotonic()
+        deadline = started + timeout_s
         while True:
             waiting = [
                 node["metadata"]["name"]
@@ -225,7 +228,7 @@ class ClusterTwin:
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{len(waiting)} nodes not Ready after {timeout_s:g} s (first: {waiting[0]})")
-            time.sleep(0.1)
+            time.sleep(0.1 if time.monotonic() - started < 5 else 1.0)  # a LIST of every node is not free
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
