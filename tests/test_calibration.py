@@ -4,6 +4,7 @@ by their demands, and the catalogue kept where records say nothing."""
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import replace
 
 import numpy as np
@@ -13,10 +14,11 @@ from dl2.core import JobAllocation
 from dl2.placement.samples import record_run
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import SimConfig
+from dl2.sim.run import World
 from dl2.truth import SCENARIOS, SpeedShift, Truth, realise
 from dl2.truth.realise import TrueCluster, catalogue_speed
 from dl2.twin.workloads import first_jobs, first_nodes
-from dl2.workload.calibration import CalibratedSpeedModel, calibrate, steady_measurements
+from dl2.workload.calibration import CalibratedSpeedModel, Calibration, calibrate, steady_measurements
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.registry import load_workloads
 
@@ -162,6 +164,27 @@ def test_new_types_get_their_own_calibration_when_split_by_demand():
     for name in ("transformer-large", "graph-net"):
         new = [j.spec for j in cluster.workload.jobs if cluster.new_type_of.get(j.spec.job_id) == name]
         assert grid_error(model, cluster.speed, new) < grid_error(catalogue_speed(), cluster.speed, new) / 1.5
+
+
+def test_the_calibrated_interference_scales_each_extra_slowdown():
+    profiled = InterferenceModel()
+    victim, aggressor = "vgg-16", "resnet-50"
+    extra = profiled.slowdown(victim, aggressor) - 1.0
+    doubled = Calibration({}, 2.0, 10, False).interference(profiled)
+    assert doubled.slowdown(victim, aggressor) == pytest.approx(1.0 + 2.0 * extra)
+    assert Calibration({}, 0.0, 10, False).interference(profiled).slowdown(victim, aggressor) == 1.0
+    assert Calibration({}, 1.0, 10, False).interference(profiled) is profiled
+
+
+def test_a_calibrated_world_travels_to_rollout_workers():
+    """A calibrated twin's speeds and interference pickle (rollout workers get them with their tasks)."""
+    cluster = realise(SCENARIOS["speed-shift"], philly(120, 8))
+    calibration = calibrate(records_of(cluster, QUIET), catalogue_speed(), InterferenceModel())
+    world = World(CalibratedSpeedModel(catalogue_speed(), calibration), calibration.interference(InterferenceModel()))
+    copy = pickle.loads(pickle.dumps(world))
+    allocation = JobAllocation((0, 0), (1,))
+    for job in cluster.workload.jobs[:20]:
+        assert copy.speed.placed_throughput(job.spec, allocation) == world.speed.placed_throughput(job.spec, allocation)
 
 
 def test_a_type_without_records_keeps_the_catalogue():

@@ -17,6 +17,8 @@ from dl2.core import (
     ClusterSpec,
     ClusterView,
     Job,
+    JobAllocation,
+    JobSpec,
     NodeSpec,
     Resources,
     Workload,
@@ -35,11 +37,13 @@ from dl2.env.observation import (
 from dl2.schedulers.load_balance import LoadBalancePlacer
 from dl2.schedulers.placement import place_sticky
 from dl2.schedulers.requests import Role
-from dl2.sim.config import SimConfig
+from dl2.sim.config import Mode, SimConfig
+from dl2.sim.run import World
 from dl2.sim.simulator import Simulation
 from dl2.workload.authors import SETTINGS, generate_authors_workload
 from dl2.workload.catalogue import CATALOGUE
 from dl2.workload.mapping import TraceMapping
+from dl2.workload.speed import SpeedModel
 from dl2.workload.synthetic import PRESETS, generate, scaled
 
 WINDOWS = (4, 20)
@@ -90,6 +94,37 @@ def random_episode(env: Dl2Env, seed: int) -> tuple[list[np.ndarray], list[float
         actions.append(action)
         done = terminated or truncated
     return observations, rewards, actions
+
+
+class HalfSpeed:
+    """Every job at half the catalogue's speed: a world unlike the catalogue."""
+
+    def __init__(self, catalogue: SpeedModel) -> None:
+        self.catalogue = catalogue
+
+    def throughput(self, model: str, num_ps: int, num_workers: int) -> float:
+        return 0.5 * self.catalogue.throughput(model, num_ps, num_workers)
+
+    def placed_throughput(self, spec: JobSpec, allocation: JobAllocation) -> float:
+        return 0.5 * self.catalogue.placed_throughput(spec, allocation)
+
+
+def test_the_world_sets_how_fast_the_jobs_run() -> None:
+    """The same decisions (every slot, grant whatever is allowed first) in a world at half the catalogue's speed:
+    the jobs take longer; without a world the environment is the catalogue's."""
+    config = EnvConfig(observation=ObservationConfig(window=5), sim=SimConfig.realistic(seed=0, speed_noise=0.0))
+    catalogue = World.catalogue(Mode.REALISTIC)
+    averages = []
+    for world in (None, catalogue, World(HalfSpeed(catalogue.speed), catalogue.interference)):
+        env = Dl2Env([realistic_workload()], config, world)
+        _, info = env.reset(seed=1)
+        done = False
+        while not done:
+            _, _, terminated, truncated, info = env.step(int(np.flatnonzero(info["action_mask"])[0]))
+            done = terminated or truncated
+        averages.append(float(np.mean(jcts(env))))
+    usual, same, halved = averages
+    assert same == usual and halved > 1.3 * usual
 
 
 # --- Gymnasium conformance -----------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from dl2.core import Allocation, ClusterSpec, ClusterView, InputError, NodeSpec,
 from dl2.env.config import EnvConfig
 from dl2.env.decision import SlotDecision, stop_action
 from dl2.env.observation import ObservationConfig, Observer
-from dl2.rl import training
+from dl2.rl import rollout, training
 from dl2.rl.actor_critic import ActorCritic, sibling_advantages
 from dl2.rl.config import MASKED_LOGIT, ExplorationConfig, NetworkConfig, ReplayConfig, RLConfig, SupervisedConfig
 from dl2.rl.demonstrations import Demonstrations, record, record_on_policy, teacher_action
@@ -39,9 +39,10 @@ from dl2.rl.workload_source import workload
 from dl2.schedulers.load_balance import LoadBalancePlacer
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import Mode, SimConfig
-from dl2.sim.run import speed_model
+from dl2.sim.run import World, speed_model
 from dl2.sim.simulator import Simulation, simulate
 from dl2.workload.authors import SETTINGS, generate_authors_workload
+from dl2.workload.interference import InterferenceModel
 from dl2.workload.traces import COMMON_COLUMNS
 
 KINDS = ("per-job", "per-job-local", "mlp")
@@ -1019,6 +1020,33 @@ def test_worker_processes_play_the_same_episodes(rl_source: str) -> None:
     # and the same task run again in this process is the same episode
     again = run_episode(tasks[0])
     np.testing.assert_array_equal(again.actions, here[0].actions)
+
+
+def test_a_world_decides_where_the_learners_episodes_run(rl_source: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Training and validation episodes run in the learner's world (a calibrated twin, say: `Dl2Env`'s test shows
+    the world at work); exact credits, which replay the catalogue, refuse another world."""
+    env, config = _rl(rl_source)
+    catalogue = World.catalogue(env.sim.mode)
+    other = World(
+        catalogue.speed,
+        InterferenceModel({v: {a: 2.0 for a in row} for v, row in catalogue.interference.matrix.items()}),
+    )
+    trainer = ActorCritic(env, config, world=other)
+    tasks = [*trainer.training_tasks(0), *trainer.validation_tasks()]
+    assert all(task.world is other for task in tasks)
+    assert all(task.world is None for task in ActorCritic(env, config).validation_tasks())
+    worlds = []
+    real_env = rollout.Dl2Env
+
+    def spy(workloads, config, world=None):  # type: ignore[no-untyped-def]
+        worlds.append(world)
+        return real_env(workloads, config, world)
+
+    monkeypatch.setattr(rollout, "Dl2Env", spy)
+    run_episode(tasks[-1])
+    assert worlds == [other]
+    with pytest.raises(ValueError, match="replays the catalogue"):
+        ActorCritic(env, replace(config, credit="perturbation"), world=other)
 
 
 def test_episodes_record_what_the_learner_needs(rl_source: str) -> None:

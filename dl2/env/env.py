@@ -26,7 +26,7 @@ from dl2.env.decision import SlotDecision, action_count
 from dl2.env.observation import Observer
 from dl2.schedulers.registry import PLACERS
 from dl2.sim.config import Mode
-from dl2.sim.run import interference_model, speed_model
+from dl2.sim.run import World
 from dl2.sim.simulator import Simulation, SlotOutcome
 
 WorkloadSource = Sequence[Workload] | Callable[[np.random.Generator], Workload]
@@ -36,11 +36,13 @@ WorkloadSource = Sequence[Workload] | Callable[[np.random.Generator], Workload]
 class Dl2Env(gymnasium.Env[np.ndarray, np.int64]):
     metadata = {"render_modes": []}  # noqa: RUF012 (Gymnasium declares it as an instance variable)
 
-    def __init__(self, workloads: WorkloadSource, config: EnvConfig | None = None) -> None:
+    def __init__(self, workloads: WorkloadSource, config: EnvConfig | None = None, world: World | None = None) -> None:
+        """`world`: how the jobs really run (None: the catalogue of the simulator's mode)."""
         self.config = config or EnvConfig()
         if self.config.reward not in ("progress", "jct"):
             raise ValueError(f"reward must be 'progress' or 'jct', got {self.config.reward!r}")
         self.workloads = workloads
+        self.world = world or World.catalogue(self.config.sim.mode)
         self.observation_space = gymnasium.spaces.Box(
             low=0.0 if not self.config.observation.raw_dl2 else -np.inf,
             high=1.0 if not self.config.observation.raw_dl2 else np.inf,
@@ -67,7 +69,7 @@ class Dl2Env(gymnasium.Env[np.ndarray, np.int64]):
         config = replace(
             self.config.sim, seed=sim_seed, stall_slots=max(self.config.sim.stall_slots, self.config.max_slots + 1)
         )
-        self.simulation = Simulation(workload, config, speed_model(config.mode), interference_model())
+        self.simulation = Simulation(workload, config, self.world.speed, self.world.interference)
         self.slots = 0
         self.slot_rewards: list[float] = []
         # slots that ran before the first decision: their reward is paid with the first step

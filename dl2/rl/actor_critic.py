@@ -32,6 +32,7 @@ from dl2.rl.perturbation import PerturbationBatch, PerturbationTask
 from dl2.rl.rollout import Episode, EpisodeTask, slot_returns
 from dl2.rl.supervised import minibatches
 from dl2.rl.workers import RolloutPool
+from dl2.sim.run import World
 
 
 class ReturnScale:
@@ -116,9 +117,16 @@ class ActorCritic:
         config: RLConfig,
         policy: PolicyNetwork | None = None,
         value: ValueNetwork | None = None,
+        world: World | None = None,
     ) -> None:
+        """`world`: where the episodes run, training and validation alike (None: the catalogue of the
+        environment's mode), e.g. a twin calibrated from a cluster's records. Exact credits replay the
+        catalogue's compatibility mode, so they take none."""
+        if world is not None and config.credit != "returns":
+            raise ValueError(f"credit {config.credit!r} replays the catalogue: it cannot run in another world")
         torch.manual_seed(config.seed)
         self.env = env
+        self.world = world
         self.config = config
         shape = env.observation.shape
         size = shape.size
@@ -155,6 +163,7 @@ class ActorCritic:
                     int(self.rng.integers(2**31 - 1)),
                     epsilon=epsilon,
                     exploration=self.config.exploration,
+                    world=self.world,
                 )
             )
         return tasks
@@ -239,7 +248,7 @@ class ActorCritic:
         policy = self.numpy_policy()
         whole = replace(self.env, max_slots=max(self.env.max_slots, self.config.validation_max_slots))
         return [
-            EpisodeTask(policy, whole, self.config.validation, seed, seed, greedy=True, record=False)
+            EpisodeTask(policy, whole, self.config.validation, seed, seed, greedy=True, record=False, world=self.world)
             for seed in self.config.validation_seeds
         ]
 

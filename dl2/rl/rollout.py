@@ -17,6 +17,7 @@ from dl2.rl.config import ExplorationConfig
 from dl2.rl.exploration import exploratory_action
 from dl2.rl.inference import NumpyPolicy
 from dl2.rl.workload_source import workload
+from dl2.sim.run import World
 
 
 @dataclass(slots=True)
@@ -55,11 +56,13 @@ class EpisodeTask:
     epsilon: float = 0.0
     exploration: ExplorationConfig = field(default_factory=lambda: ExplorationConfig(enabled=False))
     record: bool = True
+    world: World | None = None
+    """How the episode's jobs really run (None: the catalogue)."""
 
 
 def run_episode(task: EpisodeTask) -> Episode:
     policy = task.policy
-    env = Dl2Env([workload(task.source, task.workload_seed)], task.env)
+    env = Dl2Env([workload(task.source, task.workload_seed)], task.env, task.world)
     rng = np.random.default_rng(task.episode_seed)
     observation, info = env.reset(seed=task.episode_seed)
     observations, masks, actions, log_probs, slot_of, explored = [], [], [], [], [], []

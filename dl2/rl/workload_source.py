@@ -2,8 +2,9 @@
 
 A source is a string: `authors-small` / `authors-default` (the authors' generator, `dl2.workload.authors`;
 `authors-small:poisson` for Poisson arrivals, `authors-small:without=seq2seq+dssm` to leave job types out),
-`synthetic-<preset>` optionally with `@<jobs>` to scale the preset (`synthetic-philly@900`), or any name or file
-that `dl2.workload.registry.load_workloads` accepts (fixed workloads; the seed is ignored). Seeds select
+`synthetic-<preset>` optionally with `@<jobs>` to scale the preset (`synthetic-philly@900`), `records:<folder>`
+(a cluster's own jobs from the decision log in the folder, bootstrapped per seed: `dl2.workload.observed`), or any
+name or file that `dl2.workload.registry.load_workloads` accepts (fixed workloads; the seed is ignored). Seeds select
 workloads: training, validation and test seeds must not overlap (the authors' reference workloads are test
 data only).
 """
@@ -15,11 +16,15 @@ from pathlib import Path
 
 from dl2.core import InputError, Workload
 from dl2.core.limits import MAX_JOBS, MAX_NODES
+from dl2.sim.decision_log import CLUSTER_FILE, read_cluster, read_log
 from dl2.workload.authors import SETTINGS, generate_authors_workload
 from dl2.workload.catalogue import MODEL_NAMES
+from dl2.workload.observed import observed_workload, resampled_workload
 from dl2.workload.registry import WORKLOAD_NAMES, load_workloads, looks_like_path
 from dl2.workload.synthetic import PRESETS, generate, scaled
 
+RECORDS = "records:"
+"""Prefix of a source of a cluster's own jobs (its decision log's folder follows)."""
 ARRIVALS = ("uniform", "poisson")
 """Arrival options of the authors' generator."""
 
@@ -40,6 +45,11 @@ def source_problem(source: str) -> str | None:
             elif option not in ARRIVALS:
                 return f"unknown option {option!r}; known: {', '.join(ARRIVALS)}, without=<type>+<type>"
         return None
+    if source.startswith(RECORDS):
+        folder = Path(source.removeprefix(RECORDS))
+        if not folder.is_dir():
+            return "expected records:<the folder of a decision log>"
+        return None if (folder / CLUSTER_FILE).is_file() else f"no {CLUSTER_FILE} beside the decision log"
     name, at, size = source.partition("@")
     if name in PRESETS:
         if not at:
@@ -58,7 +68,7 @@ def source_problem(source: str) -> str | None:
     presets = ", ".join(f"{preset}[@jobs]" for preset in PRESETS)
     settings = "|".join(SETTINGS)
     return f"unknown workload source; known: authors-<{settings}>[:poisson][:without=<types>], {presets}, " + (
-        f"{', '.join(WORKLOAD_NAMES)}, or a file"
+        f"records:<folder>, {', '.join(WORKLOAD_NAMES)}, or a file"
     )
 
 
@@ -84,6 +94,8 @@ def workload(source: str, seed: int) -> Workload:
             return generate_authors_workload(SETTINGS[setting], seed, arrivals, without)
         except ValueError as error:
             raise InputError(source, str(error)) from None
+    if source.startswith(RECORDS):
+        return resampled_workload(_observed(source.removeprefix(RECORDS)), seed)
     name, _, size = source.partition("@")
     if name in PRESETS:
         spec = scaled(PRESETS[name], int(size)) if size else PRESETS[name]
@@ -95,6 +107,15 @@ def workload(source: str, seed: int) -> Workload:
 @cache
 def _fixed(source: str) -> tuple[Workload, ...]:
     return load_workloads(source)
+
+
+@cache
+def _observed(folder: str) -> Workload:
+    location = Path(folder)
+    records = read_log(location)
+    if not records:
+        raise InputError(folder, "the decision log has no records")
+    return observed_workload(records, read_cluster(location / CLUSTER_FILE), location.name)
 
 
 def workloads(source: str, seeds: range | list[int]) -> list[Workload]:

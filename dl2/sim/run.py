@@ -26,6 +26,20 @@ def interference_model() -> InterferenceModel:
     return InterferenceModel()
 
 
+@dataclass(frozen=True, slots=True)
+class World:
+    """How the simulated cluster's jobs really run: their speeds and how co-located jobs slow each other. The
+    catalogue's by default; a calibrated twin's (`dl2.workload.calibration`) when a policy is fine-tuned on what a
+    cluster's records say. Picklable, so rollout workers get it with their tasks."""
+
+    speed: SpeedModel
+    interference: InterferenceModel
+
+    @classmethod
+    def catalogue(cls, mode: Mode) -> World:
+        return cls(speed_model(mode), interference_model())
+
+
 SchedulerBuilder = Callable[[SpeedModel, bool], Scheduler]
 """(speed model, compat?) -> a fresh scheduler."""
 

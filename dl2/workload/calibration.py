@@ -157,6 +157,18 @@ class Calibration:
             found = self.types.get(type_key(spec, False))
         return IDENTITY if found is None else found.factors
 
+    def interference(self, profiled: InterferenceModel) -> InterferenceModel:
+        """The profiled table with the fitted scale on each extra slowdown, 1 + k (s - 1) (k = 1: `profiled`)."""
+        if self.interference_scale == 1.0:
+            return profiled
+        k = self.interference_scale
+        return InterferenceModel(
+            {
+                victim: {aggressor: 1.0 + k * (s - 1.0) for aggressor, s in row.items()}
+                for victim, row in profiled.matrix.items()
+            }
+        )
+
 
 def calibrate(
     records: Sequence[DecisionRecord],

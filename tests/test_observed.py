@@ -1,0 +1,87 @@
+"""A cluster's own jobs from its decision records (`dl2.workload.observed`) and the `records:<folder>` source: the
+jobs of a logged run come back as they were submitted, with the epochs they needed, and bootstraps are seeded."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from dl2.core import InputError
+from dl2.placement.samples import record_run
+from dl2.rl.workload_source import source_problem, workload
+from dl2.schedulers.registry import make_scheduler
+from dl2.sim.config import Mode, SimConfig
+from dl2.sim.decision_log import CLUSTER_FILE, cluster_to_json, write_segment
+from dl2.sim.run import interference_model, speed_model
+from dl2.twin.workloads import first_jobs, first_nodes
+from dl2.workload.observed import observed_jobs, observed_workload, resampled_workload
+from dl2.workload.registry import load_workloads
+
+CONFIG = SimConfig.realistic(seed=0, speed_noise=0.0)
+
+
+@pytest.fixture(scope="module")
+def logged():
+    """A small Philly slice run to the end under DRF, and its records."""
+    original = first_nodes(first_jobs(load_workloads("philly")[0], 30), 4)
+    speed = speed_model(Mode.REALISTIC)
+    records = record_run(original, make_scheduler("drf", speed, False), CONFIG, speed, interference_model())
+    return original, records
+
+
+def test_a_logged_run_gives_back_its_jobs(logged):
+    original, records = logged
+    observed = observed_workload(records, original.cluster)
+    assert [j.spec.job_id for j in observed.jobs] == [j.spec.job_id for j in original.jobs]
+    start = original.jobs[0].spec.arrival_s
+    final = max(r.time_s for r in records)
+    for job, submitted in zip(observed.jobs, original.jobs, strict=True):
+        assert job.spec.arrival_s == pytest.approx(submitted.spec.arrival_s - start)
+        assert (job.spec.model, job.spec.worker_demand, job.spec.max_workers) == (
+            submitted.spec.model, submitted.spec.worker_demand, submitted.spec.max_workers,
+        )  # fmt: skip
+        last = max((r for r in records if r.job_id == job.spec.job_id), key=lambda r: r.time_s)
+        # finished while logged: the epochs it made; still there at the end: the declared ones
+        expected = submitted.true_epochs if last.time_s < final else submitted.spec.declared_epochs
+        assert job.true_epochs == pytest.approx(expected, rel=1e-6)
+    assert observed.slot_s == original.slot_s and observed.cluster == original.cluster
+
+
+def test_a_job_still_running_when_the_log_ends_keeps_its_declared_epochs(logged):
+    _, records = logged
+    cut = sorted({r.time_s for r in records})[3]
+    jobs = {job.spec.job_id: job for job in observed_jobs([r for r in records if r.time_s <= cut])}
+    running = [r for r in records if r.time_s == cut]
+    assert running and all(jobs[r.job_id].true_epochs == r.declared_epochs for r in running)
+    assert observed_jobs([]) == []
+
+
+def test_bootstraps_keep_the_arrivals_and_the_mix_and_are_seeded(logged):
+    original, records = logged
+    observed = observed_workload(records, original.cluster)
+    one, again, other = (
+        resampled_workload(observed, 1),
+        resampled_workload(observed, 1),
+        resampled_workload(observed, 2),
+    )
+    assert one == again and one.jobs != other.jobs
+    assert sorted(j.spec.arrival_s for j in one.jobs) == sorted(j.spec.arrival_s for j in observed.jobs)
+    assert len({j.spec.job_id for j in one.jobs}) == len(one.jobs) == len(observed.jobs)
+    models = {j.spec.model for j in observed.jobs}
+    assert {j.spec.model for j in one.jobs} <= models
+
+
+def test_the_records_source_reads_a_decision_log_folder(logged, tmp_path):
+    original, records = logged
+    folder = tmp_path / "cluster-a"
+    write_segment(folder, records, 0)
+    assert source_problem(f"records:{folder}") == f"no {CLUSTER_FILE} beside the decision log"
+    (folder / CLUSTER_FILE).write_text(json.dumps(cluster_to_json(replace(original.cluster, name="a"))))
+    assert source_problem(f"records:{folder}") is None
+    drawn = workload(f"records:{folder}", 4)
+    assert drawn == resampled_workload(observed_workload(records, drawn.cluster, "cluster-a"), 4)
+    assert source_problem(f"records:{tmp_path / 'missing'}") == "expected records:<the folder of a decision log>"
+    with pytest.raises(InputError, match="expected records"):
+        workload(f"records:{tmp_path / 'missing'}", 0)
