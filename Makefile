@@ -38,6 +38,7 @@ lint: $(INSTALLED)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/hadolint Dockerfile
 
 typecheck: $(INSTALLED)
 	$(VENV)/bin/mypy
