@@ -511,7 +511,8 @@ def test_metrics_and_health_endpoints(setup, tmp_path):
         code, text = get("/metrics")
         assert code == 200
         for name in ("dl2_decisions_total", "dl2_resizes_total", "dl2_slot_duration_seconds_bucket",
-                     "dl2_records_written_total", "dl2_model_version 1.0"):  # fmt: skip
+                     "dl2_records_written_total", 'dl2_model_version{name="dl2-policy",version="1"} 1.0',
+                     "dl2_slot_overruns_total 0.0"):  # fmt: skip
             assert name in text
         assert get("/healthz")[0] == 200 and get("/readyz") == (200, "ready\n")
         controller.health.ready, controller.health.reason = False, "LoadFailed"

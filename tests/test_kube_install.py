@@ -134,3 +134,24 @@ def test_kubectl_installs_dl2_and_shows_its_policy(fresh, tmp_path):
     assert any(line.split()[:2] == ["Normal", "Promoted"] for line in described.splitlines())
     as_json = json.loads(run(kubeconfig, "get", "dl2p", "default", "-o", "json").stdout)
     assert as_json["status"]["leader"] == "install"
+
+
+@pytest.mark.slow
+def test_the_monitoring_objects_are_accepted_where_the_prometheus_operator_runs(fresh):
+    """`k8s/monitoring/` (a ServiceMonitor and a PrometheusRule) against the Prometheus Operator's own CRDs
+    (`k8s/third-party/`): dry-run first, then applied, as an operator installs them."""
+    _, kubeconfig = fresh
+    crds = [
+        K8S / "third-party" / f"monitoring.coreos.com_{kind}.yaml" for kind in ("servicemonitors", "prometheusrules")
+    ]
+    run(kubeconfig, "apply", "--server-side", *(f"--filename={path}" for path in crds),
+        f"--filename={K8S / 'namespace.yaml'}")  # fmt: skip
+    run(kubeconfig, "wait", "--for", "condition=established", "crd/servicemonitors.monitoring.coreos.com",
+        "crd/prometheusrules.monitoring.coreos.com", "--timeout=60s")  # fmt: skip
+    dry = run(kubeconfig, "apply", "--server-side", "--dry-run=server", "-k", str(K8S / "monitoring"))
+    assert dry.stdout.count("serverside-applied (server dry run)") == 2, dry.stdout
+    applied = run(kubeconfig, "apply", "--server-side", "-k", str(K8S / "monitoring"))
+    assert sorted(applied.stdout.split()) == sorted(
+        ["prometheusrule.monitoring.coreos.com/dl2-scheduler", "servicemonitor.monitoring.coreos.com/dl2-scheduler",
+         "serverside-applied", "serverside-applied"]
+    ), applied.stdout  # fmt: skip

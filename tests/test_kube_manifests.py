@@ -6,6 +6,7 @@ What only a real API server can say (the CRD's structural schema, CEL rules, adm
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import jsonschema
@@ -120,7 +121,6 @@ def test_the_deployment_is_locked_down_and_highly_available():
 
 
 def test_the_deployment_s_arguments_are_ones_dl2_serve_accepts():
-    import re
 
     from dl2.cli.main import build_parser
 
@@ -190,3 +190,29 @@ def test_the_extender_url_reaches_the_extender_s_service_and_its_arguments_parse
     scheduler = named("Deployment", "dl2-kube-scheduler")["spec"]["template"]["spec"]
     (volume,) = scheduler["volumes"]
     assert volume["configMap"]["name"] == "dl2-kube-scheduler-config"
+
+
+def exported_series() -> set[str]:
+    """Every series name the controller's metrics registry can expose (counters as *_total, histograms' parts)."""
+    from dl2.kube.metrics import Metrics
+
+    names = set()
+    for family in Metrics().registry.collect():
+        suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}.get(family.type, ("",))
+        names |= {family.name + suffix for suffix in suffixes}
+    return names
+
+
+def test_every_alert_reads_a_metric_the_controller_exports():
+    rule = yaml.safe_load((K8S / "monitoring" / "prometheusrule.yaml").read_text())
+    alerts = [r for group in rule["spec"]["groups"] for r in group["rules"]]
+    assert {"Dl2NoLeader", "Dl2FallbackActive", "Dl2ModelLoadFailing", "Dl2SlotOverrun"} <= {a["alert"] for a in alerts}
+    exported = exported_series()
+    for alert in alerts:
+        used = set(re.findall(r"\bdl2_[a-z_]+", alert["expr"]))
+        assert used and used <= exported, (alert["alert"], used - exported)
+        assert alert["labels"]["severity"] in ("warning", "critical") and alert["annotations"]["summary"]
+    monitor = yaml.safe_load((K8S / "monitoring" / "servicemonitor.yaml").read_text())
+    service = named("Service", "dl2-scheduler")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"][0]["port"] in {p["name"] for p in service["spec"]["ports"]}

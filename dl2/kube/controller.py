@@ -205,7 +205,9 @@ class Controller:
                 log.warning("model load failed: %s", self.runtime.load_error)
                 self._warn("ModelLoadFailed", "Load", str(self.runtime.load_error))
         current = self.runtime.current
-        self.metrics.model_version.set(int(current.version) if current is not None else 0)
+        self.metrics.model_version.clear()
+        if current is not None:
+            self.metrics.model_version.labels(current.name, current.version).set(1)
         self.health.ready = self.policy_error is None and (policy.mode is Mode.OFF or self._model_ready())
         self.health.reason = "ready" if self.health.ready else (self.policy_error or self.runtime.load_error or "")
 
@@ -296,6 +298,8 @@ class Controller:
         self._crash("acted", slot)
         seconds = time.perf_counter() - started
         self.metrics.slot_seconds.observe(seconds)
+        if seconds > slot_s:
+            self.metrics.slot_overruns.inc()
         self.metrics.last_slot.set(slot)
         targets = tuple(journal.targets) if journal is not None else ()
         if fallback is None and journal is not None and not decided:

@@ -43,7 +43,13 @@ class Metrics:
         )
         self.model_loads = Counter("dl2_model_loads", "Model loads, per result", ["result"], registry=r)
         self.leader = Gauge("dl2_leader", "1 while this replica holds the Lease", registry=r)
-        self.model_version = Gauge("dl2_model_version", "Version of the loaded model (0: none)", registry=r)
+        self.model_version = Gauge(
+            "dl2_model_version", "The model this replica serves: 1 for its name and version (an info metric)",
+            ["name", "version"], registry=r,
+        )  # fmt: skip
+        self.slot_overruns = Counter(
+            "dl2_slot_overruns", "Slots whose run took longer than the slot itself", registry=r
+        )
         self.fallback_active = Gauge("dl2_fallback_active", "1 while the incumbent stands in for the model", registry=r)
         self.last_slot = Gauge("dl2_last_slot", "The last slot this replica ran", registry=r)
 
