@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
-from dl2.core import InputError
+from dl2.core import InputError, JobAllocation
 from dl2.placement.samples import record_run
 from dl2.rl.workload_source import source_problem, workload
 from dl2.schedulers.registry import make_scheduler
@@ -85,3 +86,61 @@ def test_the_records_source_reads_a_decision_log_folder(logged, tmp_path):
     assert source_problem(f"records:{tmp_path / 'missing'}") == "expected records:<the folder of a decision log>"
     with pytest.raises(InputError, match="expected records"):
         workload(f"records:{tmp_path / 'missing'}", 0)
+
+
+def test_train_rl_in_the_twin_a_clusters_log_calibrates(tmp_path, capsys):
+    """`dl2 train-rl --calibrate-from LOG --source records:LOG`: a cluster whose speeds depart from the catalogue
+    (the `speed-shift` truth) logs a week under DRF; a policy then trains on that cluster's jobs in the world its
+    records calibrate, and the model says what the calibration found."""
+    from dl2.cli.main import main
+    from dl2.rl.model_io import load_config
+    from dl2.sim.calibrated import calibrated_world
+    from dl2.truth import SCENARIOS, realise
+
+    cluster = realise(SCENARIOS["speed-shift"], first_nodes(first_jobs(load_workloads("philly")[0], 60), 4))
+    speed = speed_model(Mode.REALISTIC)
+    drf = make_scheduler("drf", speed, False)
+    records = record_run(cluster.workload, drf, cluster.config(CONFIG), cluster.speed, cluster.interference)
+    log = tmp_path / "cluster-a"
+    write_segment(log, records, 0)
+    (log / CLUSTER_FILE).write_text(json.dumps(cluster_to_json(cluster.workload.cluster)))
+    world, calibration = calibrated_world(log)
+    assert calibration.types  # the shifted types were measured and kept
+    allocation = JobAllocation((0, 0), (1,))
+    specs = [job.spec for job in cluster.workload.jobs]
+
+    def error(model) -> float:
+        return float(
+            np.mean(
+                [
+                    abs(model.placed_throughput(s, allocation) / cluster.speed.placed_throughput(s, allocation) - 1)
+                    for s in specs
+                ]
+            )
+        )
+
+    assert error(world.speed) < error(speed)  # the twin is closer to the cluster's truth than the catalogue
+    out = tmp_path / "tuned"
+    code = main(
+        [
+            *("train-rl", "--mode", "realistic", "--calibrate-from", str(log), "--source", f"records:{log}"),
+            *("--iterations", "1", "--episodes-per-iteration", "1", "--workers", "0", "--validation-seeds", "1"),
+            *("--window", "8", "--hidden", "16", "--episode-slots", "300", "--validation-max-slots", "300"),
+            *("--out", str(out)),
+        ]
+    )
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["model"] == str(out)
+    _, metadata = load_config(out)
+    assert metadata["calibrated_from"] == str(log)
+    kept = metadata["calibration"]["types_kept"]
+    assert len(kept) == len(calibration.types) and all(len(entry["factors"]) == 4 for entry in kept.values())
+    assert metadata["rl"]["train_source"] == f"records:{log}"
+
+
+def test_calibrate_from_needs_realistic_mode(tmp_path, capsys):
+    from dl2.cli.main import main
+
+    code = main(["train-rl", "--mode", "compat", "--calibrate-from", str(tmp_path), "--out", str(tmp_path / "m")])
+    assert code == 2 and "--calibrate-from" in capsys.readouterr().err

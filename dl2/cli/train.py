@@ -65,6 +65,14 @@ def add_parsers(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="--backend ray: an existing Ray cluster (e.g. ray://head:10001, or 'auto'); default: a local instance",
     )
     rl.add_argument(
+        "--calibrate-from",
+        type=Path,
+        default=None,
+        metavar="LOG",
+        help="realistic mode: train and validate in the twin a cluster's decision log calibrates (its speeds and "
+        "interference, `dl2.sim.calibrated`); --source records:LOG trains on that cluster's own jobs",
+    )
+    rl.add_argument(
         "--keep",
         choices=["best", "last"],
         default="best",
@@ -150,6 +158,8 @@ def rl_configs(args: argparse.Namespace, loaded: PolicyConfig | None) -> tuple[A
         raise UsageError("--packed is a compat-mode option (realistic mode places by --placer)")
     check_training(mode, rl, key="--credit")
     check_range("--workers", args.workers, 0, MAX_PROCESSES)
+    if args.calibrate_from is not None and mode != "realistic":
+        raise UsageError("--calibrate-from calibrates the realistic mode's speeds: add --mode realistic")
     return env, rl
 
 
@@ -167,19 +177,25 @@ def run_rl(args: argparse.Namespace) -> int:
     from dl2.rl.workers import make_pool
     from dl2.sim.metrics import report_unit
 
+    world, calibrated = None, {}
+    if args.calibrate_from is not None:
+        from dl2.sim.calibrated import calibrated_world, calibration_summary
+
+        world, calibration = calibrated_world(args.calibrate_from)
+        calibrated = {"calibrated_from": str(args.calibrate_from), "calibration": calibration_summary(calibration)}
     start = load_trained(args.init) if args.init is not None else None
     torch.manual_seed(config.seed)
     started = time.perf_counter()
     pool = make_pool(args.backend, args.workers, args.ray_address)
     try:
-        trainer, state = rl_with_progress(env, config, pool, start)
+        trainer, state = rl_with_progress(env, config, pool, start, world=world)
     finally:
         pool.close()
     seconds = time.perf_counter() - started
     inherited = start.metadata if start is not None else {}
     init = str(args.init) if args.init else None
     metadata = rl_metadata(config, env, state, seconds, initialised_from=init, initial_metadata=inherited,
-                           saved=args.keep)  # fmt: skip
+                           saved=args.keep, **calibrated)  # fmt: skip
     best = args.keep == "best"
     policy = state.best_policy if best else trainer.policy.state_dict()
     value = state.best_value if best else trainer.value.state_dict()

@@ -36,7 +36,7 @@ from dl2.rl.workload_source import workload
 from dl2.schedulers.registry import PLACERS, make_scheduler
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.metrics import report_unit
-from dl2.sim.run import speed_model
+from dl2.sim.run import World, speed_model
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -167,9 +167,11 @@ def fine_tune(
     policy: PolicyNetwork | None = None,
     value: ValueNetwork | None = None,
     on_iteration: Callable[[IterationStats], None] | None = None,
+    world: World | None = None,
 ) -> tuple[ActorCritic, TrainingState]:
+    """RL from `policy`/`value` (None: fresh networks), its episodes in `world` (None: the catalogue's)."""
     torch.set_num_threads(1)
-    trainer = ActorCritic(env, config, policy, value)
+    trainer = ActorCritic(env, config, policy, value, world)
     return trainer, trainer.train(pool, on_iteration)
 
 
@@ -205,8 +207,10 @@ def rl_with_progress(
     pool: RolloutPool,
     start: Trained | None = None,
     on_iteration: Callable[[IterationStats], None] | None = None,
+    world: World | None = None,
 ) -> tuple[ActorCritic, TrainingState]:
-    """`fine_tune` from `start` (or from scratch) with a progress bar on stderr; `on_iteration` is called too."""
+    """`fine_tune` from `start` (or from scratch) in `world` with a progress bar on stderr; `on_iteration` is
+    called too."""
     from tqdm import tqdm
 
     scale, unit_name = report_unit(env.sim.mode.value)
@@ -223,7 +227,7 @@ def rl_with_progress(
 
     try:
         policy, value = (start.policy, start.value) if start is not None else (None, None)
-        return fine_tune(env, config, pool, policy, value, each_iteration)
+        return fine_tune(env, config, pool, policy, value, each_iteration, world)
     finally:
         bar.close()
 
