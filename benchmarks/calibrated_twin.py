@@ -1,0 +1,168 @@
+"""Fine-tuning the champion in a cluster's calibrated twin: does it pay on a cluster unlike the catalogue?
+
+Per truth (`dl2.truth`; `catalogue` is the no-shift control) and seed, on Philly-like workloads as in
+`benchmarks/truth_scenarios.py` (`synthetic-philly`, the first `--jobs` jobs on the first `--nodes` servers):
+
+1. the cluster's previous week (the workload of seed + 500 under the truth) runs with DRF deciding, as a
+   shadow-mode controller records it; its decision log is written as `dl2 serve` writes one;
+2. the champion `models/dl2-philly` is fine-tuned by RL (`--iterations` x `--episodes`, DL2's credit) in the
+   twin that log calibrates (`dl2.sim.calibrated`), on that cluster's own jobs (`records:LOG`), validated there;
+   this is `dl2 train-rl --calibrate-from LOG --source records:LOG`;
+3. this week (the workload of the seed) is played under the truth by: the champion, the fine-tuned policy, the
+   heuristics a deployment has (DRF, Optimus and `speedup-hull` on the catalogue, `optimus-fitted`), and the
+   oracle (the best of Optimus and `speedup-hull` handed the truth; a ceiling, not a baseline).
+
+Also reported: the twin's prediction (the fine-tuned policy's validation in the twin against the champion's) next
+to the outcome under the truth.
+
+    .venv/bin/python benchmarks/calibrated_twin.py [--truths speed-shift,catalogue --seeds 9100 --iterations 10]
+
+Prints a table and writes `benchmarks/results/calibrated_twin.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from common import environment, print_table, write_json
+from truth_scenarios import CHAMPION, ORACLES, philly_like
+
+from dl2.cli.common import scheduler_builder
+from dl2.env.config import EnvConfig
+from dl2.placement.samples import record_run
+from dl2.rl.actor_critic import ActorCritic
+from dl2.rl.config import RLConfig
+from dl2.rl.training import load_trained, policy_config, save_trained
+from dl2.rl.workers import make_pool
+from dl2.schedulers.registry import make_scheduler
+from dl2.sim.calibrated import calibrated_world
+from dl2.sim.config import Mode, SimConfig
+from dl2.sim.decision_log import CLUSTER_FILE, cluster_to_json, write_segment
+from dl2.sim.metrics import summarize
+from dl2.truth import realise, truth_named
+from dl2.truth.realise import catalogue_speed
+from dl2.truth.run import run_on
+
+BASELINES = ("drf", "optimus", "speedup-hull", "optimus-fitted")
+
+
+def previous_week_log(truth: str, seed: int, num_jobs: int, num_nodes: int, folder: Path) -> Path:
+    """The decision log of the cluster's previous week, DRF deciding, as `dl2 serve` writes one."""
+    previous = realise(truth_named(truth), philly_like(seed + 500, num_jobs, num_nodes))
+    config = previous.config(SimConfig.realistic(seed=seed + 500))
+    drf = make_scheduler("drf", catalogue_speed(), False)
+    records = record_run(previous.workload, drf, config, previous.speed, previous.interference)
+    log = folder / f"{truth}-{seed}"
+    write_segment(log, records, 0)
+    (log / CLUSTER_FILE).write_text(json.dumps(cluster_to_json(previous.workload.cluster)))
+    return log
+
+
+def fine_tune_in_twin(log: Path, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """RL from the champion in the twin `log` calibrates; the best-validated policy saved at `out`."""
+    world, calibration = calibrated_world(log)
+    start = load_trained(Path(CHAMPION))
+    source = f"records:{log}"
+    env = EnvConfig(
+        observation=start.config.observation,
+        placer=start.config.placer,
+        sim=SimConfig.realistic(),
+        reward="jct",
+        max_slots=args.episode_slots,
+    )
+    config = RLConfig(
+        iterations=args.iterations,
+        episodes_per_iteration=args.episodes,
+        train_source=source,
+        validation_source=source,
+        validation_seeds=tuple(range(1_000, 1_000 + args.validation_episodes)),
+        validate_every=args.validate_every,
+        validation_max_slots=args.episode_slots,
+        network=start.config.network,
+        learning_rate=args.learning_rate,
+        value_warmup_iterations=args.value_warmup,
+        seed=0,
+    )
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    pool = make_pool("local", args.workers)
+    started = time.perf_counter()
+    try:
+        trainer = ActorCritic(env, config, start.policy, start.value, world)
+        state = trainer.train(pool)
+    finally:
+        pool.close()
+    folder = policy_config(env.observation, config.network, "realistic", env.placer)
+    save_trained(out, folder, state.best_policy, state.best_value, "dl2-philly fine-tuned in a calibrated twin",
+                 {"calibrated_from": str(log)}, overwrite=True)  # fmt: skip
+    return {
+        "seconds": time.perf_counter() - started,
+        "best_iteration": state.best_iteration,
+        "twin_validation_h": state.best_validation_jct_s / 3600,
+        "twin_champion_validation_h": trainer.initial_validation_jct_s / 3600,  # before any update
+        "types_kept": len(calibration.types),
+        "interference_scale": calibration.interference_scale,
+    }
+
+
+def play(truth: str, seed: int, num_jobs: int, num_nodes: int, scheduler: str, oracle: bool = False) -> float:
+    cluster = realise(truth_named(truth), philly_like(seed, num_jobs, num_nodes))
+    result = run_on(cluster, scheduler_builder(scheduler, None, Mode.REALISTIC), SimConfig.realistic(seed=seed), oracle)
+    return summarize(result).avg_jct_s / 3600
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--truths", default="speed-shift,new-types,catalogue", help="scenarios, comma-separated")
+    parser.add_argument("--seeds", default="9100", help="workload and simulation seeds")
+    parser.add_argument("--jobs", type=int, default=150, help="first N jobs of each week")
+    parser.add_argument("--nodes", type=int, default=12, help="first N servers of the cluster")
+    parser.add_argument("--iterations", type=int, default=10, help="RL iterations in the twin")
+    parser.add_argument("--episodes", type=int, default=2, help="training episodes per iteration")
+    parser.add_argument("--validation-episodes", type=int, default=2, help="twin workloads validated on")
+    parser.add_argument("--validate-every", type=int, default=2)
+    parser.add_argument("--episode-slots", type=int, default=3_000)
+    parser.add_argument("--learning-rate", type=float, default=1e-4)
+    parser.add_argument("--value-warmup", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=2, help="rollout processes")
+    parser.add_argument("--out", default="calibrated_twin.json", help="file name under benchmarks/results/")
+    args = parser.parse_args()
+    seeds = [int(seed) for seed in args.seeds.split(",")]
+    results: dict[str, Any] = {"environment": environment(), "arguments": vars(args), "cells": []}
+    table = []
+    with tempfile.TemporaryDirectory(prefix="dl2-twin-") as scratch:
+        folder = Path(scratch)
+        for truth in args.truths.split(","):
+            for seed in seeds:
+                log = previous_week_log(truth, seed, args.jobs, args.nodes, folder)
+                tuned = folder / f"tuned-{truth}-{seed}"
+                learned = fine_tune_in_twin(log, args, tuned)
+                rows = {
+                    "champion dl2-philly": play(truth, seed, args.jobs, args.nodes, CHAMPION),
+                    "fine-tuned in the calibrated twin": play(truth, seed, args.jobs, args.nodes, str(tuned)),
+                    **{name: play(truth, seed, args.jobs, args.nodes, name) for name in BASELINES},
+                    "oracle": min(play(truth, seed, args.jobs, args.nodes, name, True) for name in ORACLES),
+                }
+                champion = rows["champion dl2-philly"]
+                cell = {"truth": truth, "seed": seed, "learning": learned, "avg_jct_h": rows}
+                results["cells"].append(cell)
+                for label, hours in rows.items():
+                    table.append([truth, str(seed), label, f"{hours:.3f}", f"{hours / champion - 1:+.1%}",
+                                  f"{hours / rows['oracle'] - 1:+.1%}"])  # fmt: skip
+                print(f"{truth} seed {seed}: {json.dumps(learned)}", flush=True)
+    print_table(
+        f"average JCT (h) under the truth, synthetic-philly's first {args.jobs} jobs on {args.nodes} servers",
+        ["truth", "seed", "scheduler", "avg JCT (h)", "vs champion", "vs oracle"],
+        table,
+    )
+    print(f"wrote {write_json(args.out, results)}")
+
+
+if __name__ == "__main__":
+    main()
