@@ -1247,3 +1247,25 @@ def test_invalid_training_options_are_refused(
     assert code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "model").exists()
+
+
+@pytest.mark.parametrize("kind", ["per-job-local", "per-job"])
+def test_a_policy_decides_the_same_after_pickling_into_read_only_arrays(kind: str) -> None:
+    """Rollout workers get the policy pickled (Ray's object store hands them read-only arrays): what it carries
+    between calls is rebuilt, writable, and its decisions are those of the original."""
+    import pickle
+
+    torch.manual_seed(11)
+    config = NetworkConfig(hidden=(16, 16), kind=kind)
+    original = NumpyPolicy.from_state_dict(PolicyNetwork(SHAPE, config).state_dict(), SHAPE, config)
+    rng = np.random.default_rng(12)
+    observations, masks = random_observations(rng, 6), random_masks(rng, 6, 3 * SHAPE.window + 1)
+    original.greedy_action(observations[0], masks[0])  # something carried before pickling
+    copy = pickle.loads(pickle.dumps(original))
+    for layers in copy.parts.values():
+        for weight, bias in layers:
+            weight.setflags(write=False)
+            bias.setflags(write=False)
+    assert (copy._kernel is None) == (original._kernel is None)
+    for observation, mask in zip(observations, masks, strict=True):
+        assert copy.greedy_action(observation, mask) == original.greedy_action(observation, mask)

@@ -56,6 +56,21 @@ class NumpyPolicy:
         if use_compiled and (kernel := compiled.greedy_kernel(kind)) is not None:
             self._kernel = _KernelState.build(self, kernel)
 
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled without what it carries between calls (rollout workers rebuild it): Ray hands a worker read-only
+        arrays, and the kernel and the row cache update theirs in place."""
+        state = dict(self.__dict__)
+        state["_compiled"] = state.pop("_kernel") is not None
+        state["_rows"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        use_compiled = bool(state.pop("_compiled", False))
+        self.__dict__.update(state)
+        self._kernel = None
+        if use_compiled and (kernel := compiled.greedy_kernel(self.kind)) is not None:
+            self._kernel = _KernelState.build(self, kernel)
+
     def _split_concatenations(self) -> None:
         """Each layer fed a concatenation [a, b] computes a @ W_a + b @ W_b: the broadcast global features and
         context then cost one small product per decision instead of J copies (a slot takes ~150 decisions)."""
