@@ -31,36 +31,30 @@ from typing import Any
 
 import torch
 from common import environment, print_table, write_json
-from truth_scenarios import CHAMPION, ORACLES, philly_like
+from truth_scenarios import CHAMPION, ORACLES, philly_like, previous_week
 
 from dl2.cli.common import scheduler_builder
 from dl2.env.config import EnvConfig
-from dl2.placement.samples import record_run
-from dl2.rl.actor_critic import ActorCritic
 from dl2.rl.config import RLConfig
-from dl2.rl.training import load_trained, policy_config, save_trained
+from dl2.rl.training import fine_tune, load_trained, policy_config, save_trained
 from dl2.rl.workers import make_pool
-from dl2.schedulers.registry import make_scheduler
 from dl2.sim.calibrated import calibrated_world
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.decision_log import CLUSTER_FILE, cluster_to_json, write_segment
 from dl2.sim.metrics import summarize
 from dl2.truth import realise, truth_named
-from dl2.truth.realise import catalogue_speed
 from dl2.truth.run import run_on
 
 BASELINES = ("drf", "optimus", "speedup-hull", "optimus-fitted")
 
 
 def previous_week_log(truth: str, seed: int, num_jobs: int, num_nodes: int, folder: Path) -> Path:
-    """The decision log of the cluster's previous week, DRF deciding, as `dl2 serve` writes one."""
-    previous = realise(truth_named(truth), philly_like(seed + 500, num_jobs, num_nodes))
-    config = previous.config(SimConfig.realistic(seed=seed + 500))
-    drf = make_scheduler("drf", catalogue_speed(), False)
-    records = record_run(previous.workload, drf, config, previous.speed, previous.interference)
+    """The decision log of the cluster's previous week (`truth_scenarios.previous_week`), as `dl2 serve` writes
+    one."""
+    workload, records = previous_week(truth, seed, num_jobs, num_nodes)
     log = folder / f"{truth}-{seed}"
     write_segment(log, records, 0)
-    (log / CLUSTER_FILE).write_text(json.dumps(cluster_to_json(previous.workload.cluster)))
+    (log / CLUSTER_FILE).write_text(json.dumps(cluster_to_json(workload.cluster)))
     return log
 
 
@@ -90,12 +84,10 @@ def fine_tune_in_twin(log: Path, args: argparse.Namespace, out: Path) -> dict[st
         seed=0,
     )
     torch.manual_seed(0)
-    torch.set_num_threads(1)
     pool = make_pool("local", args.workers)
     started = time.perf_counter()
     try:
-        trainer = ActorCritic(env, config, start.policy, start.value, world)
-        state = trainer.train(pool)
+        trainer, state = fine_tune(env, config, pool, start.policy, start.value, world=world)
     finally:
         pool.close()
     folder = policy_config(env.observation, config.network, "realistic", env.placer)

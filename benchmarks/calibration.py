@@ -27,8 +27,8 @@ from dl2.core import JobAllocation
 from dl2.placement.samples import record_run
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import SimConfig
+from dl2.sim.run import catalogue_speed
 from dl2.truth import realise, truth_named
-from dl2.truth.realise import catalogue_speed
 from dl2.twin.workloads import first_jobs, first_nodes
 from dl2.workload.calibration import CalibratedSpeedModel, calibrate
 from dl2.workload.interference import InterferenceModel

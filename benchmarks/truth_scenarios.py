@@ -35,13 +35,13 @@ import numpy as np
 from common import environment, print_table, write_json
 
 from dl2.cli.common import scheduler_builder
-from dl2.core import Workload
+from dl2.core import DecisionRecord, Workload
 from dl2.placement.samples import record_run
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.metrics import mean_ci95, summarize
+from dl2.sim.run import catalogue_speed
 from dl2.truth import SCENARIOS, realise, truth_named
-from dl2.truth.realise import catalogue_speed
 from dl2.truth.run import run_on
 from dl2.twin.workloads import first_jobs, first_nodes
 from dl2.workload.calibration import CalibratedSpeedModel, calibrate
@@ -59,14 +59,19 @@ def philly_like(seed: int, num_jobs: int, num_nodes: int) -> Workload:
     return first_nodes(first_jobs(workload, num_jobs), num_nodes)
 
 
-@cache
-def calibrated_speed(truth_name: str, seed: int, num_jobs: int, num_nodes: int) -> CalibratedSpeedModel:
-    """The speeds calibrated from the records of the cluster's previous week (the workload of seed + 500 under the
-    same truth, DRF deciding, as a shadow-mode controller records it)."""
+def previous_week(truth_name: str, seed: int, num_jobs: int, num_nodes: int) -> tuple[Workload, list[DecisionRecord]]:
+    """The cluster's previous week (the workload of seed + 500 under the same truth) as it was submitted, and its
+    decision records with DRF deciding, as a shadow-mode controller records them."""
     previous = realise(truth_named(truth_name), philly_like(seed + 500, num_jobs, num_nodes))
     config = previous.config(SimConfig.realistic(seed=seed + 500))
     drf = make_scheduler("drf", catalogue_speed(), False)
-    records = record_run(previous.workload, drf, config, previous.speed, previous.interference)
+    return previous.workload, record_run(previous.workload, drf, config, previous.speed, previous.interference)
+
+
+@cache
+def calibrated_speed(truth_name: str, seed: int, num_jobs: int, num_nodes: int) -> CalibratedSpeedModel:
+    """The speeds calibrated from the records of the cluster's previous week."""
+    _, records = previous_week(truth_name, seed, num_jobs, num_nodes)
     return CalibratedSpeedModel(catalogue_speed(), calibrate(records, catalogue_speed(), InterferenceModel(), True))
 
 

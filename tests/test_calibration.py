@@ -14,9 +14,9 @@ from dl2.core import JobAllocation
 from dl2.placement.samples import record_run
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import SimConfig
-from dl2.sim.run import World
+from dl2.sim.run import World, catalogue_speed
 from dl2.truth import SCENARIOS, SpeedShift, Truth, realise
-from dl2.truth.realise import TrueCluster, catalogue_speed
+from dl2.truth.realise import TrueCluster
 from dl2.twin.workloads import first_jobs, first_nodes
 from dl2.workload.calibration import CalibratedSpeedModel, Calibration, calibrate, steady_measurements
 from dl2.workload.interference import InterferenceModel

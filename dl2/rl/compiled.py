@@ -22,10 +22,54 @@ process on a machine pays the compilation (a few seconds).
 from __future__ import annotations
 
 import functools
+import types
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+
+def _refresh_column(x: np.ndarray, j: int, features: int, cached_jobs: np.ndarray, occupied: np.ndarray) -> bool:
+    """Whether window column `j` of `x` differs from the cached one; if so the cache and `occupied[j]` (some
+    feature nonzero) take the new column."""
+    start = j * features
+    changed = False
+    for f in range(features):
+        if x[start + f] != cached_jobs[j, f]:
+            changed = True
+            break
+    if not changed:
+        return False
+    any_feature = False
+    for f in range(features):
+        value = x[start + f]
+        cached_jobs[j, f] = value
+        if value != 0.0:
+            any_feature = True
+    occupied[j] = any_feature
+    return True
+
+
+def _pooled_mean(embeddings: np.ndarray, occupied: np.ndarray) -> np.ndarray:
+    """The mean of the occupied columns' embeddings, as torch's sum / max(count, 1)."""
+    count = 0
+    pooled = np.zeros(embeddings.shape[1], dtype=np.float32)
+    for j in range(embeddings.shape[0]):
+        if occupied[j]:
+            count += 1
+            pooled += embeddings[j]
+    if count > 1:
+        pooled /= np.float32(count)
+    return pooled
+
+
+def _best_allowed(logits: np.ndarray, mask: np.ndarray) -> int:
+    """The first action of highest logit that `mask` allows; 0 when none is (as np.argmax over all-masked logits)."""
+    best, best_logit = -1, np.float32(0.0)
+    for action in range(logits.shape[0]):
+        if mask[action] != 0 and (best < 0 or logits[action] > best_logit):
+            best, best_logit = action, logits[action]
+    return max(best, 0)
 
 
 def _greedy_local(
@@ -54,20 +98,8 @@ def _greedy_local(
     `head_part` and `occupied` carry the columns between calls and are updated in place."""
     width = embeddings.shape[1]
     for j in range(window):
-        changed = False
-        for f in range(features):
-            if x[j * features + f] != cached_jobs[j, f]:
-                changed = True
-                break
-        if not changed:
+        if not _refresh_column(x, j, features, cached_jobs, occupied):
             continue
-        any_feature = False
-        for f in range(features):
-            value = x[j * features + f]
-            cached_jobs[j, f] = value
-            if value != 0.0:
-                any_feature = True
-        occupied[j] = any_feature
         h = cached_jobs[j].copy()
         for layer in range(len(encoder_weights)):
             weight = encoder_weights[layer]
@@ -91,19 +123,7 @@ def _greedy_local(
             if value != 0.0:
                 for k in range(head_part.shape[1]):
                     head_part[j, k] += value * head_jobs[i, k]
-    # pooled mean over occupied columns (all columns count as torch's sum / max(count, 1) when none is)
-    count = 0
-    for j in range(window):
-        if occupied[j]:
-            count += 1
-    pooled = np.zeros(width, dtype=np.float32)
-    for j in range(window):
-        if occupied[j]:
-            for k in range(width):
-                pooled[k] += embeddings[j, k]
-    if count > 1:
-        for k in range(width):
-            pooled[k] /= count
+    pooled = _pooled_mean(embeddings, occupied)
     context = context_bias.copy()
     for i in range(width):
         value = pooled[i]
@@ -127,25 +147,18 @@ def _greedy_local(
                 out[k] += value * context_out[i, k]
     hidden_width = out.shape[0] - 1
     heads = last.shape[1]
-    best, best_logit = -1, np.float32(0.0)
     hidden = np.empty(hidden_width, dtype=np.float32)
     for j in range(window):
         for k in range(hidden_width):
             value = head_part[j, k] + out[k]
             hidden[k] = value if value > 0.0 else 0.0
         for a in range(heads):
-            action = j * heads + a
             value = last_bias[a]
             for k in range(hidden_width):
                 value += hidden[k] * last[k, a]
-            logits[action] = value
-            if mask[action] != 0 and (best < 0 or value > best_logit):
-                best, best_logit = action, value
-    stop = window * heads
-    logits[stop] = out[hidden_width]
-    if mask[stop] != 0 and (best < 0 or logits[stop] > best_logit):
-        best = stop
-    return max(best, 0)  # nothing possible: action 0, as np.argmax over all-masked logits
+            logits[j * heads + a] = value
+    logits[window * heads] = out[hidden_width]
+    return _best_allowed(logits, mask)
 
 
 def _greedy_shared(
@@ -177,60 +190,38 @@ def _greedy_shared(
     empty tuple, which numba cannot type) the first is skipped."""
     tail = x[window * features :]
     for j in range(window):
-        changed = False
-        for f in range(features):
-            if x[j * features + f] != cached_jobs[j, f]:
-                changed = True
-                break
-        if not changed:
+        if not _refresh_column(x, j, features, cached_jobs, occupied):
             continue
-        any_feature = False
-        for f in range(features):
-            value = x[j * features + f]
-            cached_jobs[j, f] = value
-            if value != 0.0:
-                any_feature = True
-        occupied[j] = any_feature
         first_jobs[j] = np.dot(cached_jobs[j], encoder_jobs)
     h = first_jobs + (np.dot(tail, encoder_tail) + encoder_bias)
     np.maximum(h, 0.0, h)
     for layer in range(1, len(encoder_weights)):
         h = np.dot(h, encoder_weights[layer]) + encoder_biases[layer]
         np.maximum(h, 0.0, h)
-    # pooled mean over occupied columns (as torch's sum / max(count, 1))
-    count = 0
-    pooled = np.zeros(h.shape[1], dtype=np.float32)
-    for j in range(window):
-        if occupied[j]:
-            count += 1
-            pooled += h[j]
-    if count > 1:
-        pooled /= np.float32(count)
+    pooled = _pooled_mean(h, occupied)
     context = np.dot(pooled, context_pooled) + np.dot(tail, context_tail) + context_bias
     np.maximum(context, 0.0, context)
     out = np.dot(context, context_out) + context_out_bias
     hidden_width = out.shape[0] - 1
     hidden = np.dot(h, head_jobs) + out[:hidden_width]
     np.maximum(hidden, 0.0, hidden)
-    job_logits = np.dot(hidden, last)
-    heads = last.shape[1]
-    best, best_logit = -1, np.float32(0.0)
-    for j in range(window):
-        for a in range(heads):
-            action = j * heads + a
-            value = job_logits[j, a] + last_bias[a]
-            logits[action] = value
-            if mask[action] != 0 and (best < 0 or value > best_logit):
-                best, best_logit = action, value
-    stop = window * heads
-    logits[stop] = out[hidden_width]
-    if mask[stop] != 0 and (best < 0 or logits[stop] > best_logit):
-        best = stop
-    return max(best, 0)  # nothing possible: action 0, as np.argmax over all-masked logits
+    job_logits = np.dot(hidden, last) + last_bias
+    logits[: job_logits.size] = job_logits.ravel()
+    logits[job_logits.size] = out[hidden_width]
+    return _best_allowed(logits, mask)
 
 
 KERNELS: dict[str, Callable[..., int]] = {"per-job-local": _greedy_local, "per-job": _greedy_shared}
 """The network kinds that have a compiled greedy pass, and its Python source."""
+HELPERS = (_refresh_column, _pooled_mean, _best_allowed)
+"""What the kernels call: compiled first, then bound in place of their Python source."""
+
+
+@functools.cache
+def _compiled_helpers() -> dict[str, Any]:
+    import numba
+
+    return {helper.__name__: numba.njit(cache=True, nogil=True)(helper) for helper in HELPERS}
 
 
 @functools.cache
@@ -242,5 +233,8 @@ def greedy_kernel(kind: str = "per-job-local") -> Callable[..., int] | None:
         import numba
     except ImportError:  # an optional accelerator: everything works without it, only slower
         return None
-    kernel: Callable[..., int] = numba.njit(cache=True, nogil=True)(KERNELS[kind])
+    source = KERNELS[kind]
+    # numba resolves a kernel's globals when it compiles it: the helpers it sees must be compiled ones
+    bound = types.FunctionType(source.__code__, {**source.__globals__, **_compiled_helpers()}, source.__name__)
+    kernel: Callable[..., int] = numba.njit(cache=True, nogil=True)(bound)
     return kernel

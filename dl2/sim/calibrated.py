@@ -10,14 +10,12 @@ cluster showed rather than the catalogue's, on the cluster's own jobs when its s
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from dl2.core import InputError
-from dl2.sim.config import Mode
 from dl2.sim.decision_log import read_log
-from dl2.sim.run import World, interference_model, speed_model
+from dl2.sim.run import World, catalogue_speed, interference_model
 from dl2.workload.calibration import CalibratedSpeedModel, Calibration, calibrate
-from dl2.workload.speed_fit import ParametricSpeedModel
 
 
 def calibrated_world(log: Path) -> tuple[World, Calibration]:
@@ -25,7 +23,7 @@ def calibrated_world(log: Path) -> tuple[World, Calibration]:
     records = read_log(log)
     if not records:
         raise InputError(str(log), "the decision log has no records to calibrate from")
-    catalogue = cast(ParametricSpeedModel, speed_model(Mode.REALISTIC))
+    catalogue = catalogue_speed()
     profiled = interference_model()
     calibration = calibrate(records, catalogue, profiled, by_demand=True)
     return World(CalibratedSpeedModel(catalogue, calibration), calibration.interference(profiled)), calibration

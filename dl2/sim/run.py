@@ -21,6 +21,14 @@ def speed_model(mode: Mode) -> SpeedModel:
     return RbfSpeedModel() if mode is Mode.COMPAT else ParametricSpeedModel()
 
 
+def catalogue_speed() -> ParametricSpeedModel:
+    """The catalogue's fitted speed: realistic mode's (built once per process), what calibrations and truths
+    depart from."""
+    speed = speed_model(Mode.REALISTIC)
+    assert isinstance(speed, ParametricSpeedModel)
+    return speed
+
+
 @cache
 def interference_model() -> InterferenceModel:
     return InterferenceModel()

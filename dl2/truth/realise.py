@@ -14,19 +14,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from dl2.core import Architecture, Job, JobSpec, Resources, Workload
-from dl2.sim.config import Mode, SimConfig
-from dl2.sim.run import speed_model
+from dl2.sim.config import SimConfig
+from dl2.sim.run import catalogue_speed
 from dl2.truth.model import NewJobType, Truth
 from dl2.truth.speed import TrueInterference, TrueSpeedModel
 from dl2.workload.catalogue import CATALOGUE
-from dl2.workload.speed_fit import ParametricSpeedModel
-
-
-def catalogue_speed() -> ParametricSpeedModel:
-    """The catalogue's fitted speed: realistic mode's (`dl2.sim.run.speed_model`, built once per process)."""
-    speed = speed_model(Mode.REALISTIC)
-    assert isinstance(speed, ParametricSpeedModel)
-    return speed
 
 
 @dataclass(frozen=True, slots=True)

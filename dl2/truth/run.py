@@ -4,9 +4,9 @@ reading the truth."""
 from __future__ import annotations
 
 from dl2.sim.config import Mode, SimConfig
-from dl2.sim.run import SchedulerBuilder
+from dl2.sim.run import SchedulerBuilder, catalogue_speed
 from dl2.sim.simulator import SimResult, simulate
-from dl2.truth.realise import TrueCluster, catalogue_speed
+from dl2.truth.realise import TrueCluster
 
 
 def run_on(cluster: TrueCluster, build: SchedulerBuilder, config: SimConfig, oracle: bool = False) -> SimResult:
