@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -88,6 +90,20 @@ def test_the_records_source_reads_a_decision_log_folder(logged, tmp_path):
         workload(f"records:{tmp_path / 'missing'}", 0)
 
 
+def shifted_cluster_log(folder: Path) -> tuple[Any, Path]:
+    """A cluster under the `speed-shift` truth (60 Philly jobs, 4 nodes) and the decision log of its run under DRF,
+    with its cluster.json: what `--calibrate-from` and `records:` read."""
+    from dl2.truth import SCENARIOS, realise
+
+    cluster = realise(SCENARIOS["speed-shift"], first_nodes(first_jobs(load_workloads("philly")[0], 60), 4))
+    drf = make_scheduler("drf", speed_model(Mode.REALISTIC), False)
+    records = record_run(cluster.workload, drf, cluster.config(CONFIG), cluster.speed, cluster.interference)
+    log = folder / "cluster-a"
+    write_segment(log, records, 0)
+    (log / CLUSTER_FILE).write_text(json.dumps(cluster_to_json(cluster.workload.cluster)))
+    return cluster, log
+
+
 def test_train_rl_in_the_twin_a_clusters_log_calibrates(tmp_path, capsys):
     """`dl2 train-rl --calibrate-from LOG --source records:LOG`: a cluster whose speeds depart from the catalogue
     (the `speed-shift` truth) logs a week under DRF; a policy then trains on that cluster's jobs in the world its
@@ -95,15 +111,9 @@ def test_train_rl_in_the_twin_a_clusters_log_calibrates(tmp_path, capsys):
     from dl2.cli.main import main
     from dl2.rl.model_io import load_config
     from dl2.sim.calibrated import calibrated_world
-    from dl2.truth import SCENARIOS, realise
 
-    cluster = realise(SCENARIOS["speed-shift"], first_nodes(first_jobs(load_workloads("philly")[0], 60), 4))
+    cluster, log = shifted_cluster_log(tmp_path)
     speed = speed_model(Mode.REALISTIC)
-    drf = make_scheduler("drf", speed, False)
-    records = record_run(cluster.workload, drf, cluster.config(CONFIG), cluster.speed, cluster.interference)
-    log = tmp_path / "cluster-a"
-    write_segment(log, records, 0)
-    (log / CLUSTER_FILE).write_text(json.dumps(cluster_to_json(cluster.workload.cluster)))
     world, calibration = calibrated_world(log)
     assert calibration.types  # the shifted types were measured and kept
     allocation = JobAllocation((0, 0), (1,))
@@ -139,8 +149,40 @@ def test_train_rl_in_the_twin_a_clusters_log_calibrates(tmp_path, capsys):
     assert metadata["rl"]["train_source"] == f"records:{log}"
 
 
-def test_calibrate_from_needs_realistic_mode(tmp_path, capsys):
+def test_train_sl_in_the_twin_a_clusters_log_calibrates(tmp_path, capsys):
+    """`dl2 train-sl --calibrate-from LOG`: the teacher reads the speeds the cluster's records calibrate and is
+    recorded in that world (a re-warm-up on what the cluster showed, not the catalogue); the model says so."""
+    from dl2.cli.main import main
+    from dl2.rl.config import WarmUpConfig
+    from dl2.rl.model_io import load_config
+    from dl2.rl.training import make_teacher, record_teacher
+    from dl2.sim.calibrated import calibrated_world
+
+    _, log = shifted_cluster_log(tmp_path)
+    world, _ = calibrated_world(log)
+    config = WarmUpConfig(teacher="speedup-hull", mode="realistic", source=f"records:{log}", workers=1)
+    assert make_teacher(config, world).speed is world.speed  # type: ignore[union-attr]
+    in_twin = record_teacher(config, [0], world=world)[0]
+    in_catalogue = record_teacher(config, [0])[0]
+    assert len(in_twin[0]) > 0 and in_twin[1] != in_catalogue[1]  # another world: other runs, other JCTs
+    out = tmp_path / "rewarmed"
+    code = main(
+        [
+            *("train-sl", "--mode", "realistic", "--calibrate-from", str(log), "--source", f"records:{log}"),
+            *("--teacher", "speedup-hull", "--episodes", "1", "--dagger-rounds", "1", "--dagger-episodes", "1"),
+            *("--epochs", "1", "--workers", "1", "--window", "8", "--hidden", "16", "--out", str(out)),
+        ]
+    )
+    assert code == 0
+    capsys.readouterr()
+    _, metadata = load_config(out)
+    assert metadata["calibrated_from"] == str(log) and metadata["calibration"]["types_kept"]
+    assert metadata["warm_up"]["source"] == f"records:{log}"
+
+
+@pytest.mark.parametrize("command", ["train-rl", "train-sl"])
+def test_calibrate_from_needs_realistic_mode(tmp_path, capsys, command):
     from dl2.cli.main import main
 
-    code = main(["train-rl", "--mode", "compat", "--calibrate-from", str(tmp_path), "--out", str(tmp_path / "m")])
+    code = main([command, "--mode", "compat", "--calibrate-from", str(tmp_path), "--out", str(tmp_path / "m")])
     assert code == 2 and "--calibrate-from" in capsys.readouterr().err

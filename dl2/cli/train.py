@@ -42,6 +42,7 @@ def add_parsers(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="model folder to start from (its window and network are kept); with --episodes 0 it learns from "
         "DAgger rounds only: it drives, the teacher labels",
     )
+    _add_calibrate_from(sl, "record the teacher (reading the calibrated speeds) and the DAgger rounds")
     _add_output(sl)
     sl.set_defaults(run=run_sl)
 
@@ -64,14 +65,7 @@ def add_parsers(subparsers: argparse._SubParsersAction[Any]) -> None:
         default=None,
         help="--backend ray: an existing Ray cluster (e.g. ray://head:10001, or 'auto'); default: a local instance",
     )
-    rl.add_argument(
-        "--calibrate-from",
-        type=Path,
-        default=None,
-        metavar="LOG",
-        help="realistic mode: train and validate in the twin a cluster's decision log calibrates (its speeds and "
-        "interference, `dl2.sim.calibrated`); --source records:LOG trains on that cluster's own jobs",
-    )
+    _add_calibrate_from(rl, "train and validate")
     rl.add_argument(
         "--keep",
         choices=["best", "last"],
@@ -80,6 +74,29 @@ def add_parsers(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     _add_output(rl)
     rl.set_defaults(run=run_rl)
+
+
+def _add_calibrate_from(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--calibrate-from",
+        type=Path,
+        default=None,
+        metavar="LOG",
+        help=f"realistic mode: {what} in the twin a cluster's decision log calibrates (its speeds and "
+        "interference, `dl2.sim.calibrated`); --source records:LOG uses that cluster's own jobs",
+    )
+
+
+def calibrated(log: Path | None, mode: str) -> tuple[Any, dict[str, Any]]:
+    """(the world `log` calibrates, what a model folder records of it); (None, {}) without a log."""
+    if log is None:
+        return None, {}
+    if mode != "realistic":
+        raise UsageError("--calibrate-from calibrates the realistic mode's speeds: add --mode realistic")
+    from dl2.sim.calibrated import calibrated_world, calibration_summary
+
+    world, calibration = calibrated_world(log)
+    return world, {"calibrated_from": str(log), "calibration": calibration_summary(calibration)}
 
 
 def _add_output(parser: argparse.ArgumentParser) -> None:
@@ -119,14 +136,16 @@ def run_sl(args: argparse.Namespace) -> int:
     from dl2.rl.plots import plot_warm_up
     from dl2.rl.training import load_trained, policy_config, save_trained, warm_up_metadata, warm_up_with_progress
 
+    world, calibration = calibrated(args.calibrate_from, config.mode)
     policy = load_trained(args.init).policy if args.init is not None else None
-    print(f"recording {config.teacher} on {config.episodes} workloads of {config.source} ({config.mode} mode)...",
+    where = "a calibrated twin" if world is not None else f"{config.mode} mode"
+    print(f"recording {config.teacher} on {config.episodes} workloads of {config.source} ({where})...",
           file=sys.stderr)  # fmt: skip
     started = time.perf_counter()
-    policy, history, facts = warm_up_with_progress(config, policy)
+    policy, history, facts = warm_up_with_progress(config, policy, world=world)
     seconds = time.perf_counter() - started
     init = None if args.init is None else str(args.init)
-    metadata = warm_up_metadata(config, history, facts, seconds, init=init)
+    metadata = warm_up_metadata(config, history, facts, seconds, init=init, **calibration)
     network = config.supervised.network
     policy_cfg = policy_config(config.observation, network, config.mode, config.placer)
     title = f"DL2 policy warmed up on {config.teacher}"
@@ -158,8 +177,6 @@ def rl_configs(args: argparse.Namespace, loaded: PolicyConfig | None) -> tuple[A
         raise UsageError("--packed is a compat-mode option (realistic mode places by --placer)")
     check_training(mode, rl, key="--credit")
     check_range("--workers", args.workers, 0, MAX_PROCESSES)
-    if args.calibrate_from is not None and mode != "realistic":
-        raise UsageError("--calibrate-from calibrates the realistic mode's speeds: add --mode realistic")
     return env, rl
 
 
@@ -177,12 +194,7 @@ def run_rl(args: argparse.Namespace) -> int:
     from dl2.rl.workers import make_pool
     from dl2.sim.metrics import report_unit
 
-    world, calibrated = None, {}
-    if args.calibrate_from is not None:
-        from dl2.sim.calibrated import calibrated_world, calibration_summary
-
-        world, calibration = calibrated_world(args.calibrate_from)
-        calibrated = {"calibrated_from": str(args.calibrate_from), "calibration": calibration_summary(calibration)}
+    world, calibration = calibrated(args.calibrate_from, args.mode)
     start = load_trained(args.init) if args.init is not None else None
     torch.manual_seed(config.seed)
     started = time.perf_counter()
@@ -195,7 +207,7 @@ def run_rl(args: argparse.Namespace) -> int:
     inherited = start.metadata if start is not None else {}
     init = str(args.init) if args.init else None
     metadata = rl_metadata(config, env, state, seconds, initialised_from=init, initial_metadata=inherited,
-                           saved=args.keep, **calibrated)  # fmt: skip
+                           saved=args.keep, **calibration)  # fmt: skip
     best = args.keep == "best"
     policy = state.best_policy if best else trainer.policy.state_dict()
     value = state.best_value if best else trainer.value.state_dict()

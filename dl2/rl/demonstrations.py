@@ -27,7 +27,7 @@ from dl2.schedulers.base import HeuristicScheduler
 from dl2.schedulers.placement import Placer
 from dl2.schedulers.requests import Role
 from dl2.sim.config import Mode, SimConfig
-from dl2.sim.run import interference_model, speed_model
+from dl2.sim.run import World
 from dl2.sim.simulator import Simulation
 
 
@@ -163,12 +163,13 @@ def record(
     observation: ObservationConfig,
     placer: Placer,
     every: int = 1,
+    world: World | None = None,
 ) -> tuple[Demonstrations, float]:
-    """Demonstrations of `teacher` on `workload` (every `every`-th slot recorded), and the replayed run's
-    average JCT in seconds (how good the replayed teacher is)."""
+    """Demonstrations of `teacher` on `workload` (every `every`-th slot recorded) in `world` (None: the
+    catalogue's), and the replayed run's average JCT in seconds (how good the replayed teacher is)."""
     compat = sim.mode is Mode.COMPAT
-    speed = speed_model(sim.mode)
-    simulation = Simulation(workload, sim, speed, interference_model())
+    world = world or World.catalogue(sim.mode)
+    simulation = Simulation(workload, sim, world.speed, world.interference)
     observer = Observer(observation)
     teacher.reset()
     recorder = _Recorder(observation)
@@ -232,12 +233,13 @@ def record_on_policy(
     placer: Placer,
     every: int = 1,
     max_slots: int = 3_000,
+    world: World | None = None,
 ) -> Demonstrations:
-    """DAgger (Ross et al. 2011): the student drives, the teacher labels the states the student visits."""
+    """DAgger (Ross et al. 2011): the student drives, the teacher labels the states the student visits, in
+    `world` (None: the catalogue's)."""
     compat = sim.mode is Mode.COMPAT
-    simulation = Simulation(
-        workload, replace(sim, stall_slots=max_slots + 1), speed_model(sim.mode), interference_model()
-    )
+    world = world or World.catalogue(sim.mode)
+    simulation = Simulation(workload, replace(sim, stall_slots=max_slots + 1), world.speed, world.interference)
     observer = Observer(observation)
     teacher.reset()
     recorder = _Recorder(observation)

@@ -46,9 +46,11 @@ def sim_config(mode: str, seed: int = 0) -> SimConfig:
     return SimConfig.for_mode(Mode(mode), seed)
 
 
-def make_teacher(config: WarmUpConfig) -> Scheduler | SlotTeacher:
+def make_teacher(config: WarmUpConfig, world: World | None = None) -> Scheduler | SlotTeacher:
+    """The warm-up's teacher; in a calibrated `world` it reads that world's speeds (what the cluster's records
+    say, as a deployment could), not the catalogue's."""
     mode = Mode(config.mode)
-    speed, compat = speed_model(mode), mode is Mode.COMPAT
+    speed, compat = (world.speed if world is not None else speed_model(mode)), mode is Mode.COMPAT
     if is_rollout_teacher(config.teacher):
         placer = None if compat else PLACERS[config.placer]()
         return make_rollout_teacher(config.teacher, speed, compat, config.observation.window, placer)
@@ -74,23 +76,27 @@ def _in_parallel(
         return results
 
 
-def _record_one(task: tuple[WarmUpConfig, int]) -> tuple[Demonstrations, float]:
-    config, seed = task
+def _record_one(task: tuple[WarmUpConfig, int, World | None]) -> tuple[Demonstrations, float]:
+    config, seed, world = task
     return record(
         workload(config.source, seed),
-        make_teacher(config),
+        make_teacher(config, world),
         sim_config(config.mode, seed),
         config.observation,
         PLACERS[config.placer](),
         config.record_every,
+        world,
     )
 
 
 def record_teacher(
-    config: WarmUpConfig, seeds: list[int], on_workload: Callable[[], None] | None = None
+    config: WarmUpConfig,
+    seeds: list[int],
+    on_workload: Callable[[], None] | None = None,
+    world: World | None = None,
 ) -> list[tuple[Demonstrations, float]]:
-    """Per workload of `seeds`: the teacher's demonstrations and its replayed average JCT (s)."""
-    return _in_parallel(_record_one, [(config, seed) for seed in seeds], config.workers, on_workload)
+    """Per workload of `seeds`: the teacher's demonstrations and its replayed average JCT (s), in `world`."""
+    return _in_parallel(_record_one, [(config, seed, world) for seed in seeds], config.workers, on_workload)
 
 
 def recorded_workloads(config: WarmUpConfig) -> int:
@@ -103,16 +109,19 @@ def warm_up(
     on_epoch: Callable[[int, float, float], None] | None = None,
     on_workload: Callable[[], None] | None = None,
     policy: PolicyNetwork | None = None,
+    world: World | None = None,
 ) -> tuple[PolicyNetwork, SupervisedHistory, dict[str, Any]]:
     """`on_workload` is called as each of the `recorded_workloads(config)` recordings finishes. `policy`: start
     from this network (e.g. an earlier warm-up) instead of a fresh one; with `config.episodes == 0` it is
-    trained on DAgger rounds only (its own states, labelled by the teacher)."""
+    trained on DAgger rounds only (its own states, labelled by the teacher). `world`: where the teacher and the
+    student run and what speeds the teacher reads (None: the catalogue's; a cluster's calibrated twin re-warms
+    a policy on what that cluster's records say)."""
     if policy is None and config.episodes == 0:
         raise ValueError("a warm-up from scratch needs teacher runs (episodes >= 1)")
     # recordings and training never overlap: the cores that record in `workers` processes train as threads
     torch.set_num_threads(config.workers)
     seeds = list(range(config.seed_offset, config.seed_offset + config.episodes))
-    *parts, (held_out, _) = record_teacher(config, [*seeds, config.held_out_seed], on_workload)
+    *parts, (held_out, _) = record_teacher(config, [*seeds, config.held_out_seed], on_workload, world)
     train = Demonstrations.concatenate([part[0] for part in parts] or [held_out.empty()])
     teacher_jct = float(np.mean([part[1] for part in parts])) if parts else None
     history = SupervisedHistory()
@@ -124,7 +133,7 @@ def warm_up(
     next_seed = config.seed_offset + config.episodes
     for _ in range(config.dagger_rounds):
         student = NumpyPolicy.from_state_dict(policy.state_dict(), config.observation.shape, config.supervised.network)
-        tasks = [(config, student, seed) for seed in range(next_seed, next_seed + config.dagger_episodes)]
+        tasks = [(config, student, seed, world) for seed in range(next_seed, next_seed + config.dagger_episodes)]
         next_seed += config.dagger_episodes
         labelled = _in_parallel(_record_student, tasks, config.workers, on_workload)
         train = Demonstrations.concatenate([train, *labelled])
@@ -142,21 +151,22 @@ def warm_up(
     return policy, history, facts
 
 
-def _record_student(task: tuple[WarmUpConfig, NumpyPolicy, int]) -> Demonstrations:
+def _record_student(task: tuple[WarmUpConfig, NumpyPolicy, int, World | None]) -> Demonstrations:
     return record_student(*task)
 
 
-def record_student(config: WarmUpConfig, student: NumpyPolicy, seed: int) -> Demonstrations:
-    """One DAgger workload: the (greedy) student drives, the teacher labels."""
+def record_student(config: WarmUpConfig, student: NumpyPolicy, seed: int, world: World | None = None) -> Demonstrations:
+    """One DAgger workload: the (greedy) student drives, the teacher labels, in `world`."""
     return record_on_policy(
         workload(config.source, seed),
         student.greedy_action,
-        make_teacher(config),
+        make_teacher(config, world),
         sim_config(config.mode, seed),
         config.observation,
         PLACERS[config.placer](),
         config.record_every,
         config.dagger_max_slots,
+        world,
     )
 
 
@@ -179,8 +189,9 @@ def warm_up_with_progress(
     config: WarmUpConfig,
     policy: PolicyNetwork | None = None,
     on_epoch: Callable[[int, float, float], None] | None = None,
+    world: World | None = None,
 ) -> tuple[PolicyNetwork, SupervisedHistory, dict[str, Any]]:
-    """`warm_up` with progress bars on stderr (recordings, then epochs); `on_epoch` is called too."""
+    """`warm_up` in `world` with progress bars on stderr (recordings, then epochs); `on_epoch` is called too."""
     from tqdm import tqdm
 
     recording = tqdm(total=recorded_workloads(config), desc="warm-up: recording", unit="workload", file=sys.stderr)
@@ -195,7 +206,7 @@ def warm_up_with_progress(
             on_epoch(epoch, loss, accuracy)
 
     try:
-        return warm_up(config, each_epoch, recording.update, policy)
+        return warm_up(config, each_epoch, recording.update, policy, world)
     finally:
         recording.close()
         epochs.close()
