@@ -17,9 +17,10 @@ from typing import Any
 
 from dl2.core import Workload
 from dl2.kube import clock as slot_clock
+from dl2.kube import contract
 from dl2.kube.cache import ClusterCache
 from dl2.kube.metrics import Metrics
-from dl2.kube.rest import CONFIGMAPS, Rest
+from dl2.kube.rest import CONFIGMAPS, PODS, Rest
 from dl2.sim.config import SimConfig
 from dl2.truth import Truth
 from dl2.twin import ClusterTwin, TwinOptions, start_twin
@@ -28,6 +29,15 @@ from dl2.workload.synthetic import PRESETS, generate
 from tests.kube_fixtures import CONTROLLER_AGENT, KubeEnv
 
 NS = "team-a"
+
+
+def training_pods(rest: Rest, namespace: str | None = None, job: str | None = None) -> list[dict[str, Any]]:
+    """The pods of PyTorchJobs and Volcano Jobs (of the job named `job`), found as the controller finds them: by
+    the labels their operators set."""
+    pods = []
+    for label in (contract.KUBEFLOW_JOB_NAME, contract.VOLCANO_JOB_NAME):
+        pods += rest.list(PODS, namespace, labelSelector=label if job is None else f"{label}={job}")
+    return pods
 
 
 def tiny_workload(num_jobs: int = 8, num_nodes: int = 2, seed: int = 3) -> Workload:

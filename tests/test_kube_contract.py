@@ -107,3 +107,32 @@ def test_contract_errors_name_the_object():
         contract.job_spec(obj)
     with pytest.raises(contract.ContractError, match="not a PyTorchJob or a Volcano Job"):
         contract.job_spec({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}})
+
+
+@pytest.mark.parametrize(
+    ("labels", "owner"),
+    [
+        # Kubeflow's training operator: the replica type in lower case; only workers are dl2's to size
+        ({"training.kubeflow.org/job-name": "b", "training.kubeflow.org/replica-type": "worker"}, ("b", "worker")),
+        ({"training.kubeflow.org/job-name": "b", "training.kubeflow.org/replica-type": "Worker"}, ("b", "worker")),
+        ({"training.kubeflow.org/job-name": "bert", "training.kubeflow.org/replica-type": "master"}, None),
+        # Volcano: the task's name
+        ({"volcano.sh/job-name": "vgg", "volcano.sh/task-spec": "ps"}, ("vgg", "ps")),
+        ({"volcano.sh/job-name": "vgg", "volcano.sh/task-spec": "worker"}, ("vgg", "worker")),
+        ({"volcano.sh/job-name": "vgg", "volcano.sh/task-spec": "evaluator"}, None),
+        # neither operator's: dl2's own labels are not read
+        ({"dl2.io/job": "vgg", "dl2.io/role": "ps"}, None),
+        ({}, None),
+    ],
+)
+def test_a_pods_job_and_role_come_from_its_operators_labels(labels, owner):
+    assert contract.pod_job_role(labels) == owner
+
+
+def test_the_twins_pods_carry_only_their_operators_labels():
+    """What a real operator adds: a PyTorchJob's pod is found by Kubeflow's labels, a Volcano Job's by Volcano's."""
+    spec = JobSpec("j0", "vgg-16", 0.0, 10.0, 115, Resources(1, 4, 24), Resources(0, 4, 8), 4, 4)
+    for plural, owner in (("pytorchjobs", ("job-0", "worker")), ("jobs", ("job-0", "worker"))):
+        pod = manifests.pod(spec, "job-0", "team-a", plural, "uid", "worker", 0, None, "default-scheduler")
+        labels = pod["metadata"]["labels"]
+        assert contract.pod_job_role(labels) == owner and not any(k.startswith("dl2.io/") for k in labels)

@@ -20,7 +20,6 @@ import pytest
 import yaml
 
 from dl2.core import Architecture, InputError
-from dl2.kube import contract
 from dl2.kube.cache import ClusterCache
 from dl2.kube.extender import (
     MAX_EXTENDER_PRIORITY,
@@ -34,7 +33,7 @@ from dl2.kube.extender import (
 from dl2.kube.extender_http import ExtenderClient, ExtenderServer, ExtenderUnavailable
 from dl2.kube.metrics import Metrics
 from dl2.kube.observe import RawCluster, snapshot
-from dl2.kube.rest import PODS, Rest
+from dl2.kube.rest import Rest
 from dl2.placement.config import JOB_INPUTS, SERVER_INPUTS, PlacerConfig
 from dl2.placement.policy import HarmonyPlacer, NumpyPlacementPolicy
 from dl2.schedulers.placement import place_sticky
@@ -42,7 +41,7 @@ from dl2.sim.config import SimConfig
 from dl2.twin import manifests
 from dl2.workload.mapping import TraceMapping
 from dl2.workload.synthetic import PRESETS, generate
-from tests.kube_helpers import twin
+from tests.kube_helpers import training_pods, twin
 
 K8S = Path(__file__).resolve().parent.parent / "k8s"
 SCHEDULER_NAME = "dl2-scheduler"
@@ -278,7 +277,7 @@ def test_pods_of_managed_jobs_land_on_the_node_the_extender_ranks_first(kube) ->
                     if cluster.done:
                         break
                     cluster.advance()
-                pods = {p["metadata"]["name"]: p for p in kube.rest().list(PODS, labelSelector=contract.JOB_LABEL)}
+                pods = {p["metadata"]["name"]: p for p in training_pods(kube.rest())}
         finally:
             stop_scheduler(kube, scheduler)
             informers.stop()
@@ -329,7 +328,7 @@ def test_with_the_extender_down_slow_or_failing_pods_still_schedule(kube, mode: 
             started = time.monotonic()
             cluster.advance()
             waited = time.monotonic() - started
-            pods = kube.rest().list(PODS, labelSelector=contract.JOB_LABEL)
+            pods = training_pods(kube.rest())
             bound = [pod for pod in pods if pod["spec"].get("nodeName")]
             refused = {
                 pod["metadata"]["name"]: [c.get("message", "") for c in pod["status"].get("conditions") or []]
@@ -359,7 +358,7 @@ def test_an_answer_of_the_wrong_shape_is_not_ignored_by_kube_scheduler(kube) -> 
     try:
         with twin(kube, tiny_workload(num_jobs=2, num_nodes=2), CONFIG, scheduler_name=SCHEDULER_NAME) as cluster:
             cluster.advance()
-            pods = kube.rest().list(PODS, labelSelector=contract.JOB_LABEL)
+            pods = training_pods(kube.rest())
             assert pods and not any(pod["spec"].get("nodeName") for pod in pods)
     finally:
         stop_scheduler(kube, scheduler)

@@ -16,7 +16,7 @@ import pytest
 
 from dl2.core import Resources
 from dl2.kube import contract
-from dl2.kube.rest import CONFIGMAPS, NAMESPACES, NODES, PODS, PYTORCHJOBS, VOLCANO_JOBS
+from dl2.kube.rest import CONFIGMAPS, NAMESPACES, NODES, PYTORCHJOBS, VOLCANO_JOBS
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.run import speed_model
@@ -24,7 +24,7 @@ from dl2.truth import truth_named
 from dl2.twin import reference_result
 from dl2.twin.workloads import first_jobs, first_nodes, with_allreduce
 from dl2.workload.synthetic import PRESETS, generate
-from tests.kube_helpers import HeuristicClient, tiny_workload, twin
+from tests.kube_helpers import HeuristicClient, tiny_workload, training_pods, twin
 
 CONFIG = SimConfig.realistic(seed=1)
 
@@ -51,12 +51,14 @@ def test_jobs_run_as_pods_on_kwok_nodes_progress_and_finish(kube):
             used: dict[str, Resources] = defaultdict(Resources)
             jobs = {job["metadata"]["name"]: job for job in _jobs(rest)}
             pods_of: dict[str, list] = defaultdict(list)
-            for pod in rest.list(PODS, labelSelector=contract.JOB_LABEL):
+            for pod in training_pods(rest):
                 labels = pod["metadata"]["labels"]
-                job = jobs[labels[contract.JOB_LABEL]]
+                owner = contract.pod_job_role(labels)
+                assert owner is not None and not any(key.startswith("dl2.io/") for key in labels)  # operators' only
+                job = jobs[owner[0]]
                 pods_of[job["metadata"]["name"]].append(pod)
                 operator = contract.KUBEFLOW_JOB_NAME if job["kind"] == "PyTorchJob" else contract.VOLCANO_JOB_NAME
-                assert labels[operator] == job["metadata"]["name"] and labels[contract.ROLE_LABEL] in ("worker", "ps")
+                assert labels[operator] == job["metadata"]["name"] and owner[1] in ("worker", "ps")
                 assert pod["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
                 node = pod["spec"].get("nodeName")
                 if node is not None:
@@ -87,7 +89,7 @@ def test_jobs_run_as_pods_on_kwok_nodes_progress_and_finish(kube):
                 assert job["status"]["replicaStatuses"]["Worker"]["active"] == 0
             else:
                 assert job["status"]["state"]["phase"] == "Completed"
-        assert rest.list(PODS, labelSelector=contract.JOB_LABEL) == []  # a finished job's pods are cleaned up
+        assert training_pods(rest) == []  # a finished job's pods are cleaned up
         result = cluster.result()
         assert {j.job_id: j.jct_s for j in result.jobs} == {r["job_id"]: r["jct_s"] for r in results}
 
@@ -99,13 +101,12 @@ def test_kwok_runs_the_bound_pods_and_a_resize_changes_them_and_pays_the_rescale
         cluster.advance()
         job = min(rest.list(PYTORCHJOBS), key=lambda job: contract.replicas(job))  # the one-worker job: far from done
         name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
-        selector = f"{contract.JOB_LABEL}={name}"
-        before = len(rest.list(PODS, namespace, labelSelector=selector))
+        before = len(training_pods(rest, namespace, name))
         target = min(before + 2, job["spec"]["elasticPolicy"]["maxReplicas"])
         scale = {"spec": {"replicas": target}}
         rest.patch(PYTORCHJOBS, namespace, name, scale, subresource="scale")
         cluster.advance()
-        pods = rest.list(PODS, namespace, labelSelector=selector)
+        pods = training_pods(rest, namespace, name)
         assert sorted(p["metadata"]["name"] for p in pods) == sorted(f"{name}-worker-{i}" for i in range(target))
         assert rest.get(PYTORCHJOBS, namespace, name, "scale")["status"]["replicas"] == target
         record = next(r for r in cluster.job_results() if r["name"] == name)
@@ -115,7 +116,7 @@ def test_kwok_runs_the_bound_pods_and_a_resize_changes_them_and_pays_the_rescale
         while any(p["status"].get("phase") != "Running" for p in pods):
             assert time.monotonic() < deadline, [p["status"].get("phase") for p in pods]
             time.sleep(0.1)
-            pods = rest.list(PODS, namespace, labelSelector=selector)
+            pods = training_pods(rest, namespace, name)
 
 
 @pytest.mark.parametrize(("heuristic", "truth"), [("drf", None), ("optimus", None), ("optimus", "seed-1")])
@@ -154,7 +155,7 @@ def test_a_deleted_job_is_cancelled_and_the_rest_finish(kube):
         name, namespace = victim["metadata"]["name"], victim["metadata"]["namespace"]
         rest.request("DELETE", resource.path(namespace, name))
         cluster.advance()
-        assert rest.list(PODS, namespace, labelSelector=f"{contract.JOB_LABEL}={name}") == []
+        assert training_pods(rest, namespace, name) == []
         cluster.run_to_end()
         results = {r["name"]: r for r in cluster.job_results()}
         assert results[name]["cancelled"] and results[name]["finish_s"] is None

@@ -1,10 +1,12 @@
 """What the controller and the extender know of the cluster: informers of the five resources a slot needs.
 
-Managed namespaces (label `dl2.io/managed=true`), PyTorchJobs, Volcano Jobs, the pods of dl2 jobs (label
-`dl2.io/job`) and the nodes, each kept by its own informer (`dl2.kube.informer`): a slot reads them from memory
-rather than listing them, so what a slot costs the API server no longer grows with the cluster. `read` gives
-the raw objects `dl2.kube.observe.snapshot` turns into the policies' view; with a barrier (per resource, the
-version each cache must reflect: the simulated clock's), it first waits until each cache is that fresh.
+Managed namespaces (label `dl2.io/managed=true`), PyTorchJobs, Volcano Jobs, their pods (by the labels their
+operators set: `training.kubeflow.org/job-name`, `volcano.sh/job-name`; one informer each, since a selector
+cannot name either of two labels) and the nodes, each kept by its own informer (`dl2.kube.informer`): a slot
+reads them from memory rather than listing them, so what a slot costs the API server no longer grows with the
+cluster. `read` gives the raw objects `dl2.kube.observe.snapshot` turns into the policies' view; with a barrier
+(per resource, the version each cache must reflect: the simulated clock's), it first waits until each cache is
+that fresh.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dl2.kube import contract as c
 from dl2.kube.informer import Informer
 from dl2.kube.metrics import Metrics
 from dl2.kube.observe import RawCluster
-from dl2.kube.rest import NAMESPACES, NODES, PODS, PYTORCHJOBS, VOLCANO_JOBS, Rest
+from dl2.kube.rest import KUBEFLOW_PODS, NAMESPACES, NODES, PYTORCHJOBS, VOLCANO_JOBS, VOLCANO_PODS, Rest
 
 
 class CacheStale(RuntimeError):
@@ -38,9 +40,12 @@ class ClusterCache:
         self.namespaces = Informer(rest, NAMESPACES, metrics, label_selector=f"{c.MANAGED_LABEL}=true", seed=seed)
         self.pytorchjobs = Informer(rest, PYTORCHJOBS, metrics, seed=seed + 1)
         self.volcano_jobs = Informer(rest, VOLCANO_JOBS, metrics, seed=seed + 2)
-        self.pods = Informer(rest, PODS, metrics, label_selector=c.JOB_LABEL, seed=seed + 3)
-        self.nodes = Informer(rest, NODES, metrics, seed=seed + 4)
-        self.informers = (self.namespaces, self.pytorchjobs, self.volcano_jobs, self.pods, self.nodes)
+        self.kubeflow_pods = Informer(rest, KUBEFLOW_PODS, metrics, label_selector=c.KUBEFLOW_JOB_NAME, seed=seed + 3)
+        self.volcano_pods = Informer(rest, VOLCANO_PODS, metrics, label_selector=c.VOLCANO_JOB_NAME, seed=seed + 4)
+        self.nodes = Informer(rest, NODES, metrics, seed=seed + 5)
+        self.informers = (
+            self.namespaces, self.pytorchjobs, self.volcano_jobs, self.kubeflow_pods, self.volcano_pods, self.nodes,
+        )  # fmt: skip
         self._started = False
 
     def start(self, timeout_s: float = 30.0) -> ClusterCache:
@@ -85,6 +90,9 @@ class ClusterCache:
             if job["metadata"].get("namespace") in managed
         ]
         pods = [
-            pod for pod in self.pods.items() if pod["metadata"].get("namespace") in managed and holds_resources(pod)
+            pod
+            for informer in (self.kubeflow_pods, self.volcano_pods)
+            for pod in informer.items()
+            if pod["metadata"].get("namespace") in managed and holds_resources(pod)
         ]
         return RawCluster(tuple(sorted(managed)), tuple(jobs), tuple(pods), tuple(self.nodes.items()))

@@ -18,9 +18,10 @@ The controller (`dl2 serve`) and the cluster twin (`dl2.twin`) both follow it.
   `dl2.io/requested-workers`, `dl2.io/requested-ps`, `dl2.io/samples-per-epoch` (otherwise the catalogue's).
 - Per-task resources are the pod template's container `resources.requests` (`nvidia.com/gpu`, `cpu`,
   `memory`), summed over containers; dl2's `mem_gb` is GiB (`24Gi`).
-- Pods carry the real operators' labels (`training.kubeflow.org/job-name`, `training.kubeflow.org/replica-type`
-  and `-index`; `volcano.sh/job-name`, `volcano.sh/task-spec`) plus `dl2.io/job` (the job's name) and
-  `dl2.io/role` (`worker` or `ps`).
+- A job's pods are found by the labels its operator sets, nothing of dl2's: Kubeflow's training operator labels
+  a PyTorchJob's pods `training.kubeflow.org/job-name` and `training.kubeflow.org/replica-type` (`worker`; other
+  replica types, such as a `master`, are not dl2's to size and are not counted) and `-index`; Volcano labels a
+  Job's pods `volcano.sh/job-name` and `volcano.sh/task-spec` (the task's name, `ps` or `worker`).
 - Jobs labelled `kueue.x-k8s.io/queue-name` are managed by Kueue: the controller leaves them alone (Kueue
   requeues a job whose size changes).
 - Finished jobs: a PyTorchJob has the condition `Succeeded` = "True"; a Volcano Job has
@@ -35,6 +36,7 @@ from __future__ import annotations
 import datetime
 import math
 import re
+from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -262,6 +264,18 @@ def replicas(obj: dict[str, Any]) -> tuple[int, int]:
     workers = int(worker_task[1].get("replicas") or 0) if worker_task else 0
     ps = int(ps_task[1].get("replicas") or 0) if ps_task else 0
     return workers, ps
+
+
+def pod_job_role(labels: Mapping[str, str]) -> tuple[str, str] | None:
+    """(job name, `WORKER` or `PS`) of a training pod, from its operator's labels; None for a pod of neither
+    operator, or of a role dl2 does not size."""
+    if KUBEFLOW_JOB_NAME in labels:
+        role = labels.get(KUBEFLOW_REPLICA_TYPE, "").lower()
+        return (labels[KUBEFLOW_JOB_NAME], role) if role == WORKER else None
+    if VOLCANO_JOB_NAME in labels:
+        role = labels.get(VOLCANO_TASK_SPEC, "")
+        return (labels[VOLCANO_JOB_NAME], role) if role in (WORKER, PS) else None
+    return None
 
 
 def progress_epochs(obj: dict[str, Any]) -> float:

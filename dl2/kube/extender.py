@@ -8,7 +8,7 @@ already runs (Harmony §4: which jobs share a server decides the interference), 
 `filter` answers an `ExtenderFilterResult` that keeps every node the pod fits on as far as dl2 sees (dl2 counts only
 the pods of managed jobs, so it never refuses a node kube-scheduler would accept).
 
-A pod that is not a managed job's (no `dl2.io/job` label, an unknown job, an unmanaged namespace) gets the same
+A pod that is not a managed job's (no operator's job label, an unknown job, an unmanaged namespace) gets the same
 score everywhere and passes the filter: the extender has no say about it. The cluster's state comes from a
 `SnapshotCache` refreshed off the request path (a request never waits for the API server), so a request costs one
 network evaluation; kube-scheduler's `httpTimeout` and `ignorable: true` keep a slow or broken extender from
@@ -168,9 +168,10 @@ class HarmonyExtender:
         snap, index = state
         metadata = args.pod.get("metadata") or {}
         labels = metadata.get("labels") or {}
-        job_name, role = labels.get(c.JOB_LABEL), labels.get(c.ROLE_LABEL)
-        if job_name is None or role not in (c.WORKER, c.PS):
+        owner = c.pod_job_role(labels)
+        if owner is None:
             return None
+        job_name, role = owner
         ranks = {(job.namespace, job.name): rank for rank, job in enumerate(snap.jobs)}
         rank = ranks.get((str(metadata.get("namespace", "")), str(job_name)))
         if rank is None:

@@ -26,7 +26,7 @@ class RawCluster:
     """Names of the namespaces labelled `dl2.io/managed: "true"`."""
     jobs: tuple[dict[str, Any], ...]
     pods: tuple[dict[str, Any], ...]
-    """Pods that carry `dl2.io/job` and hold a node (bound, not finished)."""
+    """Pods of PyTorchJobs and Volcano Jobs (by their operators' labels) that hold a node (bound, not finished)."""
     nodes: tuple[dict[str, Any], ...]
 
 
@@ -87,11 +87,12 @@ def _held(pods: Sequence[dict[str, Any]], node_index: Mapping[str, int]) -> dict
         metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         labels = metadata.get("labels") or {}
         node = node_index.get(spec.get("nodeName") or "")
-        role = labels.get(c.ROLE_LABEL)
-        if node is None or role not in (c.WORKER, c.PS):
+        owner = c.pod_job_role(labels)
+        if node is None or owner is None:
             continue
+        job_name, role = owner
         index = _pod_index(metadata.get("name", ""), labels)
-        roles = placed.setdefault((metadata.get("namespace", ""), labels[c.JOB_LABEL]), {c.WORKER: [], c.PS: []})
+        roles = placed.setdefault((metadata.get("namespace", ""), job_name), {c.WORKER: [], c.PS: []})
         roles[role].append((index, node))
     return {
         key: JobAllocation(tuple(n for _, n in sorted(r[c.WORKER])), tuple(n for _, n in sorted(r[c.PS])))

@@ -27,11 +27,15 @@ class Resource:
     version: str
     plural: str
     namespaced: bool = True
+    variant: str = ""
+    """A part of the resource watched on its own (by a label selector), with its own version in the clock's
+    barrier: `pods/kubeflow` (a filtered watch only advances with the objects it selects)."""
 
     @property
     def key(self) -> str:
-        """`pods`, `pytorchjobs.kubeflow.org`: how the clock's barrier names it."""
-        return f"{self.plural}.{self.group}" if self.group else self.plural
+        """`pods`, `pytorchjobs.kubeflow.org`, `pods/volcano`: how the clock's barrier names it."""
+        key = f"{self.plural}.{self.group}" if self.group else self.plural
+        return f"{key}/{self.variant}" if self.variant else key
 
     def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
         root = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
@@ -49,6 +53,10 @@ class Resource:
 NAMESPACES = Resource("", "v1", "namespaces", namespaced=False)
 NODES = Resource("", "v1", "nodes", namespaced=False)
 PODS = Resource("", "v1", "pods")
+KUBEFLOW_PODS = Resource("", "v1", "pods", variant="kubeflow")
+"""Pods of PyTorchJobs (label `training.kubeflow.org/job-name`, set by the training operator)."""
+VOLCANO_PODS = Resource("", "v1", "pods", variant="volcano")
+"""Pods of Volcano Jobs (label `volcano.sh/job-name`, set by Volcano's job controller)."""
 CONFIGMAPS = Resource("", "v1", "configmaps")
 SERVICEACCOUNTS = Resource("", "v1", "serviceaccounts")
 PYTORCHJOBS = Resource("kubeflow.org", "v1", "pytorchjobs")
@@ -170,17 +178,17 @@ class Rest:
         query = dict(query, resourceVersion=resource_version, timeoutSeconds=timeout_s)
         return WatchStream(self, resource, namespace, query, timeout_s + 30.0)
 
-    def bind(self, namespace: str, name: str, node: str) -> dict[str, Any]:
+    def bind(self, namespace: str, name: str, node: str, resource: Resource = PODS) -> dict[str, Any]:
         """`pods/binding`, as a scheduler binds a pod; the answer is a Status, so the bound pod is read back for
-        its version."""
+        its version (recorded as a write of `resource`: the pods, or the part of them its watch selects)."""
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
             "metadata": {"name": name, "namespace": namespace},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        self.request("POST", PODS.path(namespace, name, "binding"), body)
-        return self._wrote(PODS, self.get(PODS, namespace, name))
+        self.request("POST", resource.path(namespace, name, "binding"), body)
+        return self._wrote(resource, self.get(resource, namespace, name))
 
 
 class WatchStream:

@@ -39,12 +39,13 @@ from dl2.kube.informer import Informer
 from dl2.kube.metrics import Metrics
 from dl2.kube.rest import (
     CONFIGMAPS,
+    KUBEFLOW_PODS,
     NAMESPACES,
     NODES,
-    PODS,
     PYTORCHJOBS,
     SERVICEACCOUNTS,
     VOLCANO_JOBS,
+    VOLCANO_PODS,
     Resource,
     Rest,
 )
@@ -59,7 +60,9 @@ from dl2.workload.speed import SpeedModel
 
 TWIN_SCHEDULER = "dl2-twin"
 """The schedulerName of the twin's own pods: no kube-scheduler takes them, the twin binds them."""
-BARRIER_RESOURCES = (NAMESPACES, NODES, PODS, PYTORCHJOBS, VOLCANO_JOBS)
+POD_RESOURCES = {KUBEFLOW_PODS: c.KUBEFLOW_JOB_NAME, VOLCANO_PODS: c.VOLCANO_JOB_NAME}
+"""The pods of each operator's jobs, as the controller watches them: by the operator's label."""
+BARRIER_RESOURCES = (NAMESPACES, NODES, *POD_RESOURCES, PYTORCHJOBS, VOLCANO_JOBS)
 """What the controller watches, so what the clock's barrier names."""
 
 
@@ -118,6 +121,11 @@ class _Job:
     status: dict[str, Any] | None = None
     """The status last written."""
 
+    @property
+    def pods_resource(self) -> Resource:
+        """Its pods, as the controller watches them (by its operator's label)."""
+        return KUBEFLOW_PODS if self.resource is PYTORCHJOBS else VOLCANO_PODS
+
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -166,9 +174,12 @@ class ClusterTwin:
         self._view: ClusterView | None = None
         self._stopped = False
         self._pool = ThreadPoolExecutor(self.options.parallel, thread_name_prefix="dl2-twin")
-        self._pods: Informer | None = None
+        self._pods: dict[Resource, Informer] = {}
         if self.options.settle:
-            self._pods = Informer(self.rest, PODS, Metrics(), label_selector=c.JOB_LABEL)
+            self._pods = {
+                resource: Informer(self.rest, resource, Metrics(), label_selector=label)
+                for resource, label in POD_RESOURCES.items()
+            }
         self.slot_seconds: list[float] = []
         """Wall time of each slot the twin ran (its writes included)."""
 
@@ -181,8 +192,8 @@ class ClusterTwin:
     def start(self) -> ClusterTwin:
         """Create the namespaces (waiting for their default ServiceAccount, which pods need), the nodes and the
         clock, and submit the jobs that arrive in the first slot."""
-        if self._pods is not None:
-            self._pods.start()
+        for informer in self._pods.values():
+            informer.start()
         system = self.options.system_namespace
         existing = {ns["metadata"]["name"] for ns in self.rest.list(NAMESPACES)}
         for name, managed in [(system, False), *((ns, True) for ns in self.options.namespaces)]:
@@ -232,8 +243,8 @@ class ClusterTwin:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
-        if self._pods is not None:
-            self._pods.stop()
+        for informer in self._pods.values():
+            informer.stop()
 
     @property
     def done(self) -> bool:
@@ -357,7 +368,7 @@ class ClusterTwin:
         self._parallel(lambda item: self._resize_pending(*item), work)
         deadline = time.monotonic() + self.options.scheduling_timeout_s
         while True:
-            pods = self.rest.list(PODS, labelSelector=c.JOB_LABEL)
+            pods = [pod for r, label in POD_RESOURCES.items() for pod in self.rest.list(r, labelSelector=label)]
             undecided = [pod for pod in pods if _undecided(pod)]
             if not undecided or time.monotonic() > deadline:
                 break
@@ -366,8 +377,8 @@ class ClusterTwin:
         for pod in pods:
             metadata, labels = pod["metadata"], pod["metadata"].get("labels") or {}
             node = self.node_index.get((pod.get("spec") or {}).get("nodeName") or "")
-            held = placed.setdefault((metadata["namespace"], labels.get(c.JOB_LABEL, "")), {c.WORKER: [], c.PS: []})
-            role = labels.get(c.ROLE_LABEL, "")
+            job_name, role = c.pod_job_role(labels) or ("", "")
+            held = placed.setdefault((metadata["namespace"], job_name), {c.WORKER: [], c.PS: []})
             if node is not None and role in held:
                 held[role].append((int(metadata["name"].rsplit("-", 1)[-1]), node))
         jobs = {}
@@ -441,7 +452,7 @@ class ClusterTwin:
             elif current[index] != node:
                 name = manifests.pod_name(job.name, role, index)
                 if current[index] is None and node is not None:
-                    self.rest.bind(job.namespace, name, self.node_names[node])
+                    self.rest.bind(job.namespace, name, self.node_names[node], job.pods_resource)
                 else:  # moved, or lost its place: a new pod (a restart of that task)
                     self._delete_pod(job, role, index)
                     self._create_pod(job, role, index, node)
@@ -451,26 +462,26 @@ class ClusterTwin:
         node_name = self.node_names[node] if node is not None else None
         body = manifests.pod(job.spec, job.name, job.namespace, job.resource.plural, job.uid, role, index, node_name,
                              self.scheduler_name)  # fmt: skip
-        self.rest.create(PODS, job.namespace, body)
+        self.rest.create(job.pods_resource, job.namespace, body)
 
     def _delete_pod(self, job: _Job, role: str, index: int) -> None:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            self.rest.delete_now(PODS, job.namespace, manifests.pod_name(job.name, role, index))
+            self.rest.delete_now(job.pods_resource, job.namespace, manifests.pod_name(job.name, role, index))
         except ApiException as error:
             if error.status != 404:  # already gone (the garbage collector follows a deleted job's pods)
                 raise
 
-    def _settle(self) -> int:
-        """Wait until the pod cache reflects the twin's writes and kwok has every bound pod Running; the cache's
-        version then (0 without settling)."""
-        if self._pods is None:
-            return 0
-        pods = self._pods
-        pods.wait_for(self.rest.written.get(PODS.key, 0), self.options.settle_timeout_s)
+    def _settle(self) -> dict[str, int]:
+        """Wait until each pod cache reflects the twin's writes and kwok has every bound pod Running; each cache's
+        version then, by barrier key (none without settling)."""
+        if not self._pods:
+            return {}
+        for resource, informer in self._pods.items():
+            informer.wait_for(self.rest.written.get(resource.key, 0), self.options.settle_timeout_s)
         bound = [
-            f"{job.namespace}/{manifests.pod_name(job.name, role, index)}"
+            (job.pods_resource, f"{job.namespace}/{manifests.pod_name(job.name, role, index)}")
             for job in self.jobs.values()
             for role, nodes in job.pods.items()
             for index, node in enumerate(nodes)
@@ -478,17 +489,23 @@ class ClusterTwin:
         ]
         deadline = time.monotonic() + self.options.settle_timeout_s
         while time.monotonic() < deadline:
-            pending = [key for key in bound if ((pods.get(key) or {}).get("status") or {}).get("phase") != "Running"]
+            pending = [
+                (resource, key)
+                for resource, key in bound
+                if ((self._pods[resource].get(key) or {}).get("status") or {}).get("phase") != "Running"
+            ]
             if not pending:
                 break
             bound = pending
-            pods.wait_for(pods.version + 1, 0.2)
-        return pods.version
+            informer = self._pods[pending[0][0]]
+            informer.wait_for(informer.version + 1, 0.2)
+        return {resource.key: informer.version for resource, informer in self._pods.items()}
 
     def _publish_clock(self) -> None:
         status = self.status()
         versions = {resource.key: self.rest.written.get(resource.key, 0) for resource in BARRIER_RESOURCES}
-        versions[PODS.key] = max(versions[PODS.key], self._settle())
+        for key, version in self._settle().items():
+            versions[key] = max(versions[key], version)
         data = slot_clock.clock_data(status["slot"], status["time_s"], status["slot_s"], versions)
         for key in ("workload", "jobs", "arrived", "active", "finished", "cancelled", "done"):
             value = status[key]

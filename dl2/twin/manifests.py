@@ -80,8 +80,8 @@ def _pod_spec(spec: JobSpec, demand: Resources, scheduler: str) -> dict[str, Any
     }
 
 
-def _template(spec: JobSpec, demand: Resources, labels: dict[str, str], scheduler: str) -> dict[str, Any]:
-    return {"metadata": {"labels": labels}, "spec": _pod_spec(spec, demand, scheduler)}
+def _template(spec: JobSpec, demand: Resources, scheduler: str) -> dict[str, Any]:
+    return {"spec": _pod_spec(spec, demand, scheduler)}
 
 
 def job(
@@ -118,7 +118,7 @@ def job(
                     "Worker": {
                         "replicas": spec.requested_workers,
                         "restartPolicy": "OnFailure",
-                        "template": _template(spec, spec.worker_demand, {c.JOB_LABEL: name}, scheduler),
+                        "template": _template(spec, spec.worker_demand, scheduler),
                     }
                 },
             },
@@ -138,12 +138,12 @@ def job(
                 {
                     "name": c.PS,
                     "replicas": spec.requested_ps,
-                    "template": _template(spec, spec.ps_demand, {c.JOB_LABEL: name}, scheduler),
+                    "template": _template(spec, spec.ps_demand, scheduler),
                 },
                 {
                     "name": c.WORKER,
                     "replicas": spec.requested_workers,
-                    "template": _template(spec, spec.worker_demand, {c.JOB_LABEL: name}, scheduler),
+                    "template": _template(spec, spec.worker_demand, scheduler),
                 },
             ],
         },
@@ -167,12 +167,12 @@ def pod(
 ) -> dict[str, Any]:
     """A pod of one task as the job's operator creates it (owned by the job, so the garbage collector removes it
     with the job): on `node`, or Pending for `scheduler` to place."""
-    labels = {c.JOB_LABEL: job, c.ROLE_LABEL: role}
+    labels: dict[str, str]  # the operator's labels only: what the controller finds a job's pods by
     if plural == "pytorchjobs":
-        labels |= {c.KUBEFLOW_JOB_NAME: job, c.KUBEFLOW_REPLICA_TYPE: role, c.KUBEFLOW_REPLICA_INDEX: str(index)}
+        labels = {c.KUBEFLOW_JOB_NAME: job, c.KUBEFLOW_REPLICA_TYPE: role, c.KUBEFLOW_REPLICA_INDEX: str(index)}
         owner = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}
     else:
-        labels |= {c.VOLCANO_JOB_NAME: job, c.VOLCANO_TASK_SPEC: role, "volcano.sh/job-namespace": namespace}
+        labels = {c.VOLCANO_JOB_NAME: job, c.VOLCANO_TASK_SPEC: role, "volcano.sh/job-namespace": namespace}
         owner = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job"}
     demand = spec.worker_demand if role == c.WORKER else spec.ps_demand
     pod_spec = _pod_spec(spec, demand, scheduler)
