@@ -81,6 +81,7 @@ def test_rbac_grants_no_secrets_no_wildcards_and_no_cluster_admin():
         "dl2-policy-promoter",
         "dl2-extender",
         "dl2-kube-scheduler-lease",
+        "dl2-progress-reporter",
     }
     for role in roles:
         for rule in role["rules"]:
