@@ -4,6 +4,7 @@
 #   make test   same bootstrap, then lint (ruff, import-linter layers, hadolint), types (mypy on dl2/) and the test suite
 #   make kube-assets   build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd and kwok from the
 #               Go module proxy (tools/kube) into ~/.cache/dl2/kube-assets/<digest of the pins>, unless already there
+#   make helm   build helm (tools/helm), which lints and renders k8s/chart/, into ~/.cache/dl2/helm/<digest>, the same way
 SHELL := /bin/bash
 VENV := .venv
 PYTHON := $(VENV)/bin/python
@@ -14,7 +15,7 @@ TORCH_WHEEL := $(firstword $(wildcard $(WHEELS)/torch-2.13.0+cpu-*.whl))
 PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test lint typecheck unit bench clean kube-assets
+.PHONY: demo test lint typecheck unit bench clean kube-assets helm
 
 $(INSTALLED): requirements/requirements.txt requirements/dev.txt requirements/constraints.txt pyproject.toml
 	@test -x $(PYTHON) || python3.11 -m venv $(VENV)
@@ -26,13 +27,16 @@ $(INSTALLED): requirements/requirements.txt requirements/dev.txt requirements/co
 	$(VENV)/bin/uv pip install --python $(PYTHON) --no-deps --compile-bytecode -q -e .
 	@touch $@
 
-demo: $(INSTALLED) kube-assets
+demo: $(INSTALLED) kube-assets helm
 	$(PYTHON) -m pipelines.lifecycle
 
-test: $(INSTALLED) kube-assets lint typecheck unit
+test: $(INSTALLED) kube-assets helm lint typecheck unit
 
 kube-assets: $(INSTALLED)
 	@$(PYTHON) -m dl2.controlplane.assets > /dev/null
+
+helm: $(INSTALLED)
+	@$(PYTHON) -m dl2.controlplane.assets --helm > /dev/null
 
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check .
@@ -43,7 +47,7 @@ lint: $(INSTALLED)
 typecheck: $(INSTALLED)
 	$(VENV)/bin/mypy
 
-unit: $(INSTALLED) kube-assets
+unit: $(INSTALLED) kube-assets helm
 	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: $(INSTALLED)

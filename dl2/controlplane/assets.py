@@ -8,6 +8,12 @@ every clone on the machine (as envtest keeps its binaries per version under the 
 
     python -m dl2.controlplane.assets            # the folder (built if missing: about 10 minutes on 2 cores)
     python -m dl2.controlplane.assets --check    # exit 1 if it is not built
+
+helm (helm.sh/helm/v4, which lints and renders `k8s/chart/`) is built the same way, from `tools/helm/` into
+`$DL2_HELM_ASSETS` or `~/.cache/dl2/helm/<digest of tools/helm>`, apart from the control plane so that a helm pin
+never rebuilds it:
+
+    python -m dl2.controlplane.assets --helm     # the folder holding `helm` (built if missing: about 5 minutes)
 """
 
 from __future__ import annotations
@@ -28,26 +34,36 @@ BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler
 KWOK_STAGES = "kwok-stages.yaml"
 """kwok's stages (what it does to nodes and pods), taken from its module at the pinned version."""
 ENV = "DL2_KUBE_ASSETS"
+HELM_TOOLS = REPO_ROOT / "tools" / "helm"
+HELM_ENV = "DL2_HELM_ASSETS"
 
 
 class AssetsMissing(RuntimeError):
     """The binaries are not built (the message says how to build them)."""
 
 
-def digest() -> str:
-    """Of the build script and every pin: what the binaries are built from."""
-    files = sorted([TOOLS / "build.sh", *TOOLS.glob("*/go.mod"), *TOOLS.glob("*/go.sum")])
+def _pins_digest(tools: Path, files: list[Path]) -> str:
+    """Of each file's path (relative to `tools`) and bytes: what binaries built from them are built from."""
     hasher = hashlib.sha256()
-    for path in files:
-        hasher.update(path.relative_to(TOOLS).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in sorted(files):
+        hasher.update(path.relative_to(tools).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return hasher.hexdigest()[:16]
 
 
-def folder() -> Path:
-    if os.environ.get(ENV):
-        return Path(os.environ[ENV])
+def _cache(kind: str, env: str, pins: str) -> Path:
+    if os.environ.get(env):
+        return Path(os.environ[env])
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "dl2" / "kube-assets" / digest()
+    return cache / "dl2" / kind / pins
+
+
+def digest() -> str:
+    """Of the build script and every pin: what the binaries are built from."""
+    return _pins_digest(TOOLS, [TOOLS / "build.sh", *TOOLS.glob("*/go.mod"), *TOOLS.glob("*/go.sum")])
+
+
+def folder() -> Path:
+    return _cache("kube-assets", ENV, digest())
 
 
 def missing(where: Path | None = None) -> list[str]:
@@ -77,27 +93,60 @@ def kubectl() -> str:
 def build(where: Path | None = None) -> Path:
     """Build what is missing (every binary, when one is), with Go from PATH."""
     where = where or folder()
-    if not missing(where):
-        return where
+    if missing(where):
+        _run_build(TOOLS / "build.sh", where, "the Kubernetes control plane", "about 10 minutes")
+    return where
+
+
+def _run_build(script: Path, where: Path, what: str, first_time: str) -> None:
     if shutil.which("go") is None:
-        raise AssetsMissing("building the control plane needs Go (https://go.dev/dl/) on PATH")
+        raise AssetsMissing(f"building {what} needs Go (https://go.dev/dl/) on PATH")
     started = time.monotonic()
-    print(f"building the Kubernetes control plane into {where} (about 10 minutes the first time)", file=sys.stderr)
-    subprocess.run([str(TOOLS / "build.sh"), str(where)], check=True)
+    print(f"building {what} into {where} ({first_time} the first time)", file=sys.stderr)
+    subprocess.run([str(script), str(where)], check=True)
     print(f"built in {time.monotonic() - started:.0f} s", file=sys.stderr)
+
+
+def helm_digest() -> str:
+    """Of helm's build script and pins (`tools/helm/`), which the control plane's digest does not read."""
+    return _pins_digest(HELM_TOOLS, [HELM_TOOLS / name for name in ("build.sh", "go.mod", "go.sum")])
+
+
+def helm_folder() -> Path:
+    return _cache("helm", HELM_ENV, helm_digest())
+
+
+def helm_missing(where: Path | None = None) -> list[str]:
+    return [] if os.access((where or helm_folder()) / "helm", os.X_OK) else ["helm"]
+
+
+def helm() -> str:
+    """The pinned helm's path; `AssetsMissing` if it is not built (a helm on PATH is another release: not used)."""
+    where = helm_folder()
+    if helm_missing(where):
+        raise AssetsMissing(f"helm is not built ({where / 'helm'} missing): run `make helm`")
+    return str(where / "helm")
+
+
+def build_helm(where: Path | None = None) -> Path:
+    """Build helm if it is missing, with Go from PATH (`GOTOOLCHAIN` fetches a newer Go when the pin needs one)."""
+    where = where or helm_folder()
+    if helm_missing(where):
+        _run_build(HELM_TOOLS / "build.sh", where, "helm", "about 5 minutes")
     return where
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dl2.controlplane.assets", description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="only say whether the binaries are built (exit 1 if not)")
+    parser.add_argument("--helm", action="store_true", help="helm (tools/helm/) instead of the control plane")
     args = parser.parse_args(argv)
+    where, absent = (helm_folder(), helm_missing()) if args.helm else (folder(), missing())
     if args.check:
-        absent = missing()
-        print(folder() if not absent else f"missing in {folder()}: {', '.join(absent)}")
+        print(where if not absent else f"missing in {where}: {', '.join(absent)}")
         return 1 if absent else 0
     try:
-        print(build())
+        print(build_helm() if args.helm else build())
     except (AssetsMissing, subprocess.CalledProcessError) as error:
         print(f"dl2: {error}", file=sys.stderr)
         return 2
