@@ -136,3 +136,45 @@ def test_the_twins_pods_carry_only_their_operators_labels():
         pod = manifests.pod(spec, "job-0", "team-a", plural, "uid", "worker", 0, None, "default-scheduler")
         labels = pod["metadata"]["labels"]
         assert contract.pod_job_role(labels) == owner and not any(k.startswith("dl2.io/") for k in labels)
+
+
+def _pytorchjob(**metadata):
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "j", **metadata}, "spec": {}}
+
+
+def _applied(manager, fields):
+    return {"manager": manager, "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": fields}
+
+
+WORKER_REPLICAS = {"f:spec": {"f:pytorchReplicaSpecs": {"f:Worker": {"f:replicas": {}, "f:template": {}}}}}
+
+
+@pytest.mark.parametrize(
+    ("obj", "owner"),
+    [
+        (_pytorchjob(), None),
+        # the training operator's HPA sizes an elastic PyTorchJob with metrics
+        ({**_pytorchjob(), "spec": {"elasticPolicy": {"metrics": [{"type": "Resource"}]}}}, "hpa"),
+        ({**_pytorchjob(), "spec": {"elasticPolicy": {"maxReplicas": 8}}}, None),
+        # a server-side apply manager owning the replicas re-applies them; dl2's own managers and plain updates
+        # (kubectl create, an operator's status writes) own nothing of the size
+        (_pytorchjob(managedFields=[_applied("argocd-controller", WORKER_REPLICAS)]), "gitops"),
+        (_pytorchjob(managedFields=[_applied("dl2-serve", WORKER_REPLICAS)]), None),
+        (_pytorchjob(managedFields=[{**_applied("kubectl", WORKER_REPLICAS), "operation": "Update"}]), None),
+        (_pytorchjob(managedFields=[_applied("flux", {"f:spec": {"f:runPolicy": {}}})]), None),
+        # a Volcano Job's task list is atomic: applying it owns every task's replicas
+        ({"kind": "Job", "metadata": {"managedFields": [_applied("flux", {"f:spec": {"f:tasks": {}}})]}}, "gitops"),
+        # GitOps tools' tracking marks, and the annotation that hands the size to dl2
+        (_pytorchjob(labels={"kustomize.toolkit.fluxcd.io/name": "apps"}), "gitops"),
+        (_pytorchjob(annotations={"argocd.argoproj.io/tracking-id": "app:kubeflow.org/PyTorchJob:ns/j"}), "gitops"),
+        (
+            _pytorchjob(
+                labels={"kustomize.toolkit.fluxcd.io/name": "apps"}, annotations={"dl2.io/allow-resize": "true"}
+            ),
+            None,
+        ),
+    ],
+)
+def test_a_jobs_size_owner_is_found_from_the_object(obj, owner):
+    found = contract.size_owner(obj)
+    assert (found.split(":")[0] if found else None) == owner

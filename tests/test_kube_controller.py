@@ -210,6 +210,46 @@ def test_kueue_jobs_are_left_alone_and_reported(setup, tmp_path):
     assert listed == active and status["counts"]["kueueManaged"] == len(active)
 
 
+def test_jobs_an_hpa_or_gitops_sizes_are_left_alone_and_reported(setup):
+    """A PyTorchJob whose Worker replicas a GitOps tool owns by server-side apply, and a Volcano Job that Flux
+    tracks: the controller never writes to them and lists them, with the reason, in the policy's status."""
+    workload, controller = setup.start()
+    finish = {job.job_id: job.finish_s for job in reference_result(workload, "drf", CONFIG).jobs}
+    for _ in range(8):  # slot by slot until a job of each kind has arrived: each is marked as soon as it exists
+        setup.run(controller, max_slots=1)
+        unfinished = [job for job in setup.jobs().values() if not contract.is_finished(job)]
+        if {job["kind"] for job in unfinished} == {"PyTorchJob", "Job"}:
+            break
+        setup.cluster.advance()
+
+    def longest(kind):  # the job of the kind that ends last (DRF decides, as in the reference): still running later
+        return max((j for j in unfinished if j["kind"] == kind), key=lambda j: finish[contract.job_spec(j).job_id])
+
+    applied, tracked = longest("PyTorchJob"), longest("Job")
+    name, namespace = applied["metadata"]["name"], applied["metadata"]["namespace"]
+    manifest = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": contract.replicas(applied)[0]}}},
+    }
+    query = {"fieldManager": "argocd-controller", "force": "true"}
+    setup.rest.request("PATCH", PYTORCHJOBS.path(namespace, name), manifest, query, "application/apply-patch+yaml")
+    flux = {"metadata": {"labels": {"kustomize.toolkit.fluxcd.io/name": "training"}}}
+    setup.rest.merge_patch(VOLCANO_JOBS, tracked["metadata"]["namespace"], tracked["metadata"]["name"], flux)
+    since = len(setup.writes_to_jobs())
+    setup.cluster.advance()
+    setup.run(controller, max_slots=1)
+    owned = {name, tracked["metadata"]["name"]}
+    status = read_policy(setup.kube)["status"]
+    setup.run(controller, max_slots=4)
+    touched = {w.name for w in setup.writes_to_jobs()[since:]}
+    assert not touched & owned
+    reasons = {entry.split(": ", 1)[0].split("/")[1]: entry.split(": ", 1)[1] for entry in status["sizeOwnedJobs"]}
+    assert set(reasons) == owned and status["counts"]["sizeOwnedElsewhere"] == 2
+    assert "argocd-controller" in reasons[name] and "Flux" in reasons[tracked["metadata"]["name"]]
+
+
 def error_counts(controller):
     return {
         (sample.labels["operation"], sample.labels["code"]): sample.value

@@ -71,6 +71,13 @@ def test_plan_follows_the_mode_the_scope_and_kueue():
     assert [t.size for t in active] == [(4, 2), (4, 2), (2, 1)]
 
 
+def test_a_job_sized_elsewhere_is_left_alone_in_every_mode():
+    jobs = [job("a"), job("b", size_owned=True)]
+    for mode in (Mode.CANARY, Mode.ACTIVE):
+        targets = plan(jobs, [(4, 2), (4, 2)], mode, FREE, 0)
+        assert [(t.size, t.reason) for t in targets] == [((4, 2), Reason.PROPOSED), ((2, 1), Reason.SIZE_OWNER)]
+
+
 def test_plan_changes_at_most_max_jobs_in_workload_order():
     jobs = [job(name) for name in "abcd"]
     proposals = [(3, 1), (2, 1), (5, 1), (1, 1)]

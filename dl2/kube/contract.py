@@ -24,6 +24,11 @@ The controller (`dl2 serve`) and the cluster twin (`dl2.twin`) both follow it.
   Job's pods `volcano.sh/job-name` and `volcano.sh/task-spec` (the task's name, `ps` or `worker`).
 - Jobs labelled `kueue.x-k8s.io/queue-name` are managed by Kueue: the controller leaves them alone (Kueue
   requeues a job whose size changes).
+- Jobs whose size something else owns are left alone too, with the reason in the policy's status
+  (`size_owner`): a PyTorchJob with `spec.elasticPolicy.metrics` (the training operator sizes it through an
+  HPA), a job whose replicas a server-side apply manager other than dl2 owns (a GitOps tool re-applying them
+  would undo every resize), a job Argo CD or Flux tracks. The annotation `dl2.io/allow-resize: "true"` says the
+  owner leaves the size to dl2 (e.g. Argo CD's `ignoreDifferences` on it).
 - Finished jobs: a PyTorchJob has the condition `Succeeded` = "True"; a Volcano Job has
   `status.state.phase: Completed`.
 
@@ -59,6 +64,16 @@ REQUESTED_WORKERS = "dl2.io/requested-workers"
 REQUESTED_PS = "dl2.io/requested-ps"
 SAMPLES_PER_EPOCH = "dl2.io/samples-per-epoch"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+ALLOW_RESIZE = "dl2.io/allow-resize"
+GITOPS_MARKERS = {
+    "argocd.argoproj.io/tracking-id": "Argo CD",  # annotation tracking
+    "argocd.argoproj.io/instance": "Argo CD",  # label tracking (the usual custom key)
+    "kustomize.toolkit.fluxcd.io/name": "Flux",
+    "helm.toolkit.fluxcd.io/name": "Flux",
+}
+"""Labels or annotations a GitOps tool puts on what it applies: it re-applies the manifest's replicas."""
+OWN_MANAGER_PREFIX = "dl2"
+"""Field managers of dl2's own writes (`dl2-serve`, `dl2-twin`, ...)."""
 GPU = "nvidia.com/gpu"
 
 PYTORCHJOB = ("kubeflow.org", "v1", "pytorchjobs")
@@ -284,6 +299,37 @@ def progress_epochs(obj: dict[str, Any]) -> float:
 
 def is_kueue_managed(obj: dict[str, Any]) -> bool:
     return KUEUE_QUEUE_LABEL in ((obj.get("metadata") or {}).get("labels") or {})
+
+
+def size_owner(obj: dict[str, Any]) -> str | None:
+    """Why another controller owns this job's size (the controller then leaves it alone), or None. Resizing a
+    job that an HPA or a GitOps tool also sizes starts a fight over `replicas` that neither wins."""
+    metadata = obj.get("metadata") or {}
+    labels, annotations = metadata.get("labels") or {}, metadata.get("annotations") or {}
+    if str(annotations.get(ALLOW_RESIZE, "")).lower() == "true":
+        return None
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == "PyTorchJob" and ((spec.get("elasticPolicy") or {}).get("metrics")):
+        return "hpa: spec.elasticPolicy.metrics (the training operator sizes it with an HPA)"
+    for entry in metadata.get("managedFields") or []:
+        manager = str(entry.get("manager", ""))
+        applied = entry.get("operation") == "Apply" and not manager.startswith(OWN_MANAGER_PREFIX)
+        if applied and _owns_replicas(entry.get("fieldsV1") or {}, obj.get("kind") == "PyTorchJob"):
+            return f"gitops: field manager {manager!r} applies its replicas (server-side apply)"
+    for key, tool in GITOPS_MARKERS.items():
+        if key in labels or key in annotations:
+            return f"gitops: {tool} tracks it ({key})"
+    return None
+
+
+def _owns_replicas(fields: dict[str, Any], pytorchjob: bool) -> bool:
+    """Whether a managedFields entry (`fieldsV1`) covers the field dl2 resizes: a PyTorchJob's Worker replicas,
+    or a Volcano Job's task list (an atomic list: whoever applies it owns every task's replicas)."""
+    spec = fields.get("f:spec") or {}
+    if pytorchjob:
+        worker = ((spec.get("f:pytorchReplicaSpecs") or {}).get("f:Worker")) or {}
+        return "f:replicas" in worker
+    return "f:tasks" in spec
 
 
 def is_finished(obj: dict[str, Any]) -> bool:

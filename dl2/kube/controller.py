@@ -327,6 +327,7 @@ class Controller:
                 job.kueue,
                 policy.canary.contains(job.namespace, job.labels),
                 job.resized_slot,
+                job.size_owner is not None,
             )
             for job, view in zip(snap.jobs, snap.view.jobs, strict=True)
         ]
@@ -423,9 +424,11 @@ class Controller:
             self.observed_generation,
         )
         kueue = [job.key for job in snap.jobs if job.kueue] if snap is not None else []
+        owned = [f"{job.key}: {job.size_owner}" for job in snap.jobs if job.size_owner] if snap is not None else []
         counts = {
             "jobs": len(snap.jobs) if snap is not None else 0,
             "kueueManaged": len(kueue),
+            "sizeOwnedElsewhere": len(owned),
             "refused": len(snap.refused) if snap is not None else 0,
             "records": report.records if report is not None else 0,
             "resizes": report.resizes if report is not None else 0,
@@ -444,6 +447,7 @@ class Controller:
             "conditions": conditions,
             "counts": counts,
             "kueueJobs": kueue[:20],
+            "sizeOwnedJobs": owned[:20],
             "refusedJobs": list(snap.refused[:20]) if snap is not None else [],
         }
         if report is not None:

@@ -44,6 +44,8 @@ class ManagedJob:
     kueue: bool
     """Managed by Kueue: left alone (a resize makes Kueue requeue it)."""
     resized_slot: int | None
+    size_owner: str | None = None
+    """Why another controller owns its size (an HPA, a GitOps tool: `contract.size_owner`): left alone."""
 
     @property
     def key(self) -> str:
@@ -177,7 +179,9 @@ def snapshot(
         namespace, name = metadata["namespace"], metadata["name"]
         allocation = held.get((namespace, name), JobAllocation())
         job_view = JobView(spec, epochs, 0.0, allocation, 0.0, 0.0, 0)
-        managed = ManagedJob(spec.job_id, namespace, name, obj, replicas, c.is_kueue_managed(obj), _resized_slot(obj))
+        managed = ManagedJob(
+            spec.job_id, namespace, name, obj, replicas, c.is_kueue_managed(obj), _resized_slot(obj), c.size_owner(obj)
+        )
         active.append((spec.arrival_s, name, job_view, managed))
     if specs is not None:
         specs.keep({str((obj.get("metadata") or {}).get("uid")) for obj in raw.jobs})

@@ -29,6 +29,8 @@ class Reason(StrEnum):
     """Canary mode, and the job is outside the canary scope."""
     KUEUE = "kueue"
     """Managed by Kueue: a resize would make Kueue requeue it."""
+    SIZE_OWNER = "size-owner"
+    """Another controller owns its size (an HPA, a GitOps tool): a resize would start a fight over it."""
     COOLDOWN = "cooldown"
     """Resized too recently (`cooldownSlots`)."""
     MAX_CHANGES = "max-changes"
@@ -49,6 +51,8 @@ class JobState:
     """In the canary scope (ignored outside canary mode)."""
     resized_slot: int | None = None
     """Slot of the controller's last resize of it."""
+    size_owned: bool = False
+    """Another controller owns its size (`contract.size_owner`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,8 @@ def may_resize(job: JobState, mode: Mode) -> Reason | None:
         return Reason.SHADOW
     if job.kueue:
         return Reason.KUEUE
+    if job.size_owned:
+        return Reason.SIZE_OWNER
     if mode is Mode.CANARY and not job.in_scope:
         return Reason.OUT_OF_SCOPE
     return None
