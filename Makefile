@@ -27,7 +27,7 @@ $(INSTALLED): requirements/requirements.txt requirements/dev.txt requirements/co
 	$(VENV)/bin/uv pip install --python $(PYTHON) --no-deps --compile-bytecode -q -e .
 	@touch $@
 
-demo: $(INSTALLED) kube-assets helm
+demo: $(INSTALLED) kube-assets
 	$(PYTHON) -m pipelines.lifecycle
 
 test: $(INSTALLED) kube-assets helm lint typecheck unit
