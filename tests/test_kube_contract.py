@@ -178,3 +178,31 @@ WORKER_REPLICAS = {"f:spec": {"f:pytorchReplicaSpecs": {"f:Worker": {"f:replicas
 def test_a_jobs_size_owner_is_found_from_the_object(obj, owner):
     found = contract.size_owner(obj)
     assert (found.split(":")[0] if found else None) == owner
+
+
+@pytest.mark.parametrize(
+    ("gpu", "ps_mem_gb", "samples", "proxy"),
+    [
+        (True, 6.0, None, "vgg-16"),  # the only GPU model whose parameter servers take 6 GB (553 MB of weights)
+        (True, 4.0, None, "resnet-50"),  # several take 4 GB: the first in the catalogue
+        (True, None, 780.0, "seq2seq"),  # an all-reduce job: its samples per epoch
+        (False, None, 349.0, "dssm"),  # CPU-only workers: a CPU-only model
+        (False, None, None, "cnn-text-classification"),
+    ],
+)
+def test_a_model_the_catalogue_lacks_gets_the_nearest_profile(gpu, ps_mem_gb, samples, proxy):
+    assert contract.proxy_model(gpu, ps_mem_gb, samples) == proxy
+
+
+def test_a_job_of_an_unknown_model_is_scheduled_under_its_proxy_not_refused():
+    spec = JobSpec("j", "vgg-16", 0.0, 10.0, 115, Resources(1, 4, 24), Resources(0, 4, 6), 4, 4)
+    obj = manifests.job(spec, "job-1", "ns")
+    obj["metadata"]["annotations"][contract.MODEL] = "bert-large"
+    parsed = contract.job_spec(obj)
+    assert parsed.model == "vgg-16" and contract.unknown_model(obj) == "bert-large"
+    assert parsed.samples_per_epoch == CATALOGUE["vgg-16"].samples_per_epoch
+    obj["metadata"]["annotations"][contract.SAMPLES_PER_EPOCH] = "1000"  # its own, when it says
+    assert (
+        contract.job_spec(obj).samples_per_epoch == 1000.0
+        and contract.unknown_model(manifests.job(spec, "j", "n")) is None
+    )

@@ -212,7 +212,8 @@ def test_kueue_jobs_are_left_alone_and_reported(setup, tmp_path):
 
 def test_jobs_an_hpa_or_gitops_sizes_are_left_alone_and_reported(setup):
     """A PyTorchJob whose Worker replicas a GitOps tool owns by server-side apply, and a Volcano Job that Flux
-    tracks: the controller never writes to them and lists them, with the reason, in the policy's status."""
+    tracks: the controller never writes to them and lists them, with the reason, in the policy's status. A job
+    whose model the catalogue lacks is scheduled under a catalogue profile, not refused, and listed too."""
     workload, controller = setup.start()
     finish = {job.job_id: job.finish_s for job in reference_result(workload, "drf", CONFIG).jobs}
     for _ in range(8):  # slot by slot until a job of each kind has arrived: each is marked as soon as it exists
@@ -237,6 +238,8 @@ def test_jobs_an_hpa_or_gitops_sizes_are_left_alone_and_reported(setup):
     setup.rest.request("PATCH", PYTORCHJOBS.path(namespace, name), manifest, query, "application/apply-patch+yaml")
     flux = {"metadata": {"labels": {"kustomize.toolkit.fluxcd.io/name": "training"}}}
     setup.rest.merge_patch(VOLCANO_JOBS, tracked["metadata"]["namespace"], tracked["metadata"]["name"], flux)
+    unknown = {"metadata": {"annotations": {contract.MODEL: "bert-large"}}}  # the same job: still scheduled
+    setup.rest.merge_patch(VOLCANO_JOBS, tracked["metadata"]["namespace"], tracked["metadata"]["name"], unknown)
     since = len(setup.writes_to_jobs())
     setup.cluster.advance()
     setup.run(controller, max_slots=1)
@@ -248,6 +251,9 @@ def test_jobs_an_hpa_or_gitops_sizes_are_left_alone_and_reported(setup):
     reasons = {entry.split(": ", 1)[0].split("/")[1]: entry.split(": ", 1)[1] for entry in status["sizeOwnedJobs"]}
     assert set(reasons) == owned and status["counts"]["sizeOwnedElsewhere"] == 2
     assert "argocd-controller" in reasons[name] and "Flux" in reasons[tracked["metadata"]["name"]]
+    assert status["refusedJobs"] == [] and status["counts"]["unknownModels"] == 1
+    assert status["unknownModelJobs"][0].startswith(f"{tracked['metadata']['namespace']}/{tracked['metadata']['name']}")
+    assert "'bert-large' not in the catalogue, profiled as" in status["unknownModelJobs"][0]
 
 
 def error_counts(controller):

@@ -11,7 +11,9 @@ The controller (`dl2 serve`) and the cluster twin (`dl2.twin`) both follow it.
   `worker`; they are resized by JSON-patching `/spec/tasks/<i>/replicas` (with a `test` of
   `/spec/tasks/<i>/name`, so a patch never resizes the wrong task); their limits are the annotations
   `dl2.io/max-workers` and `dl2.io/max-ps` (Volcano has no elastic policy).
-- Every managed job carries the annotations `dl2.io/model` (a catalogue model, `dl2.workload.catalogue`),
+- Every managed job carries the annotations `dl2.io/model` (its model's name; one the catalogue,
+  `dl2.workload.catalogue`, lacks is scheduled under the profile of the catalogue model nearest to it,
+  `proxy_model`, and listed in the policy's status),
   `dl2.io/declared-epochs` and, once it has trained, `dl2.io/progress-epochs` (reported by the training job; by
   the simulator in simulated mode, every slot). Optional: `dl2.io/arrival-s` (submission time on the
   simulated clock; otherwise `creationTimestamp`), `dl2.io/job-id` (the workload's job id; otherwise the name),
@@ -224,13 +226,32 @@ def _arrival_s(obj: dict[str, Any]) -> float:
         raise ContractError(f"{_where(obj)}: no {ARRIVAL_S} annotation and no creationTimestamp") from None
 
 
+def proxy_model(gpu_workers: bool, ps_mem_gb: float | None, samples_per_epoch: float | None) -> str:
+    """The catalogue model whose profile stands in for a model the catalogue lacks: one of the same kind of worker
+    (GPU or CPU-only), then the nearest in what the job shows of itself: its parameter servers' memory (sized to
+    the model: `ModelProfile.ps_demand`), else its samples per epoch, else the first in the catalogue. Only a
+    prior: what the job really does is in its observed progress, which online fits (`optimus-fitted`) and the
+    calibration of decision records (`dl2.workload.calibration`, by demand) learn from."""
+    same_kind = [p for p in CATALOGUE.values() if p.uses_gpu == gpu_workers] or list(CATALOGUE.values())
+    if ps_mem_gb is not None:
+        return min(same_kind, key=lambda p: (abs(p.ps_demand.mem_gb - ps_mem_gb), p.type_index)).name
+    if samples_per_epoch is not None:
+        return min(same_kind, key=lambda p: (abs(p.samples_per_epoch - samples_per_epoch), p.type_index)).name
+    return same_kind[0].name
+
+
+def unknown_model(obj: dict[str, Any]) -> str | None:
+    """The model a job names when the catalogue lacks it (it is scheduled under `proxy_model`'s profile)."""
+    model = _annotation(obj, MODEL)
+    return None if model in CATALOGUE else model
+
+
 def job_spec(obj: dict[str, Any]) -> JobSpec:
-    """The `JobSpec` a PyTorchJob or Volcano Job describes (see the module docstring)."""
+    """The `JobSpec` a PyTorchJob or Volcano Job describes (see the module docstring); a model the catalogue lacks
+    gets the profile of `proxy_model`."""
     resource = kind_of(obj)
     model = _annotation(obj, MODEL)
-    if model not in CATALOGUE:
-        raise ContractError(f"{_where(obj)}: unknown model {model!r} in {MODEL}")
-    samples = _annotation(obj, SAMPLES_PER_EPOCH, repr(CATALOGUE[model].samples_per_epoch))
+    declared_samples = _annotation(obj, SAMPLES_PER_EPOCH, "")
     spec = obj.get("spec") or {}
     try:
         if resource == PYTORCHJOB:
@@ -253,6 +274,11 @@ def job_spec(obj: dict[str, Any]) -> JobSpec:
             requested_ps = _count(obj, REQUESTED_PS, str(ps_task[1].get("replicas") or 1))
     except (KeyError, TypeError) as error:
         raise ContractError(f"{_where(obj)}: missing {error}") from None
+    if model not in CATALOGUE:
+        ps_mem = ps_demand.mem_gb if architecture is Architecture.PS else None
+        samples_declared = _number(obj, SAMPLES_PER_EPOCH) if declared_samples else None
+        model = proxy_model(worker_demand.gpu > 0, ps_mem, samples_declared)
+    samples = declared_samples or repr(CATALOGUE[model].samples_per_epoch)
     return JobSpec(
         job_id=_annotation(obj, JOB_ID, obj["metadata"]["name"]),
         model=model,

@@ -425,10 +425,16 @@ class Controller:
         )
         kueue = [job.key for job in snap.jobs if job.kueue] if snap is not None else []
         owned = [f"{job.key}: {job.size_owner}" for job in snap.jobs if job.size_owner] if snap is not None else []
+        unknown = (
+            [f"{job.key}: {job.unknown_model!r} not in the catalogue, profiled as {view.spec.model!r}"
+             for job, view in zip(snap.jobs, snap.view.jobs, strict=True) if job.unknown_model]
+            if snap is not None else []
+        )  # fmt: skip
         counts = {
             "jobs": len(snap.jobs) if snap is not None else 0,
             "kueueManaged": len(kueue),
             "sizeOwnedElsewhere": len(owned),
+            "unknownModels": len(unknown),
             "refused": len(snap.refused) if snap is not None else 0,
             "records": report.records if report is not None else 0,
             "resizes": report.resizes if report is not None else 0,
@@ -448,6 +454,7 @@ class Controller:
             "counts": counts,
             "kueueJobs": kueue[:20],
             "sizeOwnedJobs": owned[:20],
+            "unknownModelJobs": unknown[:20],
             "refusedJobs": list(snap.refused[:20]) if snap is not None else [],
         }
         if report is not None:

@@ -46,6 +46,8 @@ class ManagedJob:
     resized_slot: int | None
     size_owner: str | None = None
     """Why another controller owns its size (an HPA, a GitOps tool: `contract.size_owner`): left alone."""
+    unknown_model: str | None = None
+    """The model it names when the catalogue lacks it (scheduled under its spec's model's profile)."""
 
     @property
     def key(self) -> str:
@@ -180,8 +182,9 @@ def snapshot(
         allocation = held.get((namespace, name), JobAllocation())
         job_view = JobView(spec, epochs, 0.0, allocation, 0.0, 0.0, 0)
         managed = ManagedJob(
-            spec.job_id, namespace, name, obj, replicas, c.is_kueue_managed(obj), _resized_slot(obj), c.size_owner(obj)
-        )
+            spec.job_id, namespace, name, obj, replicas, c.is_kueue_managed(obj), _resized_slot(obj), c.size_owner(obj),
+            c.unknown_model(obj),
+        )  # fmt: skip
         active.append((spec.arrival_s, name, job_view, managed))
     if specs is not None:
         specs.keep({str((obj.get("metadata") or {}).get("uid")) for obj in raw.jobs})
