@@ -26,10 +26,11 @@ def free_port() -> int:
 
 
 def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the process that started it dies, so that a killed test run or
-    `dl2 cluster` leaves no etcd or API server behind."""
+    """In the child before exec: SIGKILL when the process that started it dies, so that a killed test run or
+    `dl2 cluster` leaves no etcd or API server behind. Not SIGTERM: kube-apiserver's graceful shutdown waits on
+    an etcd that died too and can outlive its parent; a normal stop is graceful anyway (`Component.stop`)."""
     with contextlib.suppress(OSError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class Component:
