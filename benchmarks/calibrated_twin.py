@@ -5,15 +5,22 @@ Per truth (`dl2.truth`; `catalogue` is the no-shift control) and seed, on Philly
 
 1. the cluster's previous week (the workload of seed + 500 under the truth) runs with DRF deciding, as a
    shadow-mode controller records it; its decision log is written as `dl2 serve` writes one;
-2. the champion `models/dl2-philly` is fine-tuned by RL (`--iterations` x `--episodes`, DL2's credit) in the
-   twin that log calibrates (`dl2.sim.calibrated`), on that cluster's own jobs (`records:LOG`), validated there;
-   this is `dl2 train-rl --calibrate-from LOG --source records:LOG`;
-3. this week (the workload of the seed) is played under the truth by: the champion, the fine-tuned policy, the
-   heuristics a deployment has (DRF, Optimus and `speedup-hull` on the catalogue, `optimus-fitted`), and the
-   oracle (the best of Optimus and `speedup-hull` handed the truth; a ceiling, not a baseline).
+2. candidates learn in the twin that log calibrates (`dl2.sim.calibrated`), on that cluster's own jobs
+   (`records:LOG`), as `--candidates` says:
+   - `rl`: the champion `models/dl2-philly` fine-tuned by RL (`--iterations` x `--episodes`, DL2's credit),
+     validated there: `dl2 train-rl --calibrate-from LOG --source records:LOG`;
+   - `rewarm`: the champion re-warmed by imitation (DAgger) of the heuristic that does best in the twin among
+     Optimus and `speedup-hull` reading the calibrated speeds: `dl2 train-sl --calibrate-from LOG --init
+     models/dl2-philly --teacher <it>`;
+   the twin's choice is the candidate (the champion included) with the lowest average JCT on the twin's
+   validation workloads;
+3. this week (the workload of the seed) is played under the truth by: the champion, each candidate, the twin's
+   choice, the heuristics a deployment has (DRF, Optimus and `speedup-hull` on the catalogue, `optimus-fitted`,
+   and the best of Optimus and `speedup-hull` reading the calibrated speeds), and the oracle (the best of Optimus
+   and `speedup-hull` handed the truth; a ceiling, not a baseline).
 
-Also reported: the twin's prediction (the fine-tuned policy's validation in the twin against the champion's) next
-to the outcome under the truth.
+Also reported: the twin's prediction (each candidate's validation in the twin against the champion's) next to the
+outcome under the truth.
 
     .venv/bin/python benchmarks/calibrated_twin.py [--truths speed-shift,catalogue --seeds 9100 --iterations 10]
 
@@ -35,17 +42,23 @@ from truth_scenarios import CHAMPION, ORACLES, philly_like, previous_week
 
 from dl2.cli.common import scheduler_builder
 from dl2.env.config import EnvConfig
-from dl2.rl.config import RLConfig
-from dl2.rl.training import fine_tune, load_trained, policy_config, save_trained
+from dl2.rl.config import RLConfig, SupervisedConfig, WarmUpConfig
+from dl2.rl.training import fine_tune, load_trained, policy_config, save_trained, warm_up
 from dl2.rl.workers import make_pool
+from dl2.rl.workload_source import workload
+from dl2.schedulers.registry import make_scheduler
 from dl2.sim.calibrated import calibrated_world
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.decision_log import CLUSTER_FILE, cluster_to_json, write_segment
 from dl2.sim.metrics import summarize
+from dl2.sim.run import SchedulerBuilder, World
+from dl2.sim.simulator import simulate
 from dl2.truth import realise, truth_named
 from dl2.truth.run import run_on
 
 BASELINES = ("drf", "optimus", "speedup-hull", "optimus-fitted")
+TWIN_VALIDATION_SEEDS = (1_000, 1_001)
+"""The twin's validation workloads (`records:LOG` draws), as the RL candidate validates on."""
 
 
 def previous_week_log(truth: str, seed: int, num_jobs: int, num_nodes: int, folder: Path) -> Path:
@@ -103,10 +116,63 @@ def fine_tune_in_twin(log: Path, args: argparse.Namespace, out: Path) -> dict[st
     }
 
 
+def twin_jct_h(log: Path, world: World, build: SchedulerBuilder, speed_read: Any) -> float:
+    """Average JCT (h) over the twin's validation workloads of `build`'s scheduler handed `speed_read`."""
+    hours = []
+    for seed in TWIN_VALIDATION_SEEDS:
+        config = SimConfig.realistic(seed=seed)
+        result = simulate(workload(f"records:{log}", seed), build(speed_read, False), config, world.speed,
+                          world.interference)  # fmt: skip
+        hours.append(summarize(result).avg_jct_s / 3600)
+    return sum(hours) / len(hours)
+
+
+def rewarm_in_twin(log: Path, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """The champion re-warmed in the twin on the heuristic that does best there reading the calibrated speeds."""
+    world, _ = calibrated_world(log)
+    teachers = {name: twin_jct_h(log, world, heuristic(name), world.speed) for name in ORACLES}
+    teacher = min(teachers, key=teachers.__getitem__)
+    start = load_trained(Path(CHAMPION))
+    config = WarmUpConfig(
+        teacher=teacher,
+        source=f"records:{log}",
+        mode="realistic",
+        episodes=args.rewarm_episodes,
+        dagger_rounds=args.rewarm_dagger_rounds,
+        dagger_episodes=args.rewarm_episodes // 2 or 1,
+        observation=start.config.observation,
+        placer=start.config.placer,
+        supervised=SupervisedConfig(network=start.config.network, epochs=args.rewarm_epochs),
+        workers=args.workers,
+    )
+    started = time.perf_counter()
+    policy, _, facts = warm_up(config, policy=start.policy, world=world)
+    folder = policy_config(config.observation, config.supervised.network, "realistic", config.placer)
+    save_trained(out, folder, policy.state_dict(), None, f"dl2-philly re-warmed on {teacher} in a calibrated twin",
+                 {"calibrated_from": str(log)}, overwrite=True)  # fmt: skip
+    return {"seconds": time.perf_counter() - started, "teachers_in_twin_h": teachers, "teacher": teacher, **facts}
+
+
+def heuristic(name: str) -> SchedulerBuilder:
+    return lambda speed, compat: make_scheduler(name, speed, compat)
+
+
 def play(truth: str, seed: int, num_jobs: int, num_nodes: int, scheduler: str, oracle: bool = False) -> float:
     cluster = realise(truth_named(truth), philly_like(seed, num_jobs, num_nodes))
     result = run_on(cluster, scheduler_builder(scheduler, None, Mode.REALISTIC), SimConfig.realistic(seed=seed), oracle)
     return summarize(result).avg_jct_s / 3600
+
+
+def play_calibrated(truth: str, seed: int, num_jobs: int, num_nodes: int, name: str, world: World) -> float:
+    """A heuristic reading the calibrated speeds, played under the truth."""
+    cluster = realise(truth_named(truth), philly_like(seed, num_jobs, num_nodes))
+    config = cluster.config(SimConfig.realistic(seed=seed))
+    result = simulate(cluster.workload, make_scheduler(name, world.speed, False), config, cluster.speed,
+                      cluster.interference)  # fmt: skip
+    return summarize(result).avg_jct_s / 3600
+
+
+CANDIDATES = {"rl": "fine-tuned by RL in the twin", "rewarm": "re-warmed in the twin"}
 
 
 def main() -> None:
@@ -123,6 +189,10 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=1e-4)
     parser.add_argument("--value-warmup", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2, help="rollout processes")
+    parser.add_argument("--candidates", default="rl,rewarm", help="what learns in the twin: rl, rewarm")
+    parser.add_argument("--rewarm-episodes", type=int, default=6, help="rewarm: workloads the teacher is recorded on")
+    parser.add_argument("--rewarm-dagger-rounds", type=int, default=1)
+    parser.add_argument("--rewarm-epochs", type=int, default=6)
     parser.add_argument("--out", default="calibrated_twin.json", help="file name under benchmarks/results/")
     args = parser.parse_args()
     seeds = [int(seed) for seed in args.seeds.split(",")]
@@ -133,14 +203,27 @@ def main() -> None:
         for truth in args.truths.split(","):
             for seed in seeds:
                 log = previous_week_log(truth, seed, args.jobs, args.nodes, folder)
-                tuned = folder / f"tuned-{truth}-{seed}"
-                learned = fine_tune_in_twin(log, args, tuned)
-                rows = {
-                    "champion dl2-philly": play(truth, seed, args.jobs, args.nodes, CHAMPION),
-                    "fine-tuned in the calibrated twin": play(truth, seed, args.jobs, args.nodes, str(tuned)),
-                    **{name: play(truth, seed, args.jobs, args.nodes, name) for name in BASELINES},
-                    "oracle": min(play(truth, seed, args.jobs, args.nodes, name, True) for name in ORACLES),
-                }
+                world, _ = calibrated_world(log)
+                champion_build = scheduler_builder(CHAMPION, None, Mode.REALISTIC)
+                in_twin = {"champion dl2-philly": twin_jct_h(log, world, champion_build, world.speed)}
+                learned: dict[str, Any] = {}
+                played: dict[str, str] = {"champion dl2-philly": CHAMPION}
+                for candidate in args.candidates.split(","):
+                    label, out = CANDIDATES[candidate], folder / f"{candidate}-{truth}-{seed}"
+                    learn = fine_tune_in_twin if candidate == "rl" else rewarm_in_twin
+                    learned[candidate] = learn(log, args, out)
+                    in_twin[label] = twin_jct_h(log, world, scheduler_builder(str(out), None, Mode.REALISTIC),
+                                                world.speed)  # fmt: skip
+                    played[label] = str(out)
+                choice = min(in_twin, key=in_twin.__getitem__)
+                rows = {label: play(truth, seed, args.jobs, args.nodes, model) for label, model in played.items()}
+                rows["the twin's choice"] = rows[choice]
+                rows |= {name: play(truth, seed, args.jobs, args.nodes, name) for name in BASELINES}
+                rows["best heuristic on the calibrated speeds"] = min(
+                    play_calibrated(truth, seed, args.jobs, args.nodes, name, world) for name in ORACLES
+                )
+                rows["oracle"] = min(play(truth, seed, args.jobs, args.nodes, name, True) for name in ORACLES)
+                learned |= {"twin_validation_h": in_twin, "twin_choice": choice}
                 champion = rows["champion dl2-philly"]
                 cell = {"truth": truth, "seed": seed, "learning": learned, "avg_jct_h": rows}
                 results["cells"].append(cell)
@@ -148,6 +231,8 @@ def main() -> None:
                     table.append([truth, str(seed), label, f"{hours:.3f}", f"{hours / champion - 1:+.1%}",
                                   f"{hours / rows['oracle'] - 1:+.1%}"])  # fmt: skip
                 print(f"{truth} seed {seed}: {json.dumps(learned)}", flush=True)
+                print(json.dumps({"truth": truth, "seed": seed, "avg_jct_h": rows}), flush=True)
+                write_json(args.out, results)  # each cell as it ends: a long run keeps what it measured
     print_table(
         f"average JCT (h) under the truth, synthetic-philly's first {args.jobs} jobs on {args.nodes} servers",
         ["truth", "seed", "scheduler", "avg JCT (h)", "vs champion", "vs oracle"],
