@@ -12,8 +12,9 @@ Per truth (`dl2.truth`; `catalogue` is the no-shift control) and seed, on Philly
    - `rewarm`: the champion re-warmed by imitation (DAgger) of the heuristic that does best in the twin among
      Optimus and `speedup-hull` reading the calibrated speeds: `dl2 train-sl --calibrate-from LOG --init
      models/dl2-philly --teacher <it>`;
-   the twin's choice is the candidate (the champion included) with the lowest average JCT on the twin's
-   validation workloads;
+   the twin's choice is the candidate whose JCT on `--twin-workloads` of the twin's workloads (the previous
+   week's jobs, resampled) is lowest against the champion's on the same workloads, paired, among those whose 95%
+   interval of the mean relative difference lies below zero; otherwise the champion;
 3. this week (the workload of the seed) is played under the truth by: the champion, each candidate, the twin's
    choice, the heuristics a deployment has (DRF, Optimus and `speedup-hull` on the catalogue, `optimus-fitted`,
    and the best of Optimus and `speedup-hull` reading the calibrated speeds), and the oracle (the best of Optimus
@@ -36,8 +37,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from common import environment, print_table, write_json
+from scipy import stats
 from truth_scenarios import CHAMPION, ORACLES, philly_like, previous_week
 
 from dl2.cli.common import scheduler_builder
@@ -57,8 +60,8 @@ from dl2.truth import realise, truth_named
 from dl2.truth.run import run_on
 
 BASELINES = ("drf", "optimus", "speedup-hull", "optimus-fitted")
-TWIN_VALIDATION_SEEDS = (1_000, 1_001)
-"""The twin's validation workloads (`records:LOG` draws), as the RL candidate validates on."""
+TWIN_SEED = 1_000
+"""The first of the twin's workloads (`records:LOG` draws), as the RL candidate validates on."""
 
 
 def previous_week_log(truth: str, seed: int, num_jobs: int, num_nodes: int, folder: Path) -> Path:
@@ -88,7 +91,7 @@ def fine_tune_in_twin(log: Path, args: argparse.Namespace, out: Path) -> dict[st
         episodes_per_iteration=args.episodes,
         train_source=source,
         validation_source=source,
-        validation_seeds=tuple(range(1_000, 1_000 + args.validation_episodes)),
+        validation_seeds=tuple(range(TWIN_SEED, TWIN_SEED + args.validation_episodes)),
         validate_every=args.validate_every,
         validation_max_slots=args.episode_slots,
         network=start.config.network,
@@ -116,21 +119,33 @@ def fine_tune_in_twin(log: Path, args: argparse.Namespace, out: Path) -> dict[st
     }
 
 
-def twin_jct_h(log: Path, world: World, build: SchedulerBuilder, speed_read: Any) -> float:
-    """Average JCT (h) over the twin's validation workloads of `build`'s scheduler handed `speed_read`."""
+def twin_jcts_h(log: Path, world: World, build: SchedulerBuilder, speed_read: Any, workloads: int) -> list[float]:
+    """Average JCT (h) on each of the twin's first `workloads` workloads of `build`'s scheduler handed
+    `speed_read`."""
     hours = []
-    for seed in TWIN_VALIDATION_SEEDS:
+    for seed in range(TWIN_SEED, TWIN_SEED + workloads):
         config = SimConfig.realistic(seed=seed)
         result = simulate(workload(f"records:{log}", seed), build(speed_read, False), config, world.speed,
                           world.interference)  # fmt: skip
         hours.append(summarize(result).avg_jct_s / 3600)
-    return sum(hours) / len(hours)
+    return hours
+
+
+def paired_difference(candidate: list[float], champion: list[float]) -> dict[str, float]:
+    """Mean relative difference candidate / champion - 1 over paired workloads, with its 95% t interval."""
+    differences = np.array(candidate) / np.array(champion) - 1
+    mean = float(differences.mean())
+    half = float(stats.t.ppf(0.975, len(differences) - 1) * differences.std(ddof=1) / np.sqrt(len(differences)))
+    return {"mean": mean, "low": mean - half, "high": mean + half}
 
 
 def rewarm_in_twin(log: Path, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     """The champion re-warmed in the twin on the heuristic that does best there reading the calibrated speeds."""
     world, _ = calibrated_world(log)
-    teachers = {name: twin_jct_h(log, world, heuristic(name), world.speed) for name in ORACLES}
+    teachers = {
+        name: float(np.mean(twin_jcts_h(log, world, heuristic(name), world.speed, args.twin_workloads)))
+        for name in ORACLES
+    }
     teacher = min(teachers, key=teachers.__getitem__)
     start = load_trained(Path(CHAMPION))
     config = WarmUpConfig(
@@ -190,6 +205,7 @@ def main() -> None:
     parser.add_argument("--value-warmup", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2, help="rollout processes")
     parser.add_argument("--candidates", default="rl,rewarm", help="what learns in the twin: rl, rewarm")
+    parser.add_argument("--twin-workloads", type=int, default=8, help="the twin's workloads each policy is run on")
     parser.add_argument("--rewarm-episodes", type=int, default=6, help="rewarm: workloads the teacher is recorded on")
     parser.add_argument("--rewarm-dagger-rounds", type=int, default=1)
     parser.add_argument("--rewarm-epochs", type=int, default=6)
@@ -197,7 +213,7 @@ def main() -> None:
     args = parser.parse_args()
     seeds = [int(seed) for seed in args.seeds.split(",")]
     results: dict[str, Any] = {"environment": environment(), "arguments": vars(args), "cells": []}
-    table = []
+    table, predictions = [], []
     with tempfile.TemporaryDirectory(prefix="dl2-twin-") as scratch:
         folder = Path(scratch)
         for truth in args.truths.split(","):
@@ -205,17 +221,25 @@ def main() -> None:
                 log = previous_week_log(truth, seed, args.jobs, args.nodes, folder)
                 world, _ = calibrated_world(log)
                 champion_build = scheduler_builder(CHAMPION, None, Mode.REALISTIC)
-                in_twin = {"champion dl2-philly": twin_jct_h(log, world, champion_build, world.speed)}
+                in_twin = {
+                    "champion dl2-philly": twin_jcts_h(log, world, champion_build, world.speed, args.twin_workloads)
+                }
                 learned: dict[str, Any] = {}
                 played: dict[str, str] = {"champion dl2-philly": CHAMPION}
                 for candidate in args.candidates.split(","):
                     label, out = CANDIDATES[candidate], folder / f"{candidate}-{truth}-{seed}"
                     learn = fine_tune_in_twin if candidate == "rl" else rewarm_in_twin
                     learned[candidate] = learn(log, args, out)
-                    in_twin[label] = twin_jct_h(log, world, scheduler_builder(str(out), None, Mode.REALISTIC),
-                                                world.speed)  # fmt: skip
+                    in_twin[label] = twin_jcts_h(log, world, scheduler_builder(str(out), None, Mode.REALISTIC),
+                                                 world.speed, args.twin_workloads)  # fmt: skip
                     played[label] = str(out)
-                choice = min(in_twin, key=in_twin.__getitem__)
+                predicted = {
+                    label: paired_difference(hours, in_twin["champion dl2-philly"])
+                    for label, hours in in_twin.items()
+                    if label != "champion dl2-philly"
+                }
+                better = [label for label, difference in predicted.items() if difference["high"] < 0]
+                choice = min(better, key=lambda label: predicted[label]["mean"], default="champion dl2-philly")
                 rows = {label: play(truth, seed, args.jobs, args.nodes, model) for label, model in played.items()}
                 rows["the twin's choice"] = rows[choice]
                 rows |= {name: play(truth, seed, args.jobs, args.nodes, name) for name in BASELINES}
@@ -223,7 +247,12 @@ def main() -> None:
                     play_calibrated(truth, seed, args.jobs, args.nodes, name, world) for name in ORACLES
                 )
                 rows["oracle"] = min(play(truth, seed, args.jobs, args.nodes, name, True) for name in ORACLES)
-                learned |= {"twin_validation_h": in_twin, "twin_choice": choice}
+                learned |= {"twin_validation_h": in_twin, "twin_prediction": predicted, "twin_choice": choice}
+                for label, difference in predicted.items():
+                    outcome = rows[label] / rows["champion dl2-philly"] - 1
+                    predictions.append([truth, str(seed), label, f"{difference['mean']:+.1%}",
+                                        f"[{difference['low']:+.1%}, {difference['high']:+.1%}]",
+                                        f"{outcome:+.1%}"])  # fmt: skip
                 champion = rows["champion dl2-philly"]
                 cell = {"truth": truth, "seed": seed, "learning": learned, "avg_jct_h": rows}
                 results["cells"].append(cell)
@@ -237,6 +266,11 @@ def main() -> None:
         f"average JCT (h) under the truth, synthetic-philly's first {args.jobs} jobs on {args.nodes} servers",
         ["truth", "seed", "scheduler", "avg JCT (h)", "vs champion", "vs oracle"],
         table,
+    )
+    print_table(
+        f"the twin's prediction ({args.twin_workloads} paired workloads) against the outcome under the truth",
+        ["truth", "seed", "candidate", "twin: vs champion", "95% interval", "truth: vs champion"],
+        predictions,
     )
     print(f"wrote {write_json(args.out, results)}")
 
