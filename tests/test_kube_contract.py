@@ -206,3 +206,24 @@ def test_a_job_of_an_unknown_model_is_scheduled_under_its_proxy_not_refused():
         contract.job_spec(obj).samples_per_epoch == 1000.0
         and contract.unknown_model(manifests.job(spec, "j", "n")) is None
     )
+
+
+def test_the_jobs_horizontal_pod_autoscalers_scale_are_found_by_their_target():
+    def autoscaler(name, api_version, kind, target):
+        return {
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"scaleTargetRef": {"apiVersion": api_version, "kind": kind, "name": target}},
+        }
+
+    found = contract.autoscaled_jobs(
+        [
+            autoscaler("a", "kubeflow.org/v1", "PyTorchJob", "bert"),
+            autoscaler("b", "batch.volcano.sh/v1alpha1", "Job", "vgg"),
+            autoscaler("c", "apps/v1", "Deployment", "web"),  # not a training job
+            autoscaler("d", "batch/v1", "Job", "etl"),  # a Job of another group
+        ]
+    )
+    assert found == {
+        ("ns", "PyTorchJob", "bert"): "hpa: HorizontalPodAutoscaler ns/a",
+        ("ns", "Job", "vgg"): "hpa: HorizontalPodAutoscaler ns/b",
+    }

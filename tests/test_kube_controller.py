@@ -24,7 +24,7 @@ from dl2.kube.metrics import HealthServer, Metrics
 from dl2.kube.models import input_problem, smoke_view
 from dl2.kube.policy import POLICIES
 from dl2.kube.promotion import confirm_hook, promote_policy
-from dl2.kube.rest import EVENTS, PYTORCHJOBS, VOLCANO_JOBS, Rest
+from dl2.kube.rest import AUTOSCALERS, EVENTS, PYTORCHJOBS, VOLCANO_JOBS, Rest
 from dl2.rl.feedback import feedback_batch
 from dl2.schedulers.registry import PLACERS
 from dl2.sim.config import SimConfig
@@ -254,6 +254,45 @@ def test_jobs_an_hpa_or_gitops_sizes_are_left_alone_and_reported(setup):
     assert status["refusedJobs"] == [] and status["counts"]["unknownModels"] == 1
     assert status["unknownModelJobs"][0].startswith(f"{tracked['metadata']['namespace']}/{tracked['metadata']['name']}")
     assert "'bert-large' not in the catalogue, profiled as" in status["unknownModelJobs"][0]
+
+
+def test_a_job_a_horizontal_pod_autoscaler_scales_is_left_alone_and_reported(setup):
+    """An HPA whose scaleTargetRef names a PyTorchJob (the controller watches HPAs): no write to the job, and the
+    policy's status names the HPA."""
+    workload, controller = setup.start()
+    finish = {job.job_id: job.finish_s for job in reference_result(workload, "drf", CONFIG).jobs}
+    for _ in range(8):  # slot by slot until a PyTorchJob has arrived
+        setup.run(controller, max_slots=1)
+        unfinished = [j for j in setup.jobs().values() if not contract.is_finished(j) and j["kind"] == "PyTorchJob"]
+        if unfinished:
+            break
+        setup.cluster.advance()
+    job = max(unfinished, key=lambda j: finish[contract.job_spec(j).job_id])
+    name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+    hpa = {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": f"{name}-hpa", "namespace": namespace},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": name},
+            "minReplicas": 1,
+            "maxReplicas": 4,
+            "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization",
+                                                                                  "averageUtilization": 80}}}],
+        },
+    }  # fmt: skip
+    setup.rest.create(AUTOSCALERS, namespace, hpa)
+    try:
+        since = len(setup.writes_to_jobs())
+        setup.cluster.advance()
+        setup.run(controller, max_slots=1)
+        status = read_policy(setup.kube)["status"]
+        setup.cluster.advance()
+        setup.run(controller, max_slots=3)
+        assert name not in {w.name for w in setup.writes_to_jobs()[since:]}
+        assert status["sizeOwnedJobs"] == [f"{namespace}/{name}: hpa: HorizontalPodAutoscaler {namespace}/{name}-hpa"]
+    finally:
+        setup.rest.request("DELETE", AUTOSCALERS.path(namespace, f"{name}-hpa"))
 
 
 def error_counts(controller):

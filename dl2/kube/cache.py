@@ -18,7 +18,7 @@ from dl2.kube import contract as c
 from dl2.kube.informer import Informer
 from dl2.kube.metrics import Metrics
 from dl2.kube.observe import RawCluster
-from dl2.kube.rest import KUBEFLOW_PODS, NAMESPACES, NODES, PYTORCHJOBS, VOLCANO_JOBS, VOLCANO_PODS, Rest
+from dl2.kube.rest import AUTOSCALERS, KUBEFLOW_PODS, NAMESPACES, NODES, PYTORCHJOBS, VOLCANO_JOBS, VOLCANO_PODS, Rest
 
 
 class CacheStale(RuntimeError):
@@ -36,15 +36,19 @@ def holds_resources(pod: dict[str, Any]) -> bool:
 
 
 class ClusterCache:
-    def __init__(self, rest: Rest, metrics: Metrics, seed: int = 0) -> None:
+    def __init__(self, rest: Rest, metrics: Metrics, seed: int = 0, autoscalers: bool = False) -> None:
+        """`autoscalers`: also watch HorizontalPodAutoscalers (the controller leaves a job one scales alone; the
+        extender, which only places pods, needs neither them nor the grant)."""
         self.namespaces = Informer(rest, NAMESPACES, metrics, label_selector=f"{c.MANAGED_LABEL}=true", seed=seed)
         self.pytorchjobs = Informer(rest, PYTORCHJOBS, metrics, seed=seed + 1)
         self.volcano_jobs = Informer(rest, VOLCANO_JOBS, metrics, seed=seed + 2)
         self.kubeflow_pods = Informer(rest, KUBEFLOW_PODS, metrics, label_selector=c.KUBEFLOW_JOB_NAME, seed=seed + 3)
         self.volcano_pods = Informer(rest, VOLCANO_PODS, metrics, label_selector=c.VOLCANO_JOB_NAME, seed=seed + 4)
         self.nodes = Informer(rest, NODES, metrics, seed=seed + 5)
+        self.autoscalers = Informer(rest, AUTOSCALERS, metrics, seed=seed + 6) if autoscalers else None
         self.informers = (
             self.namespaces, self.pytorchjobs, self.volcano_jobs, self.kubeflow_pods, self.volcano_pods, self.nodes,
+            *((self.autoscalers,) if self.autoscalers is not None else ()),
         )  # fmt: skip
         self._started = False
 
@@ -95,4 +99,5 @@ class ClusterCache:
             for pod in informer.items()
             if pod["metadata"].get("namespace") in managed and holds_resources(pod)
         ]
-        return RawCluster(tuple(sorted(managed)), tuple(jobs), tuple(pods), tuple(self.nodes.items()))
+        autoscalers = tuple(self.autoscalers.items()) if self.autoscalers is not None else ()
+        return RawCluster(tuple(sorted(managed)), tuple(jobs), tuple(pods), tuple(self.nodes.items()), autoscalers)

@@ -27,10 +27,11 @@ The controller (`dl2 serve`) and the cluster twin (`dl2.twin`) both follow it.
 - Jobs labelled `kueue.x-k8s.io/queue-name` are managed by Kueue: the controller leaves them alone (Kueue
   requeues a job whose size changes).
 - Jobs whose size something else owns are left alone too, with the reason in the policy's status
-  (`size_owner`): a PyTorchJob with `spec.elasticPolicy.metrics` (the training operator sizes it through an
-  HPA), a job whose replicas a server-side apply manager other than dl2 owns (a GitOps tool re-applying them
-  would undo every resize), a job Argo CD or Flux tracks. The annotation `dl2.io/allow-resize: "true"` says the
-  owner leaves the size to dl2 (e.g. Argo CD's `ignoreDifferences` on it).
+  (`size_owner`, `autoscaled_jobs`): a PyTorchJob with `spec.elasticPolicy.metrics` (the training operator
+  sizes it through an HPA), a job a HorizontalPodAutoscaler's `scaleTargetRef` names, a job whose replicas a
+  server-side apply manager other than dl2 owns (a GitOps tool re-applying them would undo every resize), a
+  job Argo CD or Flux tracks. The annotation `dl2.io/allow-resize: "true"` says the owner leaves the size to
+  dl2 (e.g. Argo CD's `ignoreDifferences` on it).
 - Finished jobs: a PyTorchJob has the condition `Succeeded` = "True"; a Volcano Job has
   `status.state.phase: Completed`.
 
@@ -43,7 +44,7 @@ from __future__ import annotations
 import datetime
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -346,6 +347,21 @@ def size_owner(obj: dict[str, Any]) -> str | None:
         if key in labels or key in annotations:
             return f"gitops: {tool} tracks it ({key})"
     return None
+
+
+def autoscaled_jobs(autoscalers: Iterable[dict[str, Any]]) -> dict[tuple[str, str, str], str]:
+    """(namespace, kind, name) of each PyTorchJob or Volcano Job a HorizontalPodAutoscaler scales -> the reason
+    the controller leaves it alone (an HPA writes the job's `replicas` through its `scale` subresource)."""
+    kinds = {("kubeflow.org", "PyTorchJob"), ("batch.volcano.sh", "Job")}
+    scaled: dict[tuple[str, str, str], str] = {}
+    for autoscaler in autoscalers:
+        metadata, target = autoscaler.get("metadata") or {}, (autoscaler.get("spec") or {}).get("scaleTargetRef") or {}
+        group = str(target.get("apiVersion", "")).split("/")[0]
+        if (group, target.get("kind")) in kinds and target.get("name"):
+            namespace = str(metadata.get("namespace", ""))
+            where = f"{namespace}/{metadata.get('name')}"
+            scaled[(namespace, str(target["kind"]), str(target["name"]))] = f"hpa: HorizontalPodAutoscaler {where}"
+    return scaled
 
 
 def _owns_replicas(fields: dict[str, Any], pytorchjob: bool) -> bool:

@@ -149,7 +149,7 @@ class Controller:
         self.rest = Rest(api, timeout_s=config.request_timeout_s)
         self.call = ApiCaller(self.metrics, seed=config.seed)
         self.actuator = Actuator(self.rest, self.call)
-        self.cache = ClusterCache(self.rest, self.metrics, seed=config.seed)
+        self.cache = ClusterCache(self.rest, self.metrics, seed=config.seed, autoscalers=True)
         self.specs = SpecCache()
         self._writers = ThreadPoolExecutor(config.parallel_writes, thread_name_prefix="dl2-resize")
         self.events = EventRecorder(self.rest, config.identity)

@@ -28,6 +28,8 @@ class RawCluster:
     pods: tuple[dict[str, Any], ...]
     """Pods of PyTorchJobs and Volcano Jobs (by their operators' labels) that hold a node (bound, not finished)."""
     nodes: tuple[dict[str, Any], ...]
+    autoscalers: tuple[dict[str, Any], ...] = ()
+    """HorizontalPodAutoscalers (a job one of them scales is left alone)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +158,7 @@ def snapshot(
     the parsed job specs between slots)."""
     cluster, node_index = cluster_spec(raw.nodes, cluster_name)
     held = _held(raw.pods, node_index)
+    autoscaled = c.autoscaled_jobs(raw.autoscalers)
     active: list[tuple[float, str, JobView, ManagedJob]] = []
     progress: dict[str, float] = {}
     refused: list[str] = []
@@ -181,8 +184,9 @@ def snapshot(
         namespace, name = metadata["namespace"], metadata["name"]
         allocation = held.get((namespace, name), JobAllocation())
         job_view = JobView(spec, epochs, 0.0, allocation, 0.0, 0.0, 0)
+        owner = c.size_owner(obj) or autoscaled.get((namespace, str(obj.get("kind")), name))
         managed = ManagedJob(
-            spec.job_id, namespace, name, obj, replicas, c.is_kueue_managed(obj), _resized_slot(obj), c.size_owner(obj),
+            spec.job_id, namespace, name, obj, replicas, c.is_kueue_managed(obj), _resized_slot(obj), owner,
             c.unknown_model(obj),
         )  # fmt: skip
         active.append((spec.arrival_s, name, job_view, managed))

@@ -62,6 +62,7 @@ SERVICEACCOUNTS = Resource("", "v1", "serviceaccounts")
 PYTORCHJOBS = Resource("kubeflow.org", "v1", "pytorchjobs")
 VOLCANO_JOBS = Resource("batch.volcano.sh", "v1alpha1", "jobs")
 EVENTS = Resource("events.k8s.io", "v1", "events")
+AUTOSCALERS = Resource("autoscaling", "v2", "horizontalpodautoscalers")
 
 
 class Rest:
