@@ -564,3 +564,50 @@ def test_without_the_binding_the_api_server_refuses_and_training_goes_on(kube, t
         name="pt", namespace=UNBOUND, server=kube.url, token=tokens[BOUND], ca_path=kube.plane.ca, rank_zero=True
     )
     assert not elsewhere.report(0.5) and elsewhere.errors == 1
+
+
+def test_a_kubeflow_job_s_reported_progress_drives_the_controller_s_decisions(kube, training_namespaces, tmp_path):
+    """End to end on the real control plane, nothing of the twin: a PyTorchJob whose pod carries only Kubeflow's
+    labels, its progress reported by `dl2.report` under the trainer's ServiceAccount; the controller (its own
+    ServiceAccount, DRF as the model) finds the pod by those labels, records the reported progress, resizes the
+    job, and the next slot's record has the progress reported since."""
+    from dl2.core import NodeSpec, Resources
+    from dl2.kube.controller import Controller, ControllerConfig
+    from dl2.kube.rest import KUBEFLOW_PODS, NAMESPACES, NODES, PYTORCHJOBS
+    from dl2.sim.decision_log import read_log
+    from dl2.twin import manifests
+    from tests.kube_helpers import create_policy, heuristic_loader, read_policy
+
+    rest, tokens = training_namespaces
+    rest.merge_patch(NAMESPACES, None, BOUND, {"metadata": {"labels": {contract.MANAGED_LABEL: "true"}}})
+    node = rest.create(NODES, None, manifests.node(NodeSpec(0, Resources(32, 512, 4096)), "report-node-0"))
+    job = rest.get(PYTORCHJOBS, BOUND, "pt")
+    pod = manifests.pod(contract.job_spec(job), "pt", BOUND, "pytorchjobs", job["metadata"]["uid"], "worker", 0,
+                        node["metadata"]["name"], "default-scheduler")  # fmt: skip
+    assert not any(key.startswith("dl2.io/") for key in pod["metadata"]["labels"])  # Kubeflow's labels only
+    pod_version = rest.create(KUBEFLOW_PODS, BOUND, pod)["metadata"]["resourceVersion"]
+    trainer = ProgressReporter(
+        name="pt", kind=PYTORCHJOB, namespace=BOUND, server=kube.url, token=tokens[BOUND], ca_path=kube.plane.ca,
+        rank_zero=True, interval_s=0.0,
+    )  # fmt: skip
+    create_policy(kube, "active")
+    config = ControllerConfig("report", decision_log=tmp_path / "decisions", clock="cluster")
+    controller = Controller(kube.controller_api("report"), config, heuristic_loader("drf"))
+    try:
+        controller.refresh_policy(read_policy(kube))
+        for slot, epochs in ((1, 1.5), (2, 4.0), (3, 5.0)):  # a slot's record is written once the next has observed it
+            assert trainer.report(epochs)
+            barrier = {
+                KUBEFLOW_PODS.key: int(pod_version),
+                PYTORCHJOBS.key: int(rest.get(PYTORCHJOBS, BOUND, "pt")["metadata"]["resourceVersion"]),
+            }
+            controller.run_slot(slot, slot * 600.0, 600.0, barrier)
+    finally:
+        controller.cache.stop()
+        controller.events.stop()
+        rest.request("DELETE", NODES.path(None, "report-node-0"))
+    records = [r for r in read_log(tmp_path / "decisions" / "dl2-local") if r.job_id == job["metadata"]["name"]]
+    assert [r.progress_epochs for r in records] == [1.5, 4.0]  # what the reporter wrote, slot by slot
+    assert records[0].held_workers == 1  # its pod, found by Kubeflow's labels on the node it runs on
+    assert [r.observed_epochs for r in records] == [2.5, 1.0]  # the progress the next slot saw
+    assert records[0].applied_workers > 1 and contract.replicas(rest.get(PYTORCHJOBS, BOUND, "pt"))[0] > 1
