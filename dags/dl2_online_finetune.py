@@ -35,10 +35,10 @@ STAGES = ("workloads", "warmup", "feedback", "finetune", "online", "evaluate")
 def dl2_online_finetune() -> None:
     @task(pool=dl2.POOL)
     def collect(run_id: str | None = None) -> dict[str, Any]:
-        result = dl2.pipeline("collect", "--window", str(run_id))
-        for log, where in result["summary"]["quarantined"].items():
+        summary: dict[str, Any] = dl2.pipeline("collect", "--window", str(run_id))["summary"]
+        for log, where in summary["quarantined"].items():
             print(f"quarantined {log}: {where}")
-        return result["summary"]
+        return summary
 
     def stage(name: str) -> Any:
         timeout = dl2.TRAINING if name in ("warmup", "finetune", "online", "evaluate") else dl2.SHORT
@@ -73,7 +73,8 @@ def dl2_online_finetune() -> None:
     for name in STAGES:
         previous = stage(name)(previous)
     registered = register(previous)
-    publish(collected, registered) >> commit(registered)
+    # ignore[arg-type]: Airflow types a task's call with its function's parameters; it takes upstream XComArgs
+    publish(collected, registered) >> commit(registered)  # type: ignore[arg-type]
 
 
 dl2_online_finetune()

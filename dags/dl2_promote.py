@@ -34,7 +34,7 @@ def dl2_promote() -> None:
             result = dl2.pipeline("promote")
         finally:  # a rollback fails the task, and its records are committed all the same
             dl2.commit(f"dl2_promote {run_id}: promotion gate")
-        summary = result["summary"]
+        summary: dict[str, Any] = result["summary"]
         if summary.get("status") == "rejected":
             raise AirflowFailException(f"rejected dl2-policy v{summary['version']}: {summary['reason']}")
         return summary

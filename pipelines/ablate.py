@@ -162,7 +162,9 @@ def run(params: Params, layout: Layout | None = None) -> StageResult:
         test = test_dataset(params)
         tracking.log_inputs([(training_dataset(layout), "training"), (test, "test")])
         pool = make_pool("local", params.finetune.workers)
-        not_run = {v: why for v in params.ablate.variants if (why := same_as_full(params, v)) is not None}
+        not_run: dict[str, str] = {
+            v: why for v in params.ablate.variants if (why := same_as_full(params, v)) is not None
+        }
         trained = [variant for variant in params.ablate.variants if variant not in not_run]
         cells = [(variant, seed) for variant in trained for seed in params.ablate.seeds]
         results: dict[str, dict[int, Trained]] = {variant: {} for variant in trained}

@@ -119,9 +119,11 @@ def simulate_builder(build: Any, params: Params, limit: int | None = None) -> Ou
     else:
         with multiprocessing.get_context("fork").Pool(workers) as pool:
             runs = pool.map(_run_case, cases, chunksize=1)
-    averages, p99s, jobs = [], [], []
+    averages: list[float] = []
+    p99s: list[float] = []
+    jobs: list[float] = []
     for (seed, workload), (metrics, failure) in zip(cases, runs, strict=True):
-        if failure is not None:
+        if metrics is None:  # `_run_case` gives either metrics or why there are none
             return Outcome(tuple(averages), tuple(p99s), tuple(jobs), f"{workload.name} (seed {seed}): {failure}")
         average, p99, job_jct = metrics
         averages.append(average)
@@ -170,9 +172,10 @@ def table(outcomes: Mapping[str, Outcome], params: Params) -> dict[str, Any]:
         rows[name] = row
     finished = [b for b in heuristics(params) if b in rows and rows[b]["avg_jct_s"] is not None]
     best = min(finished, key=lambda b: rows[b]["avg_jct_s"]) if finished else None
+    best_jct_s = rows[best]["avg_jct_s"] if best is not None else None
     for row in rows.values():
-        ok = best is not None and row["avg_jct_s"] is not None
-        row["vs_best_heuristic"] = row["avg_jct_s"] / rows[best]["avg_jct_s"] if ok else None
+        ok = best_jct_s is not None and row["avg_jct_s"] is not None
+        row["vs_best_heuristic"] = row["avg_jct_s"] / best_jct_s if ok else None
     return {
         "workload": params.workloads.test,
         "test_seeds": list(params.workloads.test_seeds),

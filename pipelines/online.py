@@ -108,8 +108,9 @@ def _validated(metadata: dict[str, Any]) -> float | None:
     """The fine-tuned model's validation JCT as `finetune` measured it: the same greedy runs on the same seeds
     (both stages take them from the same parameters), so it is not run again; None when there is no finite one."""
     value = metadata.get("best_validation_avg_jct_s")
-    finite = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    return float(value) if finite else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
 
 
 def _state(module: Any) -> dict[str, Any]:

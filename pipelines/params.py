@@ -33,9 +33,9 @@ from dl2.rl.config import RL_KEYS, WARMUP_KEYS, RLConfig, WarmUpConfig, check_so
 from pipelines.tracking import ROOT
 
 DEFAULT_PATH = ROOT / "params.yaml"
-ABLATION_VARIANTS = ("full", "no-exploration", "no-replay", "no-value-baseline")
-"""RL components that `ablate` can switch off (DL2 §6.5), `full` being none."""
 Variant = Literal["full", "no-exploration", "no-replay", "no-value-baseline"]
+ABLATION_VARIANTS: tuple[Variant, ...] = ("full", "no-exploration", "no-replay", "no-value-baseline")
+"""RL components that `ablate` can switch off (DL2 §6.5), `full` being none."""
 Seed = Annotated[int, Ge(0), Lt(2**63)]
 Count = Annotated[int, Ge(0), Le(1_000_000)]
 
@@ -254,7 +254,7 @@ def load(path: Path | str | None = None, smoke: bool = False, overrides: Sequenc
     return from_mapping(raw, smoke, str(location), overrides)
 
 
-class _StrictLoader(yaml.SafeLoader):
+class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML: no types installed (no types-PyYAML)
     """The safe loader, refusing a key given twice in one mapping (YAML itself keeps the last silently)."""
 
 
@@ -267,7 +267,8 @@ def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, 
                 None, None, f"duplicate key {key!r} (line {key_node.start_mark.line + 1})", key_node.start_mark
             )
         seen.add(key)
-    return loader.construct_mapping(node, deep=True)
+    mapping: dict[Any, Any] = loader.construct_mapping(node, deep=True)
+    return mapping
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _strict_mapping)

@@ -45,6 +45,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from dl2.paths import git_commit
 from dl2.sim.metrics import report_unit
 from pipelines import registry, tracking
 from pipelines.params import Params
@@ -342,7 +343,7 @@ def publish(layout: Layout, challenger: Version, previous: Version | None, score
             "previous_version": previous.version if previous else None,
             "metrics": dict(scores),
             "created_at": _now(),
-            "git_commit": tracking.git_commit(),
+            "git_commit": git_commit(),
         },
     )
     registry.set_alias(CHAMPION, challenger.version)
@@ -366,7 +367,7 @@ def rollback(layout: Layout, failed: Version, previous: Version | None, reason: 
             "rolled_back_version": failed.version,
             "reason": reason,
             "created_at": _now(),
-            "git_commit": tracking.git_commit(),
+            "git_commit": git_commit(),
         },
     )
 
@@ -485,11 +486,11 @@ def run(
         "reason": verdict.reason,
         "decided_at": _now(),
     }
-    decision["mlflow_run_id"] = _log_gate(decision, scores, params, layout)
+    decision["mlflow_run_id"] = run_id = _log_gate(decision, scores, params, layout)
     write_json(decision_path, decision)
     registry.annotate(challenger.version, _version_tags(decision))
     if not verdict.accepted:
-        return StageResult("promote", (layout.relative(decision_path),), run_id=decision["mlflow_run_id"],
+        return StageResult("promote", (layout.relative(decision_path),), run_id=run_id,
                            summary=_summary(decision))  # fmt: skip
     return _deploy(params, layout, decision, challenger, check, confirm_timeout_s)
 

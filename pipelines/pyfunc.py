@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import mlflow.models
 import mlflow.pyfunc
 import pandas as pd
+from mlflow.pyfunc.model import PythonModel
 
 from dl2.core import JOB_STATE_FIELDS, DecisionRecord
 
@@ -175,7 +176,7 @@ def example_frame(workload: Workload, num_jobs: int = 3) -> pd.DataFrame:
 # -- the MLflow model ---------------------------------------------------------------------------------------------
 
 
-class Dl2Policy(mlflow.pyfunc.PythonModel):  # type: ignore[misc]
+class Dl2Policy(PythonModel):
     """A trained dl2 policy (greedy decisions) behind MLflow's pyfunc interface."""
 
     def load_context(self, context: Any) -> None:
@@ -195,11 +196,12 @@ class Dl2Policy(mlflow.pyfunc.PythonModel):  # type: ignore[misc]
 
 def signature() -> ModelSignature:
     from mlflow.models import ModelSignature
-    from mlflow.types import ColSpec, Schema
+    from mlflow.types import ColSpec, Schema, TensorSpec
 
-    inputs = [ColSpec(kind, name) for name, kind in REQUIRED_COLUMNS]
+    inputs: list[ColSpec | TensorSpec] = [ColSpec(kind, name) for name, kind in REQUIRED_COLUMNS]
     inputs += [ColSpec(kind, name, required=False) for name, kind in OPTIONAL_COLUMNS]
-    return ModelSignature(inputs=Schema(inputs), outputs=Schema([ColSpec(kind, name) for name, kind in OUTPUT_COLUMNS]))
+    outputs: list[ColSpec | TensorSpec] = [ColSpec(kind, name) for name, kind in OUTPUT_COLUMNS]
+    return ModelSignature(inputs=Schema(inputs), outputs=Schema(outputs))
 
 
 def pip_requirements() -> list[str]:
@@ -236,7 +238,8 @@ def log_policy(model_dir: Path, input_example: pd.DataFrame, name: str = "dl2-po
         code = shutil.copytree(
             Path(dl2.__file__).parent, Path(staging) / "dl2", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
         )
-        return mlflow.pyfunc.log_model(
+        # MLflow's decorators (`format_docstring`, `trace_disabled`) are unannotated and erase log_model's type
+        info: ModelInfo = mlflow.pyfunc.log_model(
             name=name,
             python_model=Path(__file__),
             artifacts={ARTIFACT: str(folder)},
@@ -245,6 +248,7 @@ def log_policy(model_dir: Path, input_example: pd.DataFrame, name: str = "dl2-po
             pip_requirements=pip_requirements(),
             code_paths=[str(code)],
         )
+        return info
 
 
 def _job_spec(row: pd.Series) -> Any:
