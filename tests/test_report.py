@@ -606,6 +606,8 @@ def test_a_kubeflow_job_s_reported_progress_drives_the_controller_s_decisions(ku
         controller.cache.stop()
         controller.events.stop()
         rest.request("DELETE", NODES.path(None, "report-node-0"))
+        # namespaces outlive a test on the session's control plane: later tests count the managed ones
+        rest.merge_patch(NAMESPACES, None, BOUND, {"metadata": {"labels": {contract.MANAGED_LABEL: None}}})
     records = [r for r in read_log(tmp_path / "decisions" / "dl2-local") if r.job_id == job["metadata"]["name"]]
     assert [r.progress_epochs for r in records] == [1.5, 4.0]  # what the reporter wrote, slot by slot
     assert records[0].held_workers == 1  # its pod, found by Kubeflow's labels on the node it runs on
