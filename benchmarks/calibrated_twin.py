@@ -58,6 +58,7 @@ from dl2.sim.run import SchedulerBuilder, World
 from dl2.sim.simulator import simulate
 from dl2.truth import realise, truth_named
 from dl2.truth.run import run_on
+from dl2.workload.calibration import Calibration
 
 BASELINES = ("drf", "optimus", "speedup-hull", "optimus-fitted")
 TWIN_SEED = 1_000
@@ -74,9 +75,10 @@ def previous_week_log(truth: str, seed: int, num_jobs: int, num_nodes: int, fold
     return log
 
 
-def fine_tune_in_twin(log: Path, args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    """RL from the champion in the twin `log` calibrates; the best-validated policy saved at `out`."""
-    world, calibration = calibrated_world(log)
+def fine_tune_in_twin(
+    log: Path, world: World, calibration: Calibration, args: argparse.Namespace, out: Path
+) -> dict[str, Any]:
+    """RL from the champion in `world` (the twin `log` calibrates); the best-validated policy saved at `out`."""
     start = load_trained(Path(CHAMPION))
     source = f"records:{log}"
     env = EnvConfig(
@@ -139,9 +141,10 @@ def paired_difference(candidate: list[float], champion: list[float]) -> dict[str
     return {"mean": mean, "low": mean - half, "high": mean + half}
 
 
-def rewarm_in_twin(log: Path, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+def rewarm_in_twin(
+    log: Path, world: World, calibration: Calibration, args: argparse.Namespace, out: Path
+) -> dict[str, Any]:
     """The champion re-warmed in the twin on the heuristic that does best there reading the calibrated speeds."""
-    world, _ = calibrated_world(log)
     teachers = {
         name: float(np.mean(twin_jcts_h(log, world, heuristic(name), world.speed, args.twin_workloads)))
         for name in ORACLES
@@ -219,7 +222,7 @@ def main() -> None:
         for truth in args.truths.split(","):
             for seed in seeds:
                 log = previous_week_log(truth, seed, args.jobs, args.nodes, folder)
-                world, _ = calibrated_world(log)
+                world, calibration = calibrated_world(log)  # once: each candidate learns in the same twin
                 champion_build = scheduler_builder(CHAMPION, None, Mode.REALISTIC)
                 in_twin = {
                     "champion dl2-philly": twin_jcts_h(log, world, champion_build, world.speed, args.twin_workloads)
@@ -229,7 +232,7 @@ def main() -> None:
                 for candidate in args.candidates.split(","):
                     label, out = CANDIDATES[candidate], folder / f"{candidate}-{truth}-{seed}"
                     learn = fine_tune_in_twin if candidate == "rl" else rewarm_in_twin
-                    learned[candidate] = learn(log, args, out)
+                    learned[candidate] = learn(log, world, calibration, args, out)
                     in_twin[label] = twin_jcts_h(log, world, scheduler_builder(str(out), None, Mode.REALISTIC),
                                                  world.speed, args.twin_workloads)  # fmt: skip
                     played[label] = str(out)
