@@ -5,6 +5,8 @@
 #   make kube-assets   build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd and kwok from the
 #               Go module proxy (tools/kube) into ~/.cache/dl2/kube-assets/<digest of the pins>, unless already there
 #   make helm   build helm (tools/helm), which lints and renders k8s/chart/, into ~/.cache/dl2/helm/<digest>, the same way
+#   make versitygw   build versitygw (tools/versitygw), an S3 server over a folder: the object storage the tests keep
+#               decision records in, into ~/.cache/dl2/versitygw/<digest>
 SHELL := /bin/bash
 VENV := .venv
 PYTHON := $(VENV)/bin/python
@@ -15,7 +17,7 @@ TORCH_WHEEL := $(firstword $(wildcard $(WHEELS)/torch-2.13.0+cpu-*.whl))
 PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test lint typecheck unit bench clean kube-assets helm
+.PHONY: demo test lint typecheck unit bench clean kube-assets helm versitygw
 
 $(INSTALLED): requirements/requirements.txt requirements/dev.txt requirements/constraints.txt pyproject.toml
 	@test -x $(PYTHON) || python3.11 -m venv $(VENV)
@@ -30,13 +32,16 @@ $(INSTALLED): requirements/requirements.txt requirements/dev.txt requirements/co
 demo: $(INSTALLED) kube-assets
 	$(PYTHON) -m pipelines.lifecycle
 
-test: $(INSTALLED) kube-assets helm lint typecheck unit
+test: $(INSTALLED) kube-assets helm versitygw lint typecheck unit
 
 kube-assets: $(INSTALLED)
 	@$(PYTHON) -m dl2.controlplane.assets > /dev/null
 
 helm: $(INSTALLED)
-	@$(PYTHON) -m dl2.controlplane.assets --helm > /dev/null
+	@$(PYTHON) -m dl2.controlplane.assets --tool helm > /dev/null
+
+versitygw: $(INSTALLED)
+	@$(PYTHON) -m dl2.controlplane.assets --tool versitygw > /dev/null
 
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check .
@@ -47,7 +52,7 @@ lint: $(INSTALLED)
 typecheck: $(INSTALLED)
 	$(VENV)/bin/mypy
 
-unit: $(INSTALLED) kube-assets helm
+unit: $(INSTALLED) kube-assets helm versitygw
 	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: $(INSTALLED)

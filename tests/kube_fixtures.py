@@ -27,6 +27,7 @@ from dl2.controlplane.install import (
     install_dl2,
     service_account_user,
 )
+from dl2.controlplane.objectstore import ObjectStore
 from dl2.kube.policy import POLICIES
 from dl2.kube.rest import (
     CONFIGMAPS,
@@ -125,3 +126,36 @@ def kube(kube_session: KubeEnv) -> Iterator[KubeEnv]:
     kube_session.plane.check()
     yield kube_session
     kube_session.reset()
+
+
+@pytest.fixture(scope="session")
+def s3_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectStore]:
+    """versitygw (a real S3 server over a folder) for the session, its endpoint and credentials in the environment
+    as a pod's would be (botocore reads them; so do `dl2 serve` subprocesses)."""
+    import os
+
+    from dl2.controlplane.objectstore import object_store
+
+    folder = tmp_path_factory.mktemp("s3")
+    try:
+        with object_store(folder / "data", folder / "logs") as store:
+            saved = {name: os.environ.get(name) for name in store.environment()}
+            os.environ.update(store.environment())
+            try:
+                yield store
+            finally:
+                for name, value in saved.items():
+                    if value is None:
+                        os.environ.pop(name, None)
+                    else:
+                        os.environ[name] = value
+    except AssetsMissing as error:
+        pytest.fail(f"{error} (make test builds it)")
+
+
+@pytest.fixture
+def s3_url(s3_session: ObjectStore, request: pytest.FixtureRequest) -> str:
+    """A fresh prefix in the session's bucket for one test."""
+    import re
+
+    return f"{s3_session.bucket('dl2-tests')}/{re.sub(r'[^A-Za-z0-9_-]+', '-', request.node.name)}"

@@ -211,9 +211,12 @@ class ServeUnderKills:
         kills: list[tuple[str, int]],
         identity: str = "serve-0",
         limit: int | None = None,
+        decision_log: str | None = None,
     ) -> None:
-        """`limit`: stop arming kill points once that many kills have happened."""
+        """`limit`: stop arming kill points once that many kills have happened; `decision_log`: where the records
+        go (default: `<folder>/decisions`; an `s3://` URL puts them in object storage)."""
         self.kube = kube
+        self.decision_log = decision_log or str(folder / "decisions")
         self.cluster = cluster
         self.folder = folder
         self.kubeconfig = kube.kubeconfig(folder / "kubeconfig", token=kube.identities.controller)
@@ -235,7 +238,7 @@ class ServeUnderKills:
         env = {**os.environ, "DL2_SERVE_CRASH_AT": ",".join(f"{point}@{at}" for point, at in self.pending)}
         command = [
             sys.executable, "-m", "dl2.cli.main", "serve", "--kubeconfig", str(self.kubeconfig), "--clock", "cluster",
-            "--decision-log", str(self.folder / "decisions"), "--models-dir", str(self.models_dir),
+            "--decision-log", self.decision_log, "--models-dir", str(self.models_dir),
             "--metrics-port", "0", "--metrics-host", "127.0.0.1", "--identity", self.identity,
             "--lease-s", "3", "--renew-deadline-s", "2", "--retry-s", "0.2", "--log-level", "WARNING",
         ]  # fmt: skip

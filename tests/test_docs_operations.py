@@ -137,7 +137,7 @@ def plane(tmp_path: Path) -> Iterator[ControlPlane]:
 
 def environment(plane: ControlPlane, folder: Path) -> dict[str, str]:
     """What an operator's shell has: the admin kubeconfig, kubectl and helm on PATH; helm's own files kept apart."""
-    path = os.pathsep.join([str(assets.folder()), str(assets.helm_folder()), os.environ["PATH"]])
+    path = os.pathsep.join([str(assets.folder()), str(assets.HELM.folder()), os.environ["PATH"]])
     helm_home = {f"HELM_{kind}_HOME": str(folder / "helm" / kind.lower()) for kind in ("CACHE", "CONFIG", "DATA")}
     kubeconfig = plane.write_kubeconfig(folder / "admin.kubeconfig")
     return {**os.environ, **helm_home, "KUBECONFIG": str(kubeconfig), "PATH": path}

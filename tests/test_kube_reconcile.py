@@ -3,18 +3,12 @@ decision journal that makes a slot's records exactly-once."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dl2.core import Allocation, JobAllocation
-from dl2.kube.models import smoke_view
 from dl2.kube.policy import Guardrails, Mode, PolicyError, parse_policy
 from dl2.kube.reconcile import JobState, Reason, Target, bounds, changes, clamp, clamp_role, plan
-from dl2.kube.records import DecisionLog, JournalEntry, SlotJournal, draft_records
-from dl2.sim.decision_log import read_log
 
 FREE = Guardrails()
 
@@ -222,44 +216,3 @@ def test_any_spec_parses_or_is_refused_with_a_policy_error(spec):
         assert str(error).startswith("spec.")
     else:
         assert policy.mode in Mode and (policy.mode is Mode.OFF or policy.model_version is not None)
-
-
-# -- the journal and the records ----------------------------------------------------------------------------
-
-
-def journal_of(slot: int, view=None) -> SlotJournal:
-    view = view or smoke_view()
-    targets = [Target(j.spec.job_id, 3, j.spec.max_ps and 1, Reason.PROPOSED) for j in view.jobs]
-    proposal = Allocation({j.spec.job_id: JobAllocation((0, 0, 0), (0,) if j.spec.max_ps else ()) for j in view.jobs})
-    records = draft_records(view, Allocation(), proposal, targets, "active", "dl2-policy/1", "drf", "test")
-    return SlotJournal(slot, tuple(JournalEntry(r, "ns", r.job_id, t) for r, t in zip(records, targets, strict=True)))
-
-
-def test_a_slot_is_journaled_once_and_completed_once(tmp_path):
-    log = DecisionLog(tmp_path)
-    first = log.write_journal(journal_of(5))
-    view = smoke_view()
-    other = journal_of(5, replace(view, jobs=view.jobs[:1]))
-    assert log.write_journal(other) == first  # the first journal of a slot stands (a restart re-decides nothing)
-    assert log.complete(5, {}) == (0, 0) and log.pending() == [5]  # its own slot: not yet
-    progress = {"smoke-ps": 3.5, "smoke-ar": 0.25}
-    assert log.complete(6, progress) == (2, 0)
-    records = read_log(tmp_path)
-    assert [(r.job_id, r.observed_epochs) for r in records] == [("smoke-ps", 1.5), ("smoke-ar", 0.25)]
-    assert [r.applied_workers for r in records] == [3, 3] and log.pending() == []
-    log.write_journal(journal_of(5))  # a controller that restarts after the segment was written
-    assert log.complete(6, progress) == (0, 0) and len(read_log(tmp_path)) == 2  # nothing twice
-
-
-def test_an_old_journal_whose_outcome_was_never_seen_is_dropped(tmp_path):
-    log = DecisionLog(tmp_path)
-    log.write_journal(journal_of(3))
-    assert log.complete(9, {"smoke-ps": 9.0}) == (0, 2)
-    assert log.pending() == [] and not list(tmp_path.glob("segment-*"))
-
-
-def test_a_job_gone_by_the_next_slot_observed_no_progress(tmp_path):
-    log = DecisionLog(tmp_path)
-    log.write_journal(journal_of(1))
-    log.complete(2, {"smoke-ar": 1.0})
-    assert {r.job_id: r.observed_epochs for r in read_log(tmp_path)} == {"smoke-ps": 0.0, "smoke-ar": 1.0}

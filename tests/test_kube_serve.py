@@ -9,7 +9,8 @@ import pytest
 
 from dl2.kube.models import directory_loader
 from dl2.sim.config import SimConfig
-from dl2.sim.decision_log import read_log
+from dl2.sim.decision_log import read_store_log
+from dl2.sim.record_store import RecordStore
 from dl2.twin import reference_result
 from tests.kube_helpers import ServeUnderKills, create_policy, tiny_workload, twin, uninterrupted_run
 
@@ -30,7 +31,9 @@ def test_serve_has_help_and_refuses_bad_options(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_serve_killed_at_three_points_repeats_no_resize_and_loses_no_record(kube, tmp_path):
+@pytest.mark.parametrize("store", ["folder", "s3"])
+def test_serve_killed_at_three_points_repeats_no_resize_and_loses_no_record(kube, tmp_path, store, request):
+    """With the records in a folder, and in object storage (the managed clusters' store)."""
     workload = tiny_workload(num_jobs=6, num_nodes=1, seed=5)
     models = tmp_path / "models"  # no version 1 there: the incumbent (DRF) decides every slot, quickly
     models.mkdir()
@@ -41,7 +44,8 @@ def test_serve_killed_at_three_points_repeats_no_resize_and_loses_no_record(kube
     kills = [("journaled", 2), ("resized-1", acting), ("status", acting + 2)]  # before, amid and after resizes
     with twin(kube, workload, CONFIG) as cluster:
         create_policy(kube, "active")
-        run = ServeUnderKills(kube, cluster, tmp_path, models, kills)
+        log = request.getfixturevalue("s3_url") if store == "s3" else str(tmp_path / "decisions")
+        run = ServeUnderKills(kube, cluster, tmp_path, models, kills, decision_log=log)
         run.run()
         through_api = {j.job_id: j.finish_s for j in cluster.result().jobs}
         resizes = run.resizes()
@@ -49,6 +53,6 @@ def test_serve_killed_at_three_points_repeats_no_resize_and_loses_no_record(kube
     assert resizes and max(resizes.values()) == 1  # no resize was sent twice in a slot
     assert sum(resizes.values()) == sum(resized.values())  # nor lost
     assert through_api == finish == {j.job_id: j.finish_s for j in reference_result(workload, "drf", CONFIG).jobs}
-    records = read_log(tmp_path / "decisions" / "dl2-local")
+    records = read_store_log(RecordStore(log).child("dl2-local"))
     assert max(Counter((r.time_s, r.job_id) for r in records).values()) == 1
     assert records == reference  # none lost, none added: the same run

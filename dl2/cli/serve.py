@@ -33,7 +33,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument("--kubeconfig", type=Path, default=None, help="kubeconfig (default: in-cluster config)")
     parser.add_argument("--policy-name", default="default", help="the SchedulerPolicy object (cluster-scoped)")
-    parser.add_argument("--decision-log", type=Path, default=Path("work/decisions"), help="root of the decision logs")
+    parser.add_argument(
+        "--decision-log",
+        default="work/decisions",
+        help="root of the decision logs: a folder, or object storage shared by the replicas (s3://bucket/prefix; "
+        "credentials and endpoint from the AWS_* variables or workload identity)",
+    )
     parser.add_argument(
         "--cluster-name", default="dl2-local", help="name of this cluster in the records (its log folder)"
     )

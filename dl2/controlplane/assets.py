@@ -9,11 +9,13 @@ every clone on the machine (as envtest keeps its binaries per version under the 
     python -m dl2.controlplane.assets            # the folder (built if missing: about 10 minutes on 2 cores)
     python -m dl2.controlplane.assets --check    # exit 1 if it is not built
 
-helm (helm.sh/helm/v4, which lints and renders `k8s/chart/`) is built the same way, from `tools/helm/` into
-`$DL2_HELM_ASSETS` or `~/.cache/dl2/helm/<digest of tools/helm>`, apart from the control plane so that a helm pin
-never rebuilds it:
+helm (helm.sh/helm/v4, which lints and renders `k8s/chart/`) and versitygw (an S3 server over a folder: the
+object storage that decision records go to in the tests) are built the same way, each from `tools/<name>/` into
+`$DL2_<NAME>_ASSETS` or `~/.cache/dl2/<name>/<digest of tools/<name>>`, apart from the control plane so that their
+pins never rebuild it:
 
-    python -m dl2.controlplane.assets --helm     # the folder holding `helm` (built if missing: about 5 minutes)
+    python -m dl2.controlplane.assets --tool helm        # the folder holding `helm` (built if missing: about 5 minutes)
+    python -m dl2.controlplane.assets --tool versitygw   # (about 2 minutes)
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from dl2.paths import REPO_ROOT
@@ -34,8 +37,6 @@ BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler
 KWOK_STAGES = "kwok-stages.yaml"
 """kwok's stages (what it does to nodes and pods), taken from its module at the pinned version."""
 ENV = "DL2_KUBE_ASSETS"
-HELM_TOOLS = REPO_ROOT / "tools" / "helm"
-HELM_ENV = "DL2_HELM_ASSETS"
 
 
 class AssetsMissing(RuntimeError):
@@ -107,46 +108,73 @@ def _run_build(script: Path, where: Path, what: str, first_time: str) -> None:
     print(f"built in {time.monotonic() - started:.0f} s", file=sys.stderr)
 
 
-def helm_digest() -> str:
-    """Of helm's build script and pins (`tools/helm/`), which the control plane's digest does not read."""
-    return _pins_digest(HELM_TOOLS, [HELM_TOOLS / name for name in ("build.sh", "go.mod", "go.sum")])
+@dataclass(frozen=True, slots=True)
+class GoTool:
+    """One binary the tests and docs need beside the control plane, built from its own pins (`tools/<name>/`:
+    build.sh, go.mod, go.sum) into its own cache, so that its pin never rebuilds the control plane."""
+
+    binary: str
+    env: str
+    first_time: str
+    purpose: str
+
+    @property
+    def tools(self) -> Path:
+        return REPO_ROOT / "tools" / self.binary
+
+    def digest(self) -> str:
+        return _pins_digest(self.tools, [self.tools / name for name in ("build.sh", "go.mod", "go.sum")])
+
+    def folder(self) -> Path:
+        return _cache(self.binary, self.env, self.digest())
+
+    def missing(self, where: Path | None = None) -> list[str]:
+        return [] if os.access((where or self.folder()) / self.binary, os.X_OK) else [self.binary]
+
+    def path(self) -> str:
+        """The pinned binary's path; `AssetsMissing` if it is not built (one on PATH is another release)."""
+        where = self.folder()
+        if self.missing(where):
+            raise AssetsMissing(f"{self.binary} is not built ({where / self.binary} missing): run `make {self.binary}`")
+        return str(where / self.binary)
+
+    def build(self, where: Path | None = None) -> Path:
+        """Build it if it is missing, with Go from PATH (`GOTOOLCHAIN` fetches a newer Go when a pin needs one)."""
+        where = where or self.folder()
+        if self.missing(where):
+            _run_build(self.tools / "build.sh", where, self.binary, self.first_time)
+        return where
 
 
-def helm_folder() -> Path:
-    return _cache("helm", HELM_ENV, helm_digest())
-
-
-def helm_missing(where: Path | None = None) -> list[str]:
-    return [] if os.access((where or helm_folder()) / "helm", os.X_OK) else ["helm"]
+HELM = GoTool("helm", "DL2_HELM_ASSETS", "about 5 minutes", "lints and renders k8s/chart/")
+VERSITYGW = GoTool(
+    "versitygw", "DL2_VERSITYGW_ASSETS", "about 2 minutes", "an S3 server over a folder, for records in object storage"
+)
+TOOLS_BY_NAME = {tool.binary: tool for tool in (HELM, VERSITYGW)}
 
 
 def helm() -> str:
-    """The pinned helm's path; `AssetsMissing` if it is not built (a helm on PATH is another release: not used)."""
-    where = helm_folder()
-    if helm_missing(where):
-        raise AssetsMissing(f"helm is not built ({where / 'helm'} missing): run `make helm`")
-    return str(where / "helm")
-
-
-def build_helm(where: Path | None = None) -> Path:
-    """Build helm if it is missing, with Go from PATH (`GOTOOLCHAIN` fetches a newer Go when the pin needs one)."""
-    where = where or helm_folder()
-    if helm_missing(where):
-        _run_build(HELM_TOOLS / "build.sh", where, "helm", "about 5 minutes")
-    return where
+    """The pinned helm's path; `AssetsMissing` if it is not built."""
+    return HELM.path()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dl2.controlplane.assets", description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="only say whether the binaries are built (exit 1 if not)")
-    parser.add_argument("--helm", action="store_true", help="helm (tools/helm/) instead of the control plane")
+    parser.add_argument(
+        "--tool",
+        choices=sorted(TOOLS_BY_NAME),
+        help="one of the other binaries (tools/<name>/) instead of the control plane: "
+        + "; ".join(f"{tool.binary}: {tool.purpose}" for tool in TOOLS_BY_NAME.values()),
+    )
     args = parser.parse_args(argv)
-    where, absent = (helm_folder(), helm_missing()) if args.helm else (folder(), missing())
+    tool = TOOLS_BY_NAME.get(args.tool or "")
+    where, absent = (tool.folder(), tool.missing()) if tool else (folder(), missing())
     if args.check:
         print(where if not absent else f"missing in {where}: {', '.join(absent)}")
         return 1 if absent else 0
     try:
-        print(build_helm() if args.helm else build())
+        print(tool.build() if tool else build())
     except (AssetsMissing, subprocess.CalledProcessError) as error:
         print(f"dl2: {error}", file=sys.stderr)
         return 2

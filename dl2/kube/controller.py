@@ -45,6 +45,7 @@ from dl2.kube.policy import API_VERSION, KIND, OFF, POLICIES, Mode, PolicyError,
 from dl2.kube.reconcile import JobState, Target, changes, may_resize, plan
 from dl2.kube.records import DecisionLog, JournalEntry, SlotJournal, draft_records
 from dl2.kube.rest import CONFIGMAPS, Rest
+from dl2.sim.record_store import RecordStore
 
 log = logging.getLogger("dl2.serve")
 
@@ -58,8 +59,9 @@ class ControllerConfig:
     identity: str
     """This replica's name (the Lease holder identity; `$POD_NAME` in the Deployment)."""
     policy_name: str = "default"
-    decision_log: Path = Path("work/decisions")
-    """Root of the decision logs; this cluster's records go to `<decision_log>/<cluster_name>/`."""
+    decision_log: str | Path = Path("work/decisions")
+    """Root of the decision logs, a folder or an object-storage URL (`s3://bucket/prefix`); this cluster's records
+    go to `<decision_log>/<cluster_name>/`."""
     cluster_name: str = "dl2-local"
     clock: str = "wall"
     """`wall`: slots of `slot_s` seconds of real time; `cluster`: the simulated cluster's clock ConfigMap."""
@@ -154,7 +156,7 @@ class Controller:
         self._writers = ThreadPoolExecutor(config.parallel_writes, thread_name_prefix="dl2-resize")
         self.events = EventRecorder(self.rest, config.identity)
         self.runtime = PolicyRuntime(loader, config.placer)
-        self.log = DecisionLog(config.decision_log / config.cluster_name)
+        self.log = DecisionLog(RecordStore(config.decision_log).child(config.cluster_name).location)
         self.elector = elector
         self.health = Health()
         self.policy: PolicySpec = OFF

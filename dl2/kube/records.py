@@ -3,11 +3,15 @@
 A slot's observed progress is only known at the next slot, so a slot's records are written in two steps:
 
 1. when slot t is decided, its draft records (state, incumbent's decision, proposal, applied decision) and the
-   targets to apply go to a journal, `<log>/.journal/slot-<t>.json`, written atomically before any job is
-   resized: a controller that restarts within the slot finds it and applies the same decisions;
+   targets to apply go to a journal, `<log>/.journal/slot-<t>.json`, created atomically and only if absent
+   before any job is resized: a controller that restarts within the slot, or the replica that takes over,
+   finds it and applies the same decisions, and a deposed leader that still writes finds its slot taken;
 2. at slot t+1 the journal is completed with each job's observed progress (its epochs now less its epochs at t)
-   and written as the segment named by the slot, `segment-<t>-000000.jsonl` (`write_slot_segment`: written once,
-   never replaced), then the journal is removed.
+   and written as the segment named by the slot, `segment-<t>-000000.jsonl` (created once, never replaced),
+   then the journal is removed.
+
+The log lives in a folder or at an object-storage URL (`dl2.sim.record_store`); on a managed cluster a bucket
+shared by the replicas replaces a ReadWriteMany volume.
 
 A restart between any two of these steps repeats only steps that are idempotent, so no record is lost or
 written twice. The segments are the format `dl2.sim.decision_log` reads (`pipelines.collect` takes them from
@@ -29,9 +33,11 @@ from dl2.sim.decision_log import (
     cluster_to_json,
     decision_record,
     parse_record,
-    write_file,
-    write_slot_segment,
+    read_store_log,
+    records_text,
+    segment_name,
 )
+from dl2.sim.record_store import RecordStore
 
 JOURNAL = ".journal"
 
@@ -94,28 +100,31 @@ def observed(record: DecisionRecord, progress: Mapping[str, float]) -> DecisionR
 
 
 class DecisionLog:
-    """The log folder of one cluster: segments, `cluster.json` and the journal of the slot in progress."""
+    """The log of one cluster: segments, `cluster.json` and the journal of the slot in progress, in a folder or
+    at an object-storage URL (`dl2.sim.record_store`: both give the atomic create-if-absent the journal needs)."""
 
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.journal_dir = directory / JOURNAL
+    def __init__(self, location: str | Path) -> None:
+        self.store = RecordStore(location)
         self._last: SlotJournal | None = None
         """The journal this process last wrote or read (the file is for a restart; this spares parsing it back)."""
         self._described: str | None = None
 
-    def _journal_path(self, slot: int) -> Path:
-        return self.journal_dir / f"slot-{slot:09d}.json"
+    @staticmethod
+    def _journal_name(slot: int) -> str:
+        return f"{JOURNAL}/slot-{slot:09d}.json"
 
     def journal(self, slot: int) -> SlotJournal | None:
-        path = self._journal_path(slot)
-        if not path.is_file():
-            return None
+        name = self._journal_name(slot)
         if self._last is not None and self._last.slot == slot:
-            return self._last
-        data = json.loads(path.read_text())
+            return self._last if self.store.exists(name) else None
+        text = self.store.read(name)
+        if text is None:
+            return None
+        where = f"{self.store}/{name}"
+        data = json.loads(text)
         entries = tuple(
             JournalEntry(
-                parse_record(json.dumps(item["record"]), str(path), number),
+                parse_record(json.dumps(item["record"]), where, number),
                 item["namespace"],
                 item["name"],
                 Target(item["record"]["job_id"], item["workers"], item["ps"], Reason(item["reason"])),
@@ -127,7 +136,6 @@ class DecisionLog:
 
     def write_journal(self, journal: SlotJournal) -> SlotJournal:
         """Store a slot's decisions, once: if the slot already has a journal, that one stands (and is returned)."""
-        self.journal_dir.mkdir(parents=True, exist_ok=True)
         document = {
             "slot": journal.slot,
             "entries": [
@@ -142,8 +150,7 @@ class DecisionLog:
                 for entry in journal.entries
             ],
         }
-        path = self._journal_path(journal.slot)
-        if write_file(path, json.dumps(document, sort_keys=True), overwrite=False):
+        if self.store.create(self._journal_name(journal.slot), json.dumps(document, sort_keys=True)):
             self._last = journal
             return journal
         self._last = None  # another writer's journal stands: read it
@@ -153,9 +160,8 @@ class DecisionLog:
 
     def pending(self) -> list[int]:
         """Slots with a journal, in order."""
-        if not self.journal_dir.is_dir():
-            return []
-        return sorted(int(p.stem.removeprefix("slot-")) for p in self.journal_dir.glob("slot-*.json"))
+        names = self.store.names(JOURNAL, prefix="slot-", suffix=".json")
+        return sorted(int(name.removeprefix("slot-").removesuffix(".json")) for name in names)
 
     def complete(self, slot: int, progress: Mapping[str, float]) -> tuple[int, int]:
         """At slot `slot`: write the previous slot's records with their observed progress and drop older
@@ -166,29 +172,26 @@ class DecisionLog:
                 continue
             journal = self.journal(earlier)
             if journal is not None and earlier == slot - 1 and journal.entries:
-                _, wrote = write_slot_segment(
-                    self.directory, [observed(e.record, progress) for e in journal.entries], earlier
-                )
+                records = [observed(e.record, progress) for e in journal.entries]
+                wrote = self.store.create(segment_name(earlier), records_text(records))
                 written += len(journal.entries) if wrote else 0
             elif journal is not None and earlier != slot - 1:
                 dropped += len(journal.entries)
-            self._journal_path(earlier).unlink(missing_ok=True)
+            self.store.delete(self._journal_name(earlier))
+            if self._last is not None and self._last.slot == earlier:
+                self._last = None
         return written, dropped
 
     def records(self) -> list[DecisionRecord]:
-        from dl2.sim.decision_log import read_log
-
-        return read_log(self.directory) if any(self.directory.glob("segment-*.jsonl")) else []
+        return read_store_log(self.store)
 
     def describe_cluster(self, cluster: ClusterSpec) -> bool:
         """Write `cluster.json` if it is missing or says something else; whether it was written."""
         document = json.dumps(cluster_to_json(cluster), indent=2, sort_keys=True) + "\n"
-        path = self.directory / CLUSTER_FILE
-        if document == self._described and path.is_file():
+        if document == self._described:
             return False
         self._described = document
-        if path.is_file() and path.read_text() == document:
+        if self.store.read(CLUSTER_FILE) == document:
             return False
-        self.directory.mkdir(parents=True, exist_ok=True)
-        write_file(path, document)
+        self.store.put(CLUSTER_FILE, document)
         return True

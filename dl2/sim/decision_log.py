@@ -15,7 +15,7 @@ import os
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dl2.core import (
     Allocation,
@@ -31,12 +31,15 @@ from dl2.core import (
     Scheduler,
     Workload,
 )
-from dl2.core.inputs import parse_json, read_json, read_lines
+from dl2.core.inputs import decode, parse_json, read_json, read_lines
 from dl2.core.limits import MAX_NODE_CAPACITY, MAX_NODES, MAX_TASKS_PER_JOB
 from dl2.sim.config import SimConfig
 from dl2.sim.simulator import Simulation
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.speed import SpeedModel
+
+if TYPE_CHECKING:
+    from dl2.sim.record_store import RecordStore
 
 MODES = ("shadow", "canary", "active", "simulated")
 MAX_TEXT = 256
@@ -63,21 +66,19 @@ def write_segment(directory: Path, records: Sequence[DecisionRecord], first_slot
     return path
 
 
-def write_slot_segment(directory: Path, records: Sequence[DecisionRecord], slot: int) -> tuple[Path, bool]:
-    """Write one slot's records as the segment named by that slot, once: (path, whether this call wrote it).
+def segment_name(slot: int) -> str:
+    """The segment of one slot's records, written once (the controller's log, in any store): a writer that
+    restarts and writes the same slot again adds nothing."""
+    return f"segment-{slot:09d}-000000.jsonl"
 
-    The name depends only on the slot and an existing segment is never replaced, so a writer that restarts and
-    writes the same slot again adds nothing (the Kubernetes controller's records are keyed by slot and job)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"segment-{slot:09d}-000000.jsonl"
-    if path.exists():
-        return path, False
-    return path, _write_lines(path, records, overwrite=False)
+
+def records_text(records: Sequence[DecisionRecord]) -> str:
+    """Records as JSON Lines, the text of a segment."""
+    return "".join(json.dumps(record.to_json_dict(), sort_keys=True) + "\n" for record in records)
 
 
 def _write_lines(path: Path, records: Sequence[DecisionRecord], overwrite: bool) -> bool:
-    text = "".join(json.dumps(record.to_json_dict(), sort_keys=True) + "\n" for record in records)
-    return write_file(path, text, overwrite)
+    return write_file(path, records_text(records), overwrite)
 
 
 def write_file(path: Path, text: str, overwrite: bool = True) -> bool:
@@ -156,6 +157,18 @@ def read_log(location: Path) -> list[DecisionRecord]:
         for number, line in enumerate(read_lines(path), start=1):
             if line.strip():
                 records.append(parse_record(line, str(path), number))
+    return records
+
+
+def read_store_log(store: RecordStore) -> list[DecisionRecord]:
+    """All records of a log in a `RecordStore` (a folder or an object-storage URL), segment by segment."""
+    records = []
+    for name in store.names(prefix="segment-", suffix=".jsonl"):
+        where = f"{store}/{name}"
+        data = store.read_bytes(name) or b""
+        for number, line in enumerate(data.splitlines(), start=1):
+            if line.strip():
+                records.append(parse_record(decode(line, where, row=number), where, number))
     return records
 
 
