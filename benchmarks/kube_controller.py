@@ -197,11 +197,33 @@ def kube_env(folder: Path) -> Iterator[Any]:
         yield KubeEnv(local.plane, local.identities)
 
 
-def kills(num_kills: int, seed: int, folder: Path, num_jobs: int, num_nodes: int) -> dict[str, Any]:
+@contextmanager
+def record_store(kind: str, folder: Path) -> Iterator[str]:
+    """Where `dl2 serve` keeps its records: a folder, or `s3`: a bucket of versitygw (a real S3 server), the
+    store a managed cluster's replicas share; its endpoint and credentials in the environment, as a pod's."""
+    if kind == "folder":
+        yield str(folder / "decisions")
+        return
+    from dl2.controlplane.objectstore import object_store
+
+    with object_store(folder / "s3", folder / "s3-logs") as store:
+        saved = dict(os.environ)
+        os.environ.update(store.environment())
+        try:
+            yield f"{store.bucket('dl2')}/decisions"
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
+def kills(
+    num_kills: int, seed: int, folder: Path, num_jobs: int, num_nodes: int, store: str = "folder"
+) -> dict[str, Any]:
     from dl2.kube.controller import CRASH_POINTS
     from dl2.kube.models import directory_loader
     from dl2.sim.config import SimConfig
-    from dl2.sim.decision_log import read_log
+    from dl2.sim.decision_log import read_store_log
+    from dl2.sim.record_store import RecordStore
     from dl2.twin.workloads import first_jobs, first_nodes
     from dl2.workload.registry import load_workloads
     from tests.kube_helpers import ServeUnderKills, create_policy, twin, uninterrupted_run
@@ -234,17 +256,18 @@ def kills(num_kills: int, seed: int, folder: Path, num_jobs: int, num_nodes: int
             key=lambda kill: kill[1],
         )  # fmt: skip
         started = time.perf_counter()
-        with twin(kube, workload, sim) as cluster:
+        with record_store(store, folder) as log, twin(kube, workload, sim) as cluster:
             create_policy(kube, "active")
-            run = ServeUnderKills(kube, cluster, folder, models, plan, limit=num_kills)
+            run = ServeUnderKills(kube, cluster, folder, models, plan, limit=num_kills, decision_log=log)
             run.run(slot_timeout_s=300)
             through_api = {j.job_id: j.finish_s for j in cluster.result().jobs}
             resizes = run.resizes()
-        wall = time.perf_counter() - started
-    records = read_log(folder / "decisions" / "dl2-local")
+            wall = time.perf_counter() - started
+            records = read_store_log(RecordStore(log).child("dl2-local"))
     keys = Counter((r.time_s, r.job_id) for r in records)
     reference_keys = {(r.time_s, r.job_id) for r in reference}
     return {
+        "record_store": store,
         "jobs": num_jobs,
         "nodes": num_nodes,
         "slots": slots,
@@ -266,7 +289,9 @@ def kills(num_kills: int, seed: int, folder: Path, num_jobs: int, num_nodes: int
     }
 
 
-def failover(folder: Path, trials: int, lease_s: float = 15.0, renew_s: float = 10.0, retry_s: float = 2.0) -> dict:
+def failover(
+    folder: Path, trials: int, lease_s: float = 15.0, renew_s: float = 10.0, retry_s: float = 2.0, store: str = "folder"
+) -> dict:
     """Two `dl2 serve` replicas with the Deployment's Lease timing on the twin in lock step; the leader is
     SIGKILLed `trials` times at seeded slots; measured: seconds from the kill to the standby's first slot report."""
     import signal
@@ -281,7 +306,11 @@ def failover(folder: Path, trials: int, lease_s: float = 15.0, renew_s: float = 
     workload = first_nodes(first_jobs(load_workloads("philly")[0], 30), 4)
     models = models_root(folder / "models")
     times: list[float] = []
-    with kube_env(folder / "cluster") as kube, twin(kube, workload, SimConfig.realistic(seed=CONFIG_SEED)) as cluster:
+    with (
+        kube_env(folder / "cluster") as kube,
+        record_store(store, folder) as decisions,
+        twin(kube, workload, SimConfig.realistic(seed=CONFIG_SEED)) as cluster,
+    ):
         create_policy(kube, "active")
         kubeconfig = kube.kubeconfig(folder / "kubeconfig", token=kube.identities.controller)
         replicas: dict[str, subprocess.Popen[bytes]] = {}
@@ -289,7 +318,7 @@ def failover(folder: Path, trials: int, lease_s: float = 15.0, renew_s: float = 
         def start(identity: str) -> None:
             command = [
                 sys.executable, "-m", "dl2.cli.main", "serve", "--kubeconfig", str(kubeconfig), "--clock", "cluster",
-                "--decision-log", str(folder / "decisions"), "--models-dir", str(models), "--metrics-port", "0",
+                "--decision-log", decisions, "--models-dir", str(models), "--metrics-port", "0",
                 "--metrics-host", "127.0.0.1", "--identity", identity, "--lease-s", str(lease_s),
                 "--renew-deadline-s", str(renew_s), "--retry-s", str(retry_s), "--log-level", "WARNING",
             ]  # fmt: skip
@@ -432,6 +461,12 @@ def main() -> None:
     parser.add_argument("--kill-jobs", type=int, default=30, help="kills: Philly jobs of the run")
     parser.add_argument("--kill-nodes", type=int, default=4, help="kills: Philly nodes of the run")
     parser.add_argument("--seed", type=int, default=0, help="kills: seed of the kill points")
+    parser.add_argument(
+        "--record-store",
+        choices=("folder", "s3"),
+        default="s3",
+        help="kills, failover: where dl2 serve keeps its records (s3: a bucket of versitygw, a real S3 server)",
+    )
     parser.add_argument("--philly-jobs", type=int, default=100)
     parser.add_argument("--philly-nodes", type=int, default=16)
     parser.add_argument(
@@ -462,10 +497,11 @@ def main() -> None:
                   str(s["max_api_calls_per_slot"]), f"{s['median_resizes_per_slot']:.0f}"] for s in sizes],
             )  # fmt: skip
         if "kills" in parts:
-            outcome = kills(args.kills, args.seed, folder / "kills", args.kill_jobs, args.kill_nodes)
+            outcome = kills(args.kills, args.seed, folder / "kills", args.kill_jobs, args.kill_nodes, args.record_store)
             results["kills"] = outcome
             print_table(
-                "dl2 serve SIGKILLed at random points of its slot loop, restarted each time",
+                "dl2 serve SIGKILLed at random points of its slot loop, restarted each time "
+                f"(records: {args.record_store})",
                 ["kills", "slots", "resize requests", "duplicate resizes", "records", "lost", "added",
                  "duplicated", "identical to no kills", "wall (s)"],
                 [[str(outcome["kills"]), str(outcome["slots"]), str(outcome["resize_requests"]),
@@ -475,7 +511,7 @@ def main() -> None:
                   f"{outcome['wall_s']:.0f}"]],
             )  # fmt: skip
         if "failover" in parts:
-            outcome = failover(folder / "failover", args.failovers)
+            outcome = failover(folder / "failover", args.failovers, store=args.record_store)
             results["failover"] = outcome
             print_table(
                 "leader failover: two dl2 serve replicas (Lease 15 s, renew deadline 10 s, retry 2 s), the leader "

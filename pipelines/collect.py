@@ -2,7 +2,8 @@
 training data.
 
 Controllers (`dl2 serve`, or a simulated cluster) append decision records to live logs under `data.incoming`: a
-folder of segments per cluster (each written once, atomically) or `.jsonl` files that grow by lines. `collect`
+folder of segments per cluster (each written once, atomically) or `.jsonl` files that grow by lines; or, where the
+controllers keep their records in object storage, the same folders under an `s3://` URL. `collect`
 takes what each log gained since the watermark, validates it with the decision-log suite (`pipelines.validate`),
 and
 
@@ -51,8 +52,8 @@ class Taken:
     """New segment files (a folder log)."""
     lines_to: int = 0
     """Lines consumed after this window (a file log)."""
-    cluster: Path | None = None
-    """The log's cluster description, if it has one."""
+    cluster: bytes | None = None
+    """The log's cluster description (`cluster.json`), if it has one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,10 +86,15 @@ def watermark(layout: Layout) -> dict[str, Any]:
     return data.get("logs", {}) if isinstance(data, dict) and isinstance(data.get("logs"), dict) else {}
 
 
-def new_records(incoming: Path, consumed: Mapping[str, Any]) -> list[Taken]:
-    """Per log under `incoming`, what it gained past the watermark (logs with nothing new left out)."""
+def new_records(incoming: Path | str, consumed: Mapping[str, Any]) -> list[Taken]:
+    """Per log under `incoming` (a folder, or the object-storage URL the controllers write to), what it gained
+    past the watermark (logs with nothing new left out)."""
+    from dl2.sim.record_store import RecordStore, is_url
     from pipelines.feedback import find_logs
 
+    if is_url(incoming):
+        return _from_store(RecordStore(incoming), consumed)
+    assert isinstance(incoming, Path)
     found = []
     for log in find_logs(incoming):
         relative = str(log.relative_to(incoming))
@@ -106,7 +112,21 @@ def _from_folder(log: Path, relative: str, seen: Mapping[str, Any]) -> Taken | N
         return None
     lines = tuple(line for segment in new for line in _text(segment.read_bytes()).splitlines())
     cluster = log / CLUSTER_FILE
-    return Taken(relative, lines, tuple(p.name for p in new), cluster=cluster if cluster.is_file() else None)
+    described = cluster.read_bytes() if cluster.is_file() else None
+    return Taken(relative, lines, tuple(p.name for p in new), cluster=described)
+
+
+def _from_store(root: Any, consumed: Mapping[str, Any]) -> list[Taken]:
+    """A controller's logs in object storage: one folder of segments per cluster under the root URL."""
+    found = []
+    for name in root.folders():
+        store = root.child(name)
+        done = set(consumed.get(name, {}).get("segments", []))
+        new = [segment for segment in store.names(prefix="segment-", suffix=".jsonl") if segment not in done]
+        lines = tuple(line for segment in new for line in _text(store.read_bytes(segment) or b"").splitlines())
+        if any(line.strip() for line in lines):
+            found.append(Taken(name, lines, tuple(new), cluster=store.read_bytes(CLUSTER_FILE)))
+    return found
 
 
 def _from_file(log: Path, relative: str, seen: Mapping[str, Any]) -> Taken | None:
@@ -118,7 +138,10 @@ def _from_file(log: Path, relative: str, seen: Mapping[str, Any]) -> Taken | Non
         return None
     cluster = log.parent / CLUSTER_FILE
     return Taken(
-        relative, tuple(lines[start:complete]), lines_to=complete, cluster=cluster if cluster.is_file() else None
+        relative,
+        tuple(lines[start:complete]),
+        lines_to=complete,
+        cluster=cluster.read_bytes() if cluster.is_file() else None,
     )
 
 
@@ -130,9 +153,10 @@ def _text(data: bytes) -> str:
 
 def collect(params: Params, layout: Layout, window: str) -> Collection:
     """Move the records logged since the watermark into the training feedback (or quarantine), then advance it."""
+    from dl2.sim.record_store import is_url
     from pipelines.validate import failure_summary, validate_log
 
-    incoming = layout.root / params.data.incoming
+    incoming = params.data.incoming if is_url(params.data.incoming) else layout.root / params.data.incoming
     consumed = watermark(layout)
     result = Collection(window)
     staging = layout.root / "work" / "collect" / safe_name(window)
@@ -149,7 +173,7 @@ def collect(params: Params, layout: Layout, window: str) -> Collection:
             "".join(f"{line}\n" for line in taken.lines).encode("utf-8", "surrogateescape")
         )
         if taken.cluster is not None:
-            shutil.copyfile(taken.cluster, candidate / CLUSTER_FILE)
+            (candidate / CLUSTER_FILE).write_bytes(taken.cluster)
         report = _validate(validate_log, candidate, params, layout)
         if report is None or report.get("success"):
             target.mkdir(parents=True, exist_ok=True)

@@ -53,8 +53,9 @@ class DataParams:
     repository; fine-tuning learns from every log in it (the simulated cluster's and the collected ones). It may
     be empty."""
     incoming: str = "work/decisions"
-    """Live decision logs that controllers append to (not versioned); `pipelines.collect` moves what they gain
-    into `data/feedback/clusters`, validated."""
+    """Live decision logs that controllers append to (not versioned): a folder relative to the repository, or the
+    object-storage URL `dl2 serve --decision-log` writes to (`s3://bucket/prefix`); `pipelines.collect` moves what
+    they gain into `data/feedback/clusters`, validated."""
 
 
 @config

@@ -459,7 +459,6 @@ def run(
         champion_dir = registry.download(champion.version, Path(scratch) / "champion") if champion else None
         scores = evaluate(params, challenger_dir, champion_dir, layout)
     incumbents = {name: scores[name] for name in params.promote.incumbent}
-    from dl2.sim.metrics import report_unit
 
     verdict = decide(
         scores["challenger"], scores.get("champion"), incumbents, params.promote.margin,

@@ -50,3 +50,28 @@ def test_new_records_are_collected_once_and_a_malformed_log_is_quarantined(layou
     third = collect.run(params, layout, window="w3")
     assert third.summary["collected"] == {"broken.jsonl": 1} and not third.summary["quarantined"]
     assert (collect.clusters_dir(layout) / "broken" / "segment-000001-w3.jsonl").is_file()
+
+
+def test_records_in_object_storage_are_collected_the_same_way(layout: Layout, s3_url: str) -> None:
+    """Where the controllers keep their records in a bucket (`dl2 serve --decision-log s3://...`), `collect` reads
+    the same folders there."""
+    from dataclasses import replace
+
+    from dl2.sim.record_store import RecordStore
+
+    params = smoke_params()
+    local = layout.root / "staged"
+    good = decision_log(local / "cluster-a")
+    store = RecordStore(s3_url).child("cluster-a")
+    for path in sorted((local / "cluster-a").iterdir()):
+        store.create(path.name, path.read_text())
+    params = replace(params, data=replace(params.data, incoming=s3_url))
+    result = collect.run(params, layout, window="w1")
+    assert result.summary["collected"] == {"cluster-a": good} and not result.summary["quarantined"]
+    target = collect.clusters_dir(layout) / "cluster-a"
+    assert sorted(p.name for p in target.iterdir()) == ["cluster.json", "segment-000001-w1.jsonl"]
+    assert (target / "cluster.json").read_bytes() == (local / "cluster-a" / "cluster.json").read_bytes()
+    assert collect.run(params, layout, window="w2").summary["changed"] is False  # nothing new, nothing twice
+    later = sorted((local / "cluster-a").glob("segment-*.jsonl"))[0].read_text()  # the controller writes on
+    store.create("segment-999999999-000000.jsonl", later)
+    assert collect.run(params, layout, window="w3").summary["collected"] == {"cluster-a": len(later.splitlines())}
