@@ -7,6 +7,8 @@
 #   make helm   build helm (tools/helm), which lints and renders k8s/chart/, into ~/.cache/dl2/helm/<digest>, the same way
 #   make versitygw   build versitygw (tools/versitygw), an S3 server over a folder: the object storage the tests keep
 #               decision records in, into ~/.cache/dl2/versitygw/<digest>
+#   make prometheus   build prometheus (tools/prometheus), which scrapes a job's own metrics in the tests of progress
+#               from metrics, into ~/.cache/dl2/prometheus/<digest>
 SHELL := /bin/bash
 VENV := .venv
 PYTHON := $(VENV)/bin/python
@@ -17,7 +19,7 @@ TORCH_WHEEL := $(firstword $(wildcard $(WHEELS)/torch-2.13.0+cpu-*.whl))
 PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test lint typecheck unit bench clean kube-assets helm versitygw
+.PHONY: demo test lint typecheck unit bench clean kube-assets helm versitygw prometheus
 
 $(INSTALLED): requirements/requirements.txt requirements/dev.txt requirements/constraints.txt pyproject.toml
 	@test -x $(PYTHON) || python3.11 -m venv $(VENV)
@@ -32,7 +34,7 @@ $(INSTALLED): requirements/requirements.txt requirements/dev.txt requirements/co
 demo: $(INSTALLED) kube-assets
 	$(PYTHON) -m pipelines.lifecycle
 
-test: $(INSTALLED) kube-assets helm versitygw lint typecheck unit
+test: $(INSTALLED) kube-assets helm versitygw prometheus lint typecheck unit
 
 kube-assets: $(INSTALLED)
 	@$(PYTHON) -m dl2.controlplane.assets > /dev/null
@@ -43,6 +45,9 @@ helm: $(INSTALLED)
 versitygw: $(INSTALLED)
 	@$(PYTHON) -m dl2.controlplane.assets --tool versitygw > /dev/null
 
+prometheus: $(INSTALLED)
+	@$(PYTHON) -m dl2.controlplane.assets --tool prometheus > /dev/null
+
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -52,7 +57,7 @@ lint: $(INSTALLED)
 typecheck: $(INSTALLED)
 	$(VENV)/bin/mypy
 
-unit: $(INSTALLED) kube-assets helm versitygw
+unit: $(INSTALLED) kube-assets helm versitygw prometheus
 	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: $(INSTALLED)

@@ -28,7 +28,8 @@ HELM_LABELS = frozenset(
 )
 """The standard chart labels the chart adds to every object's metadata (never to selectors or pod templates)."""
 KEEP = {"helm.sh/resource-policy": "keep"}
-"""What the chart adds to the namespace, the decision log's claim and the policy: `helm uninstall` leaves them."""
+"""What the chart adds to the namespace, the decision log's claim (`storage.enabled`) and the policy: `helm uninstall`
+leaves them."""
 RBAC_KINDS = frozenset({"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"})
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 Key = tuple[str, str, str | None, str]
@@ -100,7 +101,7 @@ def containers(objects: dict[Key, dict[str, Any]]) -> dict[str, dict[str, Any]]:
 @pytest.mark.parametrize(
     "values",
     [(), ("--set", "rbac.create=false,extender.enabled=false,networkPolicy.enabled=false,replicas=1"),
-     ("--set", "monitoring.enabled=true,storage.existingClaim=decisions,policy.create=false")],
+     ("--set", "monitoring.enabled=true,storage.enabled=true,storage.existingClaim=decisions,policy.create=false")],
     ids=["defaults", "minimal", "monitoring"],
 )  # fmt: skip
 def test_helm_lint_passes_strict(helm_bin, values):
@@ -119,7 +120,7 @@ def test_default_values_render_the_kustomize_base(helm_bin):
         assert key[1] == "CustomResourceDefinition" or set(obj["metadata"].get("labels", {})) >= HELM_LABELS, key
         assert without_helm_labels(obj) == base[key], key
     kept = {key[1] for key, obj in chart.items() if obj["metadata"].get("annotations", {}).items() >= KEEP.items()}
-    assert kept == {"Namespace", "PersistentVolumeClaim", "SchedulerPolicy"}
+    assert kept == {"Namespace", "SchedulerPolicy"}
 
 
 def test_the_charts_copies_are_the_bases_files():
@@ -188,21 +189,70 @@ def test_extender_off_drops_its_objects_and_nothing_else(helm_bin):
     }
 
 
+def controller(objects: dict[Key, dict[str, Any]]) -> dict[str, Any]:
+    """The controller's pod spec."""
+    return one(objects, "Deployment", "dl2-scheduler")["spec"]["template"]["spec"]
+
+
+def test_records_go_to_the_bucket_by_default_with_no_claim(helm_bin):
+    """Both replicas write to records.url (through the ConfigMap, as the base does), with the credentials Secret
+    optional: workload identity needs none."""
+    objects = render(helm_bin, "--set", "records.url=s3://team-bucket/dl2,records.credentialsSecret=minio-keys")
+    assert not [key for key in objects if key[1] == "PersistentVolumeClaim"]
+    assert one(objects, "ConfigMap", "dl2-scheduler-config")["data"]["DL2_DECISION_LOG"] == "s3://team-bucket/dl2"
+    pod = controller(objects)
+    (serve,) = pod["containers"]
+    assert "--decision-log=$(DL2_DECISION_LOG)" in serve["args"]
+    assert serve["envFrom"] == [
+        {"configMapRef": {"name": "dl2-scheduler-config"}},
+        {"secretRef": {"name": "minio-keys", "optional": True}},
+    ]
+    assert "decisions" not in {v["name"] for v in pod["volumes"]} | {m["name"] for m in serve["volumeMounts"]}
+    # "": no Secret at all
+    (serve,) = controller(render(helm_bin, "--set", "records.credentialsSecret="))["containers"]
+    assert serve["envFrom"] == [{"configMapRef": {"name": "dl2-scheduler-config"}}]
+
+
+def test_the_controllers_account_carries_its_workload_identity(helm_bin):
+    role = "arn:aws:iam::123456789012:role/dl2-decisions"
+    objects = render(helm_bin, "--set", f"serviceAccounts.controllerAnnotations.eks\\.amazonaws\\.com/role-arn={role}")
+    assert one(objects, "ServiceAccount", "dl2-scheduler")["metadata"]["annotations"] == {
+        "eks.amazonaws.com/role-arn": role
+    }
+    assert "annotations" not in one(objects, "ServiceAccount", "dl2-extender")["metadata"]
+
+
+def test_storage_enabled_puts_the_log_on_the_claim(helm_bin):
+    """For a cluster with a ReadWriteMany class and no object storage: the claim, mounted where --decision-log
+    points, and no bucket (records.url is not read, so the schema does not check it)."""
+    objects = render(helm_bin, "--set", "storage.enabled=true", "--set-json", 'records.url=""')
+    claim = one(objects, "PersistentVolumeClaim", "dl2-decisions")
+    assert claim["metadata"]["annotations"] == KEEP and claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    pod = controller(objects)
+    (serve,) = pod["containers"]
+    assert "--decision-log=/var/lib/dl2/decisions" in serve["args"]
+    assert {"name": "decisions", "mountPath": "/var/lib/dl2/decisions"} in serve["volumeMounts"]
+    assert {"name": "decisions", "persistentVolumeClaim": {"claimName": "dl2-decisions"}} in pod["volumes"]
+    assert serve["envFrom"] == [{"configMapRef": {"name": "dl2-scheduler-config"}}]
+    assert "DL2_DECISION_LOG" not in one(objects, "ConfigMap", "dl2-scheduler-config")["data"]
+
+
 def test_storage_values_reach_the_claim(helm_bin):
-    assert "storageClassName" not in one(render(helm_bin), "PersistentVolumeClaim", "dl2-decisions")["spec"]
+    enabled = ("--set", "storage.enabled=true")
+    assert "storageClassName" not in one(render(helm_bin, *enabled), "PersistentVolumeClaim", "dl2-decisions")["spec"]
     values = "storage.storageClassName=efs-sc,storage.size=50Gi,storage.accessModes={ReadWriteOnce}"
-    spec = one(render(helm_bin, "--set", values), "PersistentVolumeClaim", "dl2-decisions")["spec"]
+    spec = one(render(helm_bin, *enabled, "--set", values), "PersistentVolumeClaim", "dl2-decisions")["spec"]
     assert spec == {
         "accessModes": ["ReadWriteOnce"],
         "storageClassName": "efs-sc",
         "resources": {"requests": {"storage": "50Gi"}},
     }
-    # "" is a class too: no dynamic provisioning, a volume bound by hand (as tests/test_kube_install.py makes one)
-    empty = one(render(helm_bin, "--set-json", 'storage.storageClassName=""'), "PersistentVolumeClaim", "dl2-decisions")
-    assert empty["spec"]["storageClassName"] == ""
-    existing = render(helm_bin, "--set", "storage.existingClaim=team-nfs")
+    # "" is a class too: no dynamic provisioning, a volume bound by hand
+    empty = render(helm_bin, *enabled, "--set-json", 'storage.storageClassName=""')
+    assert one(empty, "PersistentVolumeClaim", "dl2-decisions")["spec"]["storageClassName"] == ""
+    existing = render(helm_bin, *enabled, "--set", "storage.existingClaim=team-nfs")
     assert not [key for key in existing if key[1] == "PersistentVolumeClaim"]
-    volumes = one(existing, "Deployment", "dl2-scheduler")["spec"]["template"]["spec"]["volumes"]
+    volumes = controller(existing)["volumes"]
     assert {"name": "decisions", "persistentVolumeClaim": {"claimName": "team-nfs"}} in volumes
 
 
@@ -258,6 +308,13 @@ def test_network_policy_off(helm_bin):
         ("replicas=0", "at '/replicas': minimum: got 0, want 1"),
         ("storage.accessModes={ReadWriteSometimes}", "at '/storage/accessModes/0': value must be one of"),
         ("storage.size=lots", "at '/storage/size': 'lots' does not match pattern"),
+        (
+            "records.url=REPLACE-WITH-YOUR-BUCKET/dl2",
+            "at '/records/url': 'REPLACE-WITH-YOUR-BUCKET/dl2' does not match pattern",
+        ),
+        ("records.url=/var/lib/dl2/decisions", "at '/records/url': '/var/lib/dl2/decisions' does not match pattern"),
+        ("records.credentialsSecret=Keys", "at '/records/credentialsSecret': 'Keys' does not match pattern"),
+        ("storage.enabled=yes", "at '/storage/enabled': got string, want boolean"),
         ("policy.mode=Off", "at '/policy/mode': value must be one of 'off', 'shadow', 'canary', 'active'"),
         ("policy.mode=canary,policy.canary.namespaces=null", "at '/policy/canary': 'anyOf' failed"),
         ("policy.canary.namespaces={Team_A}", "at '/policy/canary/namespaces/0': 'Team_A' does not match pattern"),
@@ -289,7 +346,8 @@ def dry_run(kube: Any, tmp_path: Path, text: str) -> subprocess.CompletedProcess
 @pytest.mark.parametrize(
     "values",
     [("--set", "monitoring.enabled=true"),
-     ("--set", "rbac.create=false,extender.enabled=false,storage.storageClassName=standard,replicas=1",
+     ("--set", "rbac.create=false,extender.enabled=false,storage.enabled=true,storage.storageClassName=standard",
+      "--set", "replicas=1",
       "--set", f"image.digest={DIGEST},policy.mode=canary,policy.canary.jobSelector.matchLabels.tier=gold")],
     ids=["defaults-and-monitoring", "small"],
 )  # fmt: skip

@@ -16,13 +16,12 @@ from dl2.controlplane.cluster import ControlPlane
 from dl2.core import NodeSpec, Resources
 from dl2.kube.controller import Controller, ControllerConfig
 from dl2.kube.policy import POLICIES
-from dl2.kube.rest import NODES, PODS, Resource, Rest
+from dl2.kube.rest import NODES, PODS, Rest
 from dl2.twin import manifests
 from tests.kube_helpers import heuristic_loader
 
 K8S = Path(__file__).resolve().parent.parent / "k8s"
 DEPLOYMENTS = {"dl2-scheduler", "dl2-extender", "dl2-kube-scheduler"}
-PERSISTENT_VOLUMES = Resource("", "v1", "persistentvolumes", namespaced=False)
 
 
 def run(kubeconfig: Path, *arguments: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -43,7 +42,8 @@ def wait_for(condition, what: str, timeout_s: float = 60.0) -> None:
 
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory):
-    """A control plane with nothing of dl2 on it, two kwok nodes, and a volume for the decision log's claim."""
+    """A control plane with nothing of dl2 on it and two kwok nodes (the decision log is in object storage: no volume
+    is needed)."""
     folder = tmp_path_factory.mktemp("install")
     with ControlPlane(folder / "plane") as plane:
         kubeconfig = plane.write_kubeconfig(folder / "admin.kubeconfig")
@@ -51,19 +51,6 @@ def fresh(tmp_path_factory):
         for index in range(2):
             node = NodeSpec(index, Resources(gpu=8.0, cpu=32.0, mem_gb=128.0), "kwok")
             rest.create(NODES, None, manifests.node(node, f"kwok-{index}"))
-        # a cluster's storage, as an admin provides it: the claim asks for ReadWriteMany and no class
-        volume = {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": "dl2-decisions"},
-            "spec": {
-                "capacity": {"storage": "20Gi"},
-                "accessModes": ["ReadWriteMany"],
-                "storageClassName": "",
-                "hostPath": {"path": str(folder / "decisions")},
-            },
-        }
-        rest.create(PERSISTENT_VOLUMES, None, volume)
         yield plane, kubeconfig
 
 

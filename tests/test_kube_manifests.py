@@ -16,6 +16,7 @@ import yaml
 
 from dl2.kube.policy import Mode, parse_policy
 from dl2.schedulers.registry import SCHEDULERS
+from dl2.sim.record_store import is_url
 
 K8S = Path(__file__).resolve().parent.parent / "k8s"
 KUBERNETES = "1.36.0"
@@ -118,7 +119,10 @@ def test_the_deployment_is_locked_down_and_highly_available():
     assert pdb["spec"]["minAvailable"] == 1
     assert pdb["spec"]["selector"]["matchLabels"] == spec["selector"]["matchLabels"]
     args = " ".join(container["args"])
-    assert "--identity=$(POD_NAME)" in args and "--decision-log=/var/lib/dl2/decisions" in args
+    assert "--identity=$(POD_NAME)" in args and "--decision-log=$(DL2_DECISION_LOG)" in args
+    # the replicas share the log through object storage, not a volume; the keys' Secret is optional (workload identity)
+    assert "decisions" not in {volume["name"] for volume in pod["volumes"]}
+    assert {"secretRef": {"name": "dl2-object-store", "optional": True}} in container["envFrom"]
 
 
 def test_the_deployment_s_arguments_are_ones_dl2_serve_accepts():
@@ -133,6 +137,7 @@ def test_the_deployment_s_arguments_are_ones_dl2_serve_accepts():
     parsed = build_parser().parse_args(["serve", *args])
     assert (parsed.policy_name, parsed.metrics_port, parsed.slot_s) == ("default", 8080, 600.0)
     assert parsed.identity == "dl2-scheduler-0" and parsed.cluster_name == values["DL2_CLUSTER_NAME"]
+    assert is_url(parsed.decision_log) and parsed.decision_log.startswith("s3://")
 
 
 def test_the_third_party_crds_are_attributed():

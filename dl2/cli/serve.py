@@ -70,6 +70,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--no-leader-election", action="store_true", help="always lead (one replica only)")
     parser.add_argument("--request-timeout-s", type=float, default=10.0, help="timeout of each API request")
     parser.add_argument("--seed", type=int, default=0, help="seed of the retry jitter")
+    parser.add_argument(
+        "--prometheus-url",
+        default=None,
+        help="Prometheus answering the jobs' dl2.io/progress-query annotations (progress from the metrics a job "
+        "exports; without it, progress is the dl2.io/progress-epochs annotation only)",
+    )
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     parser.set_defaults(run=run)
 
@@ -130,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
             placer=args.placer,
             request_timeout_s=args.request_timeout_s,
             seed=args.seed,
+            prometheus_url=args.prometheus_url or None,
             crash_at=_crash_at(),
         )
         lease = LeaseConfig(args.lease_name, args.lease_namespace, args.lease_s, args.renew_deadline_s, args.retry_s)

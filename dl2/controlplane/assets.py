@@ -9,13 +9,15 @@ every clone on the machine (as envtest keeps its binaries per version under the 
     python -m dl2.controlplane.assets            # the folder (built if missing: about 10 minutes on 2 cores)
     python -m dl2.controlplane.assets --check    # exit 1 if it is not built
 
-helm (helm.sh/helm/v4, which lints and renders `k8s/chart/`) and versitygw (an S3 server over a folder: the
-object storage that decision records go to in the tests) are built the same way, each from `tools/<name>/` into
+helm (helm.sh/helm/v4, which lints and renders `k8s/chart/`), versitygw (an S3 server over a folder: the
+object storage that decision records go to in the tests) and prometheus (which scrapes a training job's own
+metrics in the tests of progress from metrics) are built the same way, each from `tools/<name>/` into
 `$DL2_<NAME>_ASSETS` or `~/.cache/dl2/<name>/<digest of tools/<name>>`, apart from the control plane so that their
 pins never rebuild it:
 
     python -m dl2.controlplane.assets --tool helm        # the folder holding `helm` (built if missing: about 5 minutes)
     python -m dl2.controlplane.assets --tool versitygw   # (about 2 minutes)
+    python -m dl2.controlplane.assets --tool prometheus  # (about 7 minutes)
 """
 
 from __future__ import annotations
@@ -150,7 +152,10 @@ HELM = GoTool("helm", "DL2_HELM_ASSETS", "about 5 minutes", "lints and renders k
 VERSITYGW = GoTool(
     "versitygw", "DL2_VERSITYGW_ASSETS", "about 2 minutes", "an S3 server over a folder, for records in object storage"
 )
-TOOLS_BY_NAME = {tool.binary: tool for tool in (HELM, VERSITYGW)}
+PROMETHEUS = GoTool(
+    "prometheus", "DL2_PROMETHEUS_ASSETS", "about 7 minutes", "scrapes a job's own metrics, for progress from metrics"
+)
+TOOLS_BY_NAME = {tool.binary: tool for tool in (HELM, VERSITYGW, PROMETHEUS)}
 
 
 def helm() -> str:

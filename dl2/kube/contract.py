@@ -14,8 +14,10 @@ The controller (`dl2 serve`) and the cluster twin (`dl2.twin`) both follow it.
 - Every managed job carries the annotations `dl2.io/model` (its model's name; one the catalogue,
   `dl2.workload.catalogue`, lacks is scheduled under the profile of the catalogue model nearest to it,
   `proxy_model`, and listed in the policy's status),
-  `dl2.io/declared-epochs` and, once it has trained, `dl2.io/progress-epochs` (reported by the training job; by
-  the simulator in simulated mode, every slot). Optional: `dl2.io/arrival-s` (submission time on the
+  `dl2.io/declared-epochs` and, once it has trained, `dl2.io/progress-epochs` (reported by the training job,
+  `dl2.report`; by the simulator in simulated mode, every slot), or `dl2.io/progress-query`: a PromQL query of
+  the metrics the job exports whose answer is its epochs done (`dl2.kube.progress_metrics`; the larger of the
+  two counts). Optional: `dl2.io/arrival-s` (submission time on the
   simulated clock; otherwise `creationTimestamp`), `dl2.io/job-id` (the workload's job id; otherwise the name),
   `dl2.io/requested-workers`, `dl2.io/requested-ps`, `dl2.io/samples-per-epoch` (otherwise the catalogue's).
 - Per-task resources are the pod template's container `resources.requests` (`nvidia.com/gpu`, `cpu`,
@@ -59,6 +61,7 @@ NODE_INDEX_LABEL = "dl2.io/node-index"
 MODEL = "dl2.io/model"
 DECLARED_EPOCHS = "dl2.io/declared-epochs"
 PROGRESS_EPOCHS = "dl2.io/progress-epochs"
+PROGRESS_QUERY = "dl2.io/progress-query"
 MAX_WORKERS = "dl2.io/max-workers"
 MAX_PS = "dl2.io/max-ps"
 ARRIVAL_S = "dl2.io/arrival-s"
@@ -322,6 +325,12 @@ def pod_job_role(labels: Mapping[str, str]) -> tuple[str, str] | None:
 
 def progress_epochs(obj: dict[str, Any]) -> float:
     return _number(obj, PROGRESS_EPOCHS, "0")
+
+
+def progress_query(obj: dict[str, Any]) -> str | None:
+    """The PromQL query whose answer is the job's epochs done (`dl2.kube.progress_metrics`), if it names one."""
+    text = ((obj.get("metadata") or {}).get("annotations") or {}).get(PROGRESS_QUERY)
+    return text.strip() or None if isinstance(text, str) else None
 
 
 def is_kueue_managed(obj: dict[str, Any]) -> bool:

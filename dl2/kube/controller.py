@@ -40,8 +40,9 @@ from dl2.kube.events import EventRecorder, ObjectRef
 from dl2.kube.leader import LeaseElector
 from dl2.kube.metrics import Health, Metrics
 from dl2.kube.models import Loader, PolicyRuntime
-from dl2.kube.observe import Snapshot, SpecCache, snapshot
+from dl2.kube.observe import RawCluster, Snapshot, SpecCache, progress_queries, snapshot
 from dl2.kube.policy import API_VERSION, KIND, OFF, POLICIES, Mode, PolicyError, PolicySpec, parse_policy
+from dl2.kube.progress_metrics import PrometheusProgress
 from dl2.kube.reconcile import JobState, Target, changes, may_resize, plan
 from dl2.kube.records import DecisionLog, JournalEntry, SlotJournal, draft_records
 from dl2.kube.rest import CONFIGMAPS, Rest
@@ -77,6 +78,8 @@ class ControllerConfig:
     """On the simulated clock: how long a slot waits for its caches to reach the clock's barrier."""
     seed: int = 0
     """Seed of the retry jitter."""
+    prometheus_url: str | None = None
+    """Prometheus that answers the jobs' `dl2.io/progress-query` (None: progress from the annotation only)."""
     crash_at: tuple[tuple[str, int], ...] = ()
     """Test hook: SIGKILL this process at the first of these (point, slot) it reaches; see `CRASH_POINTS`."""
 
@@ -167,6 +170,7 @@ class Controller:
         self.observed_generation = 0
         self.last_report: SlotReport | None = None
         self.last_snapshot: Snapshot | None = None
+        self.progress_source = PrometheusProgress(config.prometheus_url) if config.prometheus_url else None
         self.total_fallbacks = 0
         self._conditions = _Conditions()
         self._fallback: str | None = None
@@ -247,6 +251,17 @@ class Controller:
         finally:
             self.events.release()
 
+    def _measured_progress(self, raw: RawCluster) -> dict[tuple[str, str], float]:
+        """Epochs from the jobs' own metrics (`dl2.io/progress-query`), where a Prometheus is configured."""
+        if self.progress_source is None:
+            return {}
+        last = self.last_snapshot
+        active = {(job.namespace, job.name) for job in last.jobs} if last is not None else set()
+        failures = self.progress_source.failures
+        measured = self.progress_source.read(progress_queries(raw, active))
+        self.metrics.progress_query_failures.inc(self.progress_source.failures - failures)
+        return measured
+
     def _run_slot(self, slot: int, time_s: float, slot_s: float, barrier: dict[str, int] | None) -> SlotReport | None:
         started, calls = time.perf_counter(), self.call.calls
         self.health.beat()
@@ -254,7 +269,8 @@ class Controller:
         for resource, version in (barrier or {}).items():
             wanted[resource] = max(wanted.get(resource, 0), version)
         raw = self.cache.read(wanted, self.config.cache_timeout_s)
-        snap = snapshot(raw, time_s, slot, slot_s, self.config.cluster_name, self.specs)
+        measured = self._measured_progress(raw)
+        snap = snapshot(raw, time_s, slot, slot_s, self.config.cluster_name, self.specs, measured)
         phases = {"observe": time.perf_counter() - started, "decide": 0.0}
         mark = time.perf_counter()
         self.last_snapshot = snap

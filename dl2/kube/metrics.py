@@ -52,6 +52,9 @@ class Metrics:
         )
         self.fallback_active = Gauge("dl2_fallback_active", "1 while the incumbent stands in for the model", registry=r)
         self.last_slot = Gauge("dl2_last_slot", "The last slot this replica ran", registry=r)
+        self.progress_query_failures = Counter(
+            "dl2_progress_query_failures", "Jobs' progress queries Prometheus did not answer with a number", registry=r
+        )
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -12,6 +12,7 @@ from typing import Any
 
 from dl2.core import Allocation, ClusterSpec, ClusterView, JobAllocation, JobSpec, JobView, NodeSpec
 from dl2.kube import contract as c
+from dl2.kube.progress_metrics import ProgressQuery
 
 RESIZED_SLOT = "dl2.io/resized-slot"
 """Annotation the controller puts on a job it resizes: the slot of that resize (its cooldown is counted from it)."""
@@ -151,11 +152,34 @@ class SpecCache:
             del self._specs[uid]
 
 
+def _key(obj: dict[str, Any]) -> tuple[str, str]:
+    metadata = obj.get("metadata") or {}
+    return str(metadata.get("namespace")), str(metadata.get("name"))
+
+
+def progress_queries(raw: RawCluster, active: set[tuple[str, str]]) -> list[ProgressQuery]:
+    """The progress queries of the jobs that name one and are unfinished or were `active` last slot (a job that
+    finished since has its last slot's progress still to be recorded)."""
+    queries = []
+    for obj in raw.jobs:
+        text = c.progress_query(obj)
+        if text is not None and (_key(obj) in active or not c.is_finished(obj)):
+            queries.append(ProgressQuery(*_key(obj), text))
+    return queries
+
+
 def snapshot(
-    raw: RawCluster, time_s: float, slot: int, slot_s: float, cluster_name: str, specs: SpecCache | None = None
+    raw: RawCluster,
+    time_s: float,
+    slot: int,
+    slot_s: float,
+    cluster_name: str,
+    specs: SpecCache | None = None,
+    measured: Mapping[tuple[str, str], float] | None = None,
 ) -> Snapshot:
     """The view of a slot from one read: active jobs in workload order with the tasks they hold (`specs` keeps
-    the parsed job specs between slots)."""
+    the parsed job specs between slots; `measured`: (namespace, name) -> epochs from the jobs' own metrics, which
+    count where they are ahead of the reported annotation)."""
     cluster, node_index = cluster_spec(raw.nodes, cluster_name)
     held = _held(raw.pods, node_index)
     autoscaled = c.autoscaled_jobs(raw.autoscalers)
@@ -169,7 +193,7 @@ def snapshot(
         try:
             spec: JobSpec = specs.spec(obj) if specs is not None else c.job_spec(obj)
             done = c.is_finished(obj)
-            epochs = c.progress_epochs(obj)
+            epochs = max(c.progress_epochs(obj), (measured or {}).get(_key(obj), 0.0))
             replicas = c.replicas(obj)
         except (c.ContractError, ValueError, TypeError) as error:
             refused.append(f"{key}: {error}")
