@@ -29,7 +29,7 @@ from pipelines import tracking
 from pipelines.code import code_version
 from pipelines.evaluate import simulate_builder
 from pipelines.params import Params
-from pipelines.rl import ablation_config, env_config, learned_builder, rl_seeds
+from pipelines.rl import ablation_config, continued, learned_builder, rl_seeds
 from pipelines.stage import Layout, StageResult, main_without_arguments, write_json
 from pipelines.workloads import require_within, test_dataset, training_dataset
 
@@ -69,7 +69,7 @@ def train_and_test(params: Params, layout: Layout, variant: str, seed: int, pool
     torch.manual_seed(seed)
     child = {"variant": variant, "seed": seed, "iterations": params.ablate.iterations}
     with tracking.stage_run("ablate", child, nested=True, run_name=f"{variant}-seed{seed}", root=layout.root):
-        env = env_config(params, config)
+        env, _ = continued(params, config, layout.relative(layout.model("warmup")))
         trainer, _ = fine_tune(env, rl, pool, warm.policy, warm.value, on_iteration=log_iteration)
         # the policy after training (no validation): a best-validated checkpoint would often be the warm-up itself
         # for every variant at ablation budgets, hiding what switching a component off does

@@ -27,7 +27,7 @@ from dl2.sim.metrics import report_unit
 from pipelines import tracking
 from pipelines.code import code_version
 from pipelines.params import Params
-from pipelines.rl import env_config, finetune_config, rl_seeds, save
+from pipelines.rl import continued, rl_seeds, save
 from pipelines.stage import Layout, StageResult, main, write_json
 from pipelines.workloads import require_within, training_dataset
 
@@ -111,7 +111,7 @@ def run(params: Params, layout: Layout | None = None, init: Path | None = None) 
     start = init_folder(params, layout, init)
     logs, skipped = usable_logs(params, layout, find_logs(layout.simulated_feedback))
     trained = load_trained(start)
-    config = finetune_config(params, trained.config.network)
+    env, config = continued(params, trained.config, layout.relative(start))
     require_within(layout, params, "rl", rl_seeds(config))
     settings = {
         "finetune": params.section("finetune"),
@@ -119,7 +119,6 @@ def run(params: Params, layout: Layout | None = None, init: Path | None = None) 
         "init": layout.relative(start),
     }
     version = code_version("pipelines.finetune")
-    env = env_config(params, trained.config)
     with tracking.stage_run("finetune", settings, tags={"dl2.code_version": version}, root=layout.root) as active:
         batches, feedback_facts = feedback_batches(params, layout, trained.config, logs)
         tracking.log_inputs([(training_dataset(layout), "training"), *feedback_datasets(layout, logs)])

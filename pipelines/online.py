@@ -27,7 +27,7 @@ from dl2.io import to_json
 from pipelines import tracking
 from pipelines.code import code_version
 from pipelines.params import Params
-from pipelines.rl import env_config, finetune_config, save
+from pipelines.rl import continued, save
 from pipelines.stage import Layout, StageResult, main_without_arguments, write_json
 
 RECORD = "online.json"
@@ -75,12 +75,12 @@ def run(params: Params, layout: Layout | None = None) -> StageResult:
             write_json(layout.reports / RECORD, {"code_version": version, "from": layout.relative(start), **summary})
             return StageResult("online", outputs, version, active.info.run_id, summary)
         batches, facts = feedback_batches(params, layout, trained.config, logs)
-        config = finetune_config(params, trained.config.network)
+        env, config = continued(params, trained.config, layout.relative(start))
         torch.manual_seed(config.seed)
         torch.set_num_threads(1)
         pool = make_pool("local", params.finetune.workers)
         try:
-            trainer = ActorCritic(env_config(params, trained.config), config, trained.policy, trained.value)
+            trainer = ActorCritic(env, config, trained.policy, trained.value)
             before = _validated(trained.metadata)
             if before is None:
                 before = trainer.validate(pool)

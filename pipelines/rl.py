@@ -24,17 +24,15 @@ VARIANTS: Mapping[str, dict[str, bool]] = {
 """RL components switched off per ablation variant (DL2 §6.5)."""
 
 
-def env_config(params: Params, policy_config: Any) -> Any:
-    """The fine-tune stage's environment: its reward and episode length, the policy's window, packing and placer,
-    the simulator preset of the pipeline's mode."""
+def continued(params: Params, policy_config: Any, where: str) -> tuple[Any, Any]:
+    """(EnvConfig, RLConfig) of the fine-tune stage continuing a model (`dl2.rl.model_io.continuing`): the stage's
+    reward, episode length and RL settings, the simulator preset of the pipeline's mode, and the model's window,
+    packing, placer and network."""
+    from dl2.rl.model_io import continuing
     from dl2.sim.config import SimConfig
 
-    return replace(
-        params.finetune.env,
-        observation=policy_config.observation,
-        placer=policy_config.placer,
-        sim=SimConfig.for_mode(params.workloads.mode),
-    )
+    env = replace(params.finetune.env, sim=SimConfig.for_mode(params.workloads.mode))
+    return continuing(policy_config, env, params.finetune.rl, where)
 
 
 def finetune_config(params: Params, network: Any) -> Any:

@@ -162,6 +162,7 @@ def rl_configs(args: argparse.Namespace, loaded: PolicyConfig | None) -> tuple[A
     """(EnvConfig, RLConfig) from the flags; a model to continue brings its window, packing and network."""
     from dl2.env.config import EnvConfig
     from dl2.rl.config import check_training
+    from dl2.rl.model_io import continuing
     from dl2.sim.config import SimConfig
 
     mode = args.mode
@@ -169,10 +170,7 @@ def rl_configs(args: argparse.Namespace, loaded: PolicyConfig | None) -> tuple[A
     env = ENV_KEYS.build(ENV_KEYS.from_args(args), base=base, spelling=lambda key: key.flag)
     rl = RL_KEYS.build(RL_KEYS.from_args(args), spelling=lambda key: key.flag)
     if loaded is not None:
-        if loaded.mode != mode:
-            raise UsageError(f"{args.init} is a {loaded.mode}-mode model; this training is in {mode} mode")
-        env = replace(env, observation=loaded.observation, placer=loaded.placer)
-        rl = replace(rl, network=loaded.network)
+        env, rl = continuing(loaded, env, rl, str(args.init))
     if env.observation.packed and mode != "compat":
         raise UsageError("--packed is a compat-mode option (realistic mode places by --placer)")
     check_training(mode, rl, key="--credit")

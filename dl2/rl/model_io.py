@@ -10,17 +10,18 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from dataclasses import field
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from dl2.config import ConfigError, build, config, refuse
 from dl2.core import InputError
 from dl2.core.inputs import read_json
+from dl2.env.config import EnvConfig
 from dl2.env.decision import action_count
 from dl2.env.observation import ObservationConfig
 from dl2.io import to_json
-from dl2.rl.config import NetworkConfig
+from dl2.rl.config import NetworkConfig, RLConfig
 from dl2.schedulers.registry import check_placer
 
 FORMAT = "dl2-policy/1"
@@ -225,3 +226,12 @@ def model_card(title: str, metadata: dict[str, Any]) -> str:
     summary = {k: v for k, v in metadata.items() if k not in ("history", "initial_metadata")}
     facts = json.dumps(summary, indent=2, default=str)
     return f"# {title}\n\nWritten by `dl2`; `config.json` holds the same facts as JSON.\n\n```json\n{facts}\n```\n"
+
+
+def continuing(loaded: PolicyConfig, env: EnvConfig, rl: RLConfig, where: str) -> tuple[EnvConfig, RLConfig]:
+    """The configuration of RL that continues the model `loaded` (read from `where`): the model brings its
+    observation window and packing, its placer and its network, which its weights only fit; the rest (reward,
+    episodes, learning rate) is the training's own. A model of another mode than the training's is refused."""
+    if loaded.mode != env.sim.mode.value:
+        raise InputError(where, f"a {loaded.mode}-mode model; this training is in {env.sim.mode.value} mode")
+    return replace(env, observation=loaded.observation, placer=loaded.placer), replace(rl, network=loaded.network)
