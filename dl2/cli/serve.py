@@ -12,9 +12,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from dl2.cli.common import UsageError, check_range, check_seed
-from dl2.core.limits import MAX_TIME_S
-from dl2.schedulers.registry import PLACERS
+from dl2.cli.common import UsageError
 
 CRASH_ENV = "DL2_SERVE_CRASH_AT"
 """Test hook: `point@slot[,point@slot...]` (`dl2.kube.controller.CRASH_POINTS`): the process SIGKILLs itself at the
@@ -31,26 +29,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "to the decision log and resize jobs where the mode allows (off, shadow, canary, active). Only the "
         "replica holding the Lease writes. Serves /metrics, /healthz and /readyz. Stops on SIGINT or SIGTERM.",
     )
+    from dl2.kube.settings import LEASE_KEYS, SERVE_KEYS
+
     parser.add_argument("--kubeconfig", type=Path, default=None, help="kubeconfig (default: in-cluster config)")
-    parser.add_argument("--policy-name", default="default", help="the SchedulerPolicy object (cluster-scoped)")
-    parser.add_argument(
-        "--decision-log",
-        default="work/decisions",
-        help="root of the decision logs: a folder, or object storage shared by the replicas (s3://bucket/prefix; "
-        "credentials and endpoint from the AWS_* variables or workload identity)",
-    )
-    parser.add_argument(
-        "--cluster-name", default="dl2-local", help="name of this cluster in the records (its log folder)"
-    )
+    SERVE_KEYS.add_arguments(parser)
     parser.add_argument("--metrics-port", type=int, default=8080, help="port of /metrics, /healthz, /readyz (0: any)")
     parser.add_argument("--metrics-host", default="0.0.0.0", help="address of the metrics server")
-    parser.add_argument("--slot-s", type=float, default=600.0, help="slot length on the wall clock (seconds)")
-    parser.add_argument(
-        "--clock",
-        choices=("wall", "cluster"),
-        default="wall",
-        help="where slots come from: the wall clock, or a simulated cluster's dl2-system/dl2-clock ConfigMap",
-    )
     parser.add_argument("--identity", default=None, help="Lease holder identity (default: $POD_NAME or the host)")
     parser.add_argument(
         "--mlflow-uri", default=None, help="MLflow tracking/registry URI (default: $MLFLOW_TRACKING_URI)"
@@ -61,21 +45,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--model-cache", type=Path, default=Path("work/model-cache"), help="where MLflow versions are downloaded"
     )
-    parser.add_argument("--placer", choices=sorted(PLACERS), default="load-balance", help="the incumbent's placement")
-    parser.add_argument("--lease-name", default="dl2-scheduler", help="the Lease (in --lease-namespace)")
-    parser.add_argument("--lease-namespace", default="dl2-system")
-    parser.add_argument("--lease-s", type=float, default=15.0, help="lease duration")
-    parser.add_argument("--renew-deadline-s", type=float, default=10.0, help="lead no longer than this unrenewed")
-    parser.add_argument("--retry-s", type=float, default=2.0, help="renewal and acquisition interval")
+    LEASE_KEYS.add_arguments(parser)
     parser.add_argument("--no-leader-election", action="store_true", help="always lead (one replica only)")
-    parser.add_argument("--request-timeout-s", type=float, default=10.0, help="timeout of each API request")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the retry jitter")
-    parser.add_argument(
-        "--prometheus-url",
-        default=None,
-        help="Prometheus answering the jobs' dl2.io/progress-query annotations (progress from the metrics a job "
-        "exports; without it, progress is the dl2.io/progress-epochs annotation only)",
-    )
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     parser.set_defaults(run=run)
 
@@ -113,35 +84,18 @@ def _api(kubeconfig: Path | None) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dl2.kube.controller import Controller, ControllerConfig
-    from dl2.kube.leader import LeaseConfig, LeaseElector
+    from dl2.kube.controller import Controller
+    from dl2.kube.leader import LeaseElector
     from dl2.kube.metrics import HealthServer, Metrics
     from dl2.kube.models import directory_loader, mlflow_loader
+    from dl2.kube.settings import LEASE_KEYS, SERVE_KEYS, ControllerConfig
 
-    check_seed(args.seed)
     if not 0 <= args.metrics_port <= 65535:
         raise UsageError(f"--metrics-port must be in 0..65535, got {args.metrics_port}")
-    check_range("--slot-s", args.slot_s, 0.001, MAX_TIME_S)
-    for flag in ("--request-timeout-s", "--lease-s", "--renew-deadline-s", "--retry-s"):
-        check_range(flag, getattr(args, flag.removeprefix("--").replace("-", "_")), 0.001, 86_400)
     identity = args.identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
-    try:
-        config = ControllerConfig(
-            identity=identity,
-            policy_name=args.policy_name,
-            decision_log=args.decision_log,
-            cluster_name=args.cluster_name,
-            clock=args.clock,
-            slot_s=args.slot_s,
-            placer=args.placer,
-            request_timeout_s=args.request_timeout_s,
-            seed=args.seed,
-            prometheus_url=args.prometheus_url or None,
-            crash_at=_crash_at(),
-        )
-        lease = LeaseConfig(args.lease_name, args.lease_namespace, args.lease_s, args.renew_deadline_s, args.retry_s)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
+    base = ControllerConfig(identity=identity, crash_at=_crash_at())
+    config = SERVE_KEYS.build(SERVE_KEYS.from_args(args), base=base, spelling=lambda key: key.flag)
+    lease = LEASE_KEYS.build_from_args(args)
     if args.models_dir is not None:
         loader = directory_loader(args.models_dir)
     else:

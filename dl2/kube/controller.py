@@ -22,7 +22,6 @@ wall clock (`slot_s`) or, on a simulated cluster, from its clock ConfigMap (`dl2
 from __future__ import annotations
 
 import logging
-import math
 import os
 import signal
 import threading
@@ -30,7 +29,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from dl2.kube import clock as slot_clock
@@ -46,6 +44,7 @@ from dl2.kube.progress_metrics import PrometheusProgress
 from dl2.kube.reconcile import JobState, Target, changes, may_resize, plan
 from dl2.kube.records import DecisionLog, JournalEntry, SlotJournal, draft_records
 from dl2.kube.rest import CONFIGMAPS, Rest
+from dl2.kube.settings import ControllerConfig
 from dl2.sim.record_store import RecordStore
 
 log = logging.getLogger("dl2.serve")
@@ -53,41 +52,6 @@ log = logging.getLogger("dl2.serve")
 CRASH_POINTS = ("observed", "completed", "journaled", "resized-1", "resized-2", "resized-3", "acted", "status")
 """Where a test may have `dl2 serve` kill itself (`crash_at`): after each step of a slot, and after the first
 three resizes of one."""
-
-
-@dataclass(frozen=True, slots=True)
-class ControllerConfig:
-    identity: str
-    """This replica's name (the Lease holder identity; `$POD_NAME` in the Deployment)."""
-    policy_name: str = "default"
-    decision_log: str | Path = Path("work/decisions")
-    """Root of the decision logs, a folder or an object-storage URL (`s3://bucket/prefix`); this cluster's records
-    go to `<decision_log>/<cluster_name>/`."""
-    cluster_name: str = "dl2-local"
-    clock: str = "wall"
-    """`wall`: slots of `slot_s` seconds of real time; `cluster`: the simulated cluster's clock ConfigMap."""
-    slot_s: float = 600.0
-    clock_namespace: str = slot_clock.NAMESPACE
-    clock_name: str = slot_clock.NAME
-    placer: str = "load-balance"
-    """How the incumbent places tasks when it decides (the cluster's scheduler does the real placement)."""
-    request_timeout_s: float = 10.0
-    parallel_writes: int = 8
-    """Resizes in flight at once."""
-    cache_timeout_s: float = 30.0
-    """On the simulated clock: how long a slot waits for its caches to reach the clock's barrier."""
-    seed: int = 0
-    """Seed of the retry jitter."""
-    prometheus_url: str | None = None
-    """Prometheus that answers the jobs' `dl2.io/progress-query` (None: progress from the annotation only)."""
-    crash_at: tuple[tuple[str, int], ...] = ()
-    """Test hook: SIGKILL this process at the first of these (point, slot) it reaches; see `CRASH_POINTS`."""
-
-    def __post_init__(self) -> None:
-        if self.clock not in ("wall", "cluster"):
-            raise ValueError(f"clock must be 'wall' or 'cluster', got {self.clock!r}")
-        if not (math.isfinite(self.slot_s) and self.slot_s > 0):
-            raise ValueError(f"slot_s must be a positive number of seconds, got {self.slot_s}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,28 +14,10 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-
-@dataclass(frozen=True, slots=True)
-class LeaseConfig:
-    name: str = "dl2-scheduler"
-    namespace: str = "dl2-system"
-    lease_s: float = 15.0
-    """How long a holder that stopped renewing keeps the Lease, as other candidates count it."""
-    renew_deadline_s: float = 10.0
-    """How long the holder keeps acting without a successful renewal."""
-    retry_s: float = 2.0
-    """Interval of renewals and acquisition attempts."""
-
-    def __post_init__(self) -> None:
-        if not 0 < self.retry_s < self.renew_deadline_s < self.lease_s:
-            raise ValueError(
-                f"need 0 < retry ({self.retry_s}) < renew deadline ({self.renew_deadline_s}) < lease "
-                f"({self.lease_s}) seconds"
-            )
+from dl2.kube.settings import LeaseConfig
 
 
 def _now() -> datetime:
