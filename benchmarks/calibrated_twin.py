@@ -43,8 +43,8 @@ from common import environment, print_table, write_json
 from scipy import stats
 from truth_scenarios import CHAMPION, ORACLES, philly_like, previous_week
 
-from dl2.cli.common import scheduler_builder
 from dl2.env.config import EnvConfig
+from dl2.resolve import scheduler_builder
 from dl2.rl.config import RLConfig, SupervisedConfig, WarmUpConfig
 from dl2.rl.training import fine_tune, load_trained, policy_config, save_trained, warm_up
 from dl2.rl.workers import make_pool

@@ -22,9 +22,9 @@ from dataclasses import replace
 import numpy as np
 from common import environment, pin_to_one_core, print_table, write_json
 
-from dl2.cli.common import placer_factory
 from dl2.core import EMPTY_JOB_ALLOCATION, ClusterView, JobView
 from dl2.placement.policy import HarmonyPlacer
+from dl2.resolve import placer_factory
 from dl2.schedulers.placement import Demand, NodeState, place_sticky
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import SimConfig

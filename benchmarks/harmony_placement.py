@@ -28,8 +28,8 @@ import numpy as np
 from common import environment, print_table, project_path, write_json
 from scipy import stats
 
-from dl2.cli.common import placer_factory
 from dl2.core import Scheduler
+from dl2.resolve import placer_factory
 from dl2.rl.learned import LearnedScheduler
 from dl2.rl.model_io import is_model_dir
 from dl2.schedulers.placement import Placer

@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 from common import environment, print_table, write_json
 
-from dl2.cli.common import scheduler_builder
 from dl2.core import DecisionRecord, Workload
 from dl2.placement.samples import record_run
+from dl2.resolve import scheduler_builder
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.metrics import mean_ci95, summarize

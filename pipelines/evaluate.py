@@ -96,7 +96,7 @@ def simulate_each(entries: dict[str, str], digests: dict[str, str], params: Para
 
 def simulate(scheduler: str, params: Params, limit: int | None = None) -> Outcome:
     """Run `scheduler` (a heuristic name or a model folder) on the test workloads (the first `limit` of them)."""
-    from dl2.cli.common import scheduler_builder
+    from dl2.resolve import scheduler_builder
     from dl2.sim.config import Mode
 
     return simulate_builder(scheduler_builder(scheduler, PLACER, Mode(params.workloads.mode)), params, limit)

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 
-from dl2.cli.common import placer_factory
 from dl2.config import ConfigError
 from dl2.core import Allocation, ClusterSpec, ClusterView, InputError, Job, JobAllocation, JobView
 from dl2.placement.candidates import RoundCandidates
@@ -35,6 +34,7 @@ from dl2.placement.samples import LoggedRun, log_samples, record_run, relative_e
 from dl2.placement.speed_model import NumpySpeedModel
 from dl2.placement.training import PlacerNetwork, PlacerTrainer
 from dl2.placement.world import PredictedSimulation, SimulatorSpeeds
+from dl2.resolve import placer_factory
 from dl2.rl.workload_source import workload
 from dl2.schedulers.isolate import IsolatePlacer, StrictIsolatePlacer
 from dl2.schedulers.load_balance import LoadBalancePlacer
@@ -544,7 +544,7 @@ def test_training_on_a_tiny_budget_runs_and_saves_a_usable_placer(tmp_path: Path
     result = trainer.train()
     assert len(result.history) == 2 and all(h.decisions > 0 for h in result.history)
     assert math.isfinite(result.best_validation_jct_s)
-    from dl2.rl.model_io import write_model_dir
+    from dl2.nn.state_io import write_model_dir
 
     document = {"kind": "placer", **training.network.to_json_dict(), "metadata": {}}
     folder = write_model_dir(tmp_path / "placer", {WEIGHTS: result.best_policy}, document)
@@ -636,8 +636,8 @@ def test_training_refuses_an_unknown_heuristic() -> None:
 
 
 def test_speed_model_folder_round_trip(tmp_path: Path) -> None:
+    from dl2.nn.state_io import write_model_dir
     from dl2.placement.speed_model import WEIGHTS as SPEED_WEIGHTS
-    from dl2.rl.model_io import write_model_dir
 
     samples = log_samples(LoggedRun(TINY, 6, "optimus", "binpack"), 0)
     result = train_predictor(samples, PredictorTraining(epochs=1, network=SpeedModelConfig((8,), (8,))))

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dl2.core import Dl2Error, InputError, Workload
-from dl2.schedulers.placement import Placer
-from dl2.schedulers.registry import COMPAT_SCHEDULERS, PLACERS, SCHEDULERS, make_scheduler
-from dl2.sim.config import SIM_KEYS, Mode, SimConfig
+from dl2.schedulers.registry import PLACERS
+from dl2.sim.config import SIM_KEYS, SimConfig
 from dl2.sim.config import sim_config as build_sim_config
-from dl2.sim.run import SchedulerBuilder
 
 if TYPE_CHECKING:
     from dl2.truth.model import Truth
@@ -110,49 +107,6 @@ def sim_config(args: argparse.Namespace, seed: int) -> SimConfig:
     """The run's simulator configuration: the mode's preset with the flags given over it."""
     check_seed(seed)
     return build_sim_config(SIM_KEYS.from_args(args), seed, spelling=lambda key: key.flag)
-
-
-def scheduler_builder(
-    name: str, placer: str | None, mode: Mode, greedy: bool = True, seed: int = 0
-) -> SchedulerBuilder:
-    """A builder for a heuristic by name or a trained policy by model folder, placing with `placer` (a name or a
-    Harmony placer folder; None: the default). Checked now, so a typo fails before any work."""
-    from dl2.workload.registry import looks_like_path
-
-    make_placer = placer_factory(placer)
-    if name not in SCHEDULERS and (Path(name).exists() or looks_like_path(name)):
-        from dl2.rl.learned import LearnedScheduler
-
-        LearnedScheduler.from_dir(name)  # fail now on a missing or broken model, not after loading workloads
-        return lambda speed, compat: LearnedScheduler.from_dir(
-            name, greedy=greedy, seed=seed, compat=compat, placer=make_placer() if make_placer else None
-        )
-    if name not in SCHEDULERS:
-        raise UsageError(f"unknown scheduler '{name}'; known: {', '.join(SCHEDULERS)}, or a model folder")
-    if mode is Mode.COMPAT and name not in COMPAT_SCHEDULERS:
-        raise UsageError(
-            f"scheduler '{name}' has no compatibility-mode version; use one of {', '.join(COMPAT_SCHEDULERS)}"
-        )
-    return lambda speed, compat: make_scheduler(name, speed, compat, make_placer() if make_placer else "load-balance")
-
-
-def placer_factory(name: str | None) -> Callable[[], Placer] | None:
-    """Fresh placers of a name or a Harmony placer folder (loaded once); None for None."""
-    if name is None:
-        return None
-    if name in PLACERS:
-        return PLACERS[name]
-    from dl2.placement.model_files import folder_kind
-
-    kind = folder_kind(name)
-    if kind == "placer":
-        from dl2.placement.policy import HarmonyPlacer
-
-        loaded = HarmonyPlacer.from_dir(name)
-        return lambda: HarmonyPlacer(loaded.policy, loaded.config, name=loaded.name)
-    if kind is not None:
-        raise UsageError(f"{name} is a Harmony {kind} folder, not a placer")
-    raise UsageError(f"unknown placer '{name}'; known: {', '.join(sorted(PLACERS))}, or a Harmony placer folder")
 
 
 def load(name_or_path: str, seed: int) -> tuple[Workload, ...]:

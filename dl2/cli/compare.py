@@ -17,12 +17,12 @@ from dl2.cli.common import (
     check_seed,
     console,
     load,
-    scheduler_builder,
     sim_config,
 )
 from dl2.cli.plots import plot_comparison
 from dl2.core.limits import MAX_SEEDS
 from dl2.io import write_json_atomic
+from dl2.resolve import scheduler_builder
 from dl2.sim.config import Mode
 from dl2.sim.metrics import mean_ci95
 from dl2.sim.run import GridRun, run_grid

@@ -15,10 +15,10 @@ from dl2.cli.common import (
     add_workload_options,
     console,
     load,
-    scheduler_builder,
     sim_config,
 )
 from dl2.io import print_json, write_json_atomic
+from dl2.resolve import scheduler_builder
 from dl2.sim.config import Mode
 from dl2.sim.metrics import mean_ci95
 from dl2.sim.run import GridRun, SchedulerBuilder, run_grid

@@ -30,7 +30,6 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dl2.cli.common import placer_factory
     from dl2.cli.serve import _api
     from dl2.kube.cache import ClusterCache
     from dl2.kube.extender import HarmonyExtender, SnapshotCache
@@ -38,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from dl2.kube.metrics import Metrics
     from dl2.kube.rest import Rest
     from dl2.placement.policy import HarmonyPlacer
+    from dl2.resolve import placer_factory
 
     if not args.refresh_s > 0:
         raise UsageError(f"--refresh-s must be positive, got {args.refresh_s}")

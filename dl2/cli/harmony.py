@@ -56,12 +56,12 @@ def add_parsers(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 def run_speed(args: argparse.Namespace) -> int:
+    from dl2.nn.state_io import write_model_dir
     from dl2.placement.config import SPEED_KEYS, SpeedModelRun
     from dl2.placement.linear import LinearInterferenceModel
     from dl2.placement.predictor import train_predictor
     from dl2.placement.samples import LoggedRun, SpeedSamples, collect, samples_from_records
     from dl2.placement.speed_model import WEIGHTS
-    from dl2.rl.model_io import write_model_dir
     from dl2.sim.decision_log import read_log
 
     run_config: SpeedModelRun = _build(SPEED_KEYS, args)
@@ -144,13 +144,13 @@ def error_table(
 
 
 def run_placer(args: argparse.Namespace) -> int:
+    from dl2.nn.state_io import write_model_dir
     from dl2.placement.config import PLACER_KEYS, PlacerTraining
     from dl2.placement.episodes import World
     from dl2.placement.policy import WEIGHTS
     from dl2.placement.speed_model import NumpySpeedModel
     from dl2.placement.training import PlacerTrainer
     from dl2.placement.world import PredictedSpeeds
-    from dl2.rl.model_io import write_model_dir
     from dl2.sim.config import Mode
     from dl2.sim.run import interference_model, speed_model
 

@@ -17,10 +17,10 @@ from dl2.cli.common import (
     check_seed,
     console,
     load,
-    scheduler_builder,
     sim_config,
 )
 from dl2.io import print_json
+from dl2.resolve import scheduler_builder
 from dl2.sim.config import Mode
 from dl2.sim.metrics import RunMetrics, summarize
 from dl2.sim.run import run_one

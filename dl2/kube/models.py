@@ -32,6 +32,7 @@ from dl2.core import (
     Resources,
     Scheduler,
 )
+from dl2.resolve import trained_scheduler
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import Mode
 from dl2.sim.run import speed_model
@@ -55,12 +56,10 @@ def directory_loader(root: Path) -> Loader:
     """Versions as folders: `<root>/<name>/<version>` holds a dl2 model folder."""
 
     def load(name: str, version: str) -> Scheduler:
-        from dl2.rl.learned import LearnedScheduler
-
         folder = root / name / version
         if not folder.is_dir():
             raise FileNotFoundError(f"no model folder {folder}")
-        return LearnedScheduler.from_dir(folder, compat=False)
+        return trained_scheduler(folder)
 
     return load
 
@@ -70,12 +69,10 @@ def mlflow_loader(cache_dir: Path, tracking_uri: str | None = None) -> Loader:
     into `cache_dir/<name>/<version>`."""
 
     def load(name: str, version: str) -> Scheduler:
-        from dl2.rl.learned import LearnedScheduler
-
         folder = cache_dir / name / version
         if not folder.is_dir():
             download_version(name, version, folder, tracking_uri)
-        return LearnedScheduler.from_dir(folder, compat=False)
+        return trained_scheduler(folder)
 
     return load
 

@@ -1,6 +1,6 @@
 """Harmony's model folders: the speed model (`speed.pt`) and the placer (`policy.pt`, and `value.pt` for further
 training), each with `config.json` and a model card. Weights are state dicts loaded with `weights_only=True`;
-folders are written atomically by `dl2.rl.model_io.write_model_dir`."""
+folders are written atomically by `dl2.nn.state_io.write_model_dir`."""
 
 from __future__ import annotations
 

@@ -24,9 +24,9 @@ from typing import Protocol
 import numpy as np
 
 from dl2.core import InputError
+from dl2.nn.numpy_inference import Layers, dense, linear_layers
 from dl2.placement.candidates import SKIP_COLUMN, RoundCandidates, candidates, job_inputs
 from dl2.placement.config import SERVER_INPUTS, PlacerConfig
-from dl2.rl.inference import Layers, _dense, _linear_layers
 from dl2.schedulers.placement import Demand, NodeState, Placer
 from dl2.schedulers.tenancy import Tenancy
 
@@ -52,7 +52,7 @@ class NumpyPlacementPolicy:
 
     @classmethod
     def from_state_dict(cls, state: Mapping[str, object]) -> NumpyPlacementPolicy:
-        return cls(_linear_layers(state, "scorer."))
+        return cls(linear_layers(state, "scorer."))
 
     def logits(self, rows: np.ndarray, job: np.ndarray) -> np.ndarray:
         # the job's part of the first layer is one product, broadcast to every row
@@ -67,7 +67,7 @@ class NumpyPlacementPolicy:
     def _block(self, rows: np.ndarray, offset: np.ndarray) -> np.ndarray:
         hidden = rows @ self._server + offset
         np.maximum(hidden, 0.0, out=hidden)
-        result: np.ndarray = _dense(hidden, self._rest, final_activation=False)[:, 0]
+        result: np.ndarray = dense(hidden, self._rest, final_activation=False)[:, 0]
         return result
 
 
@@ -120,13 +120,13 @@ class HarmonyPlacer:
 
     @classmethod
     def from_dir(cls, directory: str | Path, greedy: bool = True, seed: int = 0) -> HarmonyPlacer:
+        from dl2.nn.state_io import load_weights
         from dl2.placement.model_files import read_config
-        from dl2.rl.model_io import load_state
 
         data = read_config(Path(directory), "placer")
         config = PlacerConfig.from_json_dict(data, str(Path(directory) / "config.json"))
         try:
-            policy = NumpyPlacementPolicy.from_state_dict(load_state(Path(directory), WEIGHTS))
+            policy = NumpyPlacementPolicy.from_state_dict(load_weights(Path(directory) / WEIGHTS))
         except (KeyError, ValueError) as error:
             raise InputError(str(directory), f"weights do not match the configured network ({error})") from None
         return cls(policy, config, greedy, seed, name=Path(directory).name)

@@ -14,19 +14,19 @@ import numpy as np
 import torch
 from torch import nn
 
+from dl2.nn.layers import mlp
 from dl2.placement.config import PredictorTraining, SpeedModelConfig
 from dl2.placement.features import JOB_FEATURES, SERVER_FEATURES, Encoded, gather_rows
 from dl2.placement.samples import SpeedSamples
 from dl2.placement.speed_model import CONTEXT_FEATURES, NumpySpeedModel
-from dl2.rl.networks import _mlp
 
 
 class SpeedNetwork(nn.Module):
     def __init__(self, config: SpeedModelConfig) -> None:
         super().__init__()
-        self.encoder = _mlp([SERVER_FEATURES + CONTEXT_FEATURES, *config.encoder], final_activation=True)
+        self.encoder = mlp([SERVER_FEATURES + CONTEXT_FEATURES, *config.encoder], final_activation=True)
         width = config.encoder[-1]
-        self.head = _mlp([JOB_FEATURES + 2 * width, *config.head, 1], final_activation=False)
+        self.head = mlp([JOB_FEATURES + 2 * width, *config.head, 1], final_activation=False)
 
     def forward(self, jobs: torch.Tensor, servers: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
         """Standardised log throughput per job, shape (num_jobs,)."""

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from dl2.core import InputError
+from dl2.nn.numpy_inference import Layers, dense, linear_layers
 from dl2.placement.config import SpeedModelConfig
 from dl2.placement.features import NUM_TYPES, Encoded
-from dl2.rl.inference import Layers, _dense, _linear_layers
 
 WEIGHTS = "speed.pt"
 CONTEXT_FEATURES = NUM_TYPES + 1
@@ -40,17 +40,17 @@ class NumpySpeedModel:
 
     @classmethod
     def from_state_dict(cls, state: Mapping[str, object], config: SpeedModelConfig) -> NumpySpeedModel:
-        return cls(config, _linear_layers(state, "encoder."), _linear_layers(state, "head."))
+        return cls(config, linear_layers(state, "encoder."), linear_layers(state, "head."))
 
     @classmethod
     def from_dir(cls, directory: str | Path) -> NumpySpeedModel:
+        from dl2.nn.state_io import load_weights
         from dl2.placement.model_files import read_config
-        from dl2.rl.model_io import load_state
 
         data = read_config(Path(directory), "speed-model")
         config = SpeedModelConfig.from_json_dict(data, str(Path(directory) / "config.json"))
         try:
-            return cls.from_state_dict(load_state(Path(directory), WEIGHTS), config)
+            return cls.from_state_dict(load_weights(Path(directory) / WEIGHTS), config)
         except (KeyError, ValueError) as error:
             raise InputError(str(directory), f"weights do not match the configured network ({error})") from None
 
@@ -58,11 +58,11 @@ class NumpySpeedModel:
         if len(encoded) == 0:
             return np.zeros(0)
         rows = np.concatenate([encoded.servers, context_of(encoded)], axis=1)
-        embedded = _dense(rows.astype(np.float32), self.encoder, final_activation=True)
+        embedded = dense(rows.astype(np.float32), self.encoder, final_activation=True)
         starts = encoded.starts()[:-1]
         total = np.add.reduceat(embedded, starts, axis=0)
         largest = np.maximum.reduceat(embedded, starts, axis=0)
-        standardised = _dense(np.concatenate([encoded.jobs, total, largest], axis=1), self.head, False)[:, 0]
+        standardised = dense(np.concatenate([encoded.jobs, total, largest], axis=1), self.head, False)[:, 0]
         result: np.ndarray = standardised.astype(np.float64) * self.config.target_std + self.config.target_mean
         return result
 

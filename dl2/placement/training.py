@@ -36,12 +36,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from dl2.nn.layers import mlp
 from dl2.placement.config import JOB_INPUTS, SERVER_INPUTS, PlacerConfig, PlacerTraining
 from dl2.placement.episodes import World, run_episode
 from dl2.placement.experience import Decisions, ExperienceRecorder, ReplayBuffer
 from dl2.placement.policy import HarmonyPlacer, NumpyPlacementPolicy
 from dl2.placement.world import SimulatorSpeeds, SpeedSource
-from dl2.rl.networks import _mlp
 from dl2.rl.workload_source import workload
 from dl2.schedulers.registry import PLACERS
 from dl2.sim.config import SimConfig
@@ -52,7 +52,7 @@ class PlacerNetwork(nn.Module):
 
     def __init__(self, config: PlacerConfig) -> None:
         super().__init__()
-        self.scorer = _mlp([SERVER_INPUTS + JOB_INPUTS, *config.hidden, 1], final_activation=False)
+        self.scorer = mlp([SERVER_INPUTS + JOB_INPUTS, *config.hidden, 1], final_activation=False)
 
     def forward(self, rows: torch.Tensor, jobs: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
         logits: torch.Tensor = self.scorer(torch.cat([rows, jobs[segments]], dim=1)).squeeze(1)

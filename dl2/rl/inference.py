@@ -12,34 +12,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dl2.env.observation import InputShape
+from dl2.nn.numpy_inference import Layers, dense, linear_layers, single_linear
 from dl2.rl import compiled
 from dl2.rl.config import MASKED_LOGIT, NetworkConfig
-
-Layers = list[tuple[np.ndarray, np.ndarray]]
-"""(weight as inputs x outputs, bias) per linear layer."""
-
-
-def _dense(x: np.ndarray, layers: Layers, final_activation: bool) -> np.ndarray:
-    last = len(layers) - 1
-    for index, (weight, bias) in enumerate(layers):
-        x = x @ weight + bias
-        if index < last or final_activation:
-            np.maximum(x, 0.0, out=x)
-    return x
-
-
-def _linear_layers(state: Mapping[str, object], prefix: str) -> Layers:
-    """The Linear layers of an `nn.Sequential` at `prefix` (indices 0, 2, 4, ...), in order."""
-    indices = sorted(
-        {int(key[len(prefix) :].split(".")[0]) for key in state if key.startswith(prefix) and key.endswith(".weight")}
-    )
-    return [
-        (
-            _array(state[f"{prefix}{i}.weight"]).T.astype(np.float32),
-            _array(state[f"{prefix}{i}.bias"]).astype(np.float32),
-        )
-        for i in indices
-    ]
 
 
 class NumpyPolicy:
@@ -95,13 +70,13 @@ class NumpyPolicy:
         """`use_compiled`: a per-job network's decisions (greedy, and the logits of sampled ones) go through the
         numba kernel when numba is installed (`dl2.rl.compiled`)."""
         if config.kind == "mlp":
-            parts = {"trunk": _linear_layers(state, "trunk."), "head": _single(state, "head")}
+            parts = {"trunk": linear_layers(state, "trunk."), "head": single_linear(state, "head")}
         else:
             parts = {
-                "encoder": _linear_layers(state, "jobs.encoder."),
-                "context": _linear_layers(state, "jobs.context."),
-                "job_head": _linear_layers(state, "job_head."),
-                "stop_head": _single(state, "stop_head"),
+                "encoder": linear_layers(state, "jobs.encoder."),
+                "context": linear_layers(state, "jobs.context."),
+                "job_head": linear_layers(state, "job_head."),
+                "stop_head": single_linear(state, "stop_head"),
             }
         return cls(config.kind, shape, parts, use_compiled)
 
@@ -115,7 +90,7 @@ class NumpyPolicy:
         x = observation.astype(np.float32, copy=False)
         parts = self.parts
         if self.kind == "mlp":
-            return _dense(_dense(x, parts["trunk"], True), parts["head"], False)
+            return dense(dense(x, parts["trunk"], True), parts["head"], False)
         if self.kind == "per-job-local":
             return self._local_logits(x)
         shape = self.shape
@@ -127,7 +102,7 @@ class NumpyPolicy:
         embeddings += tail @ self._encoder_tail + self._encoder_bias
         np.maximum(embeddings, 0.0, out=embeddings)
         if self._encoder_rest:
-            embeddings = _dense(embeddings, self._encoder_rest, True)
+            embeddings = dense(embeddings, self._encoder_rest, True)
         occupied = jobs.any(axis=1)
         count = np.count_nonzero(occupied)
         pooled = occupied.astype(np.float32) @ embeddings
@@ -139,7 +114,7 @@ class NumpyPolicy:
         hidden += context @ self._head_context + self._head_bias
         if self._head_rest:
             np.maximum(hidden, 0.0, out=hidden)
-            hidden = _dense(hidden, self._head_rest, False)
+            hidden = dense(hidden, self._head_rest, False)
         logits = np.empty(3 * shape.window + 1, dtype=np.float32)
         logits[:-1] = hidden.ravel()
         logits[-1:] = context @ self._stop + self._stop_bias
@@ -183,7 +158,7 @@ class NumpyPolicy:
             np.maximum(hidden, 0.0, out=hidden)
             *inner, (last, last_bias) = self._head_rest
             if inner:
-                hidden = _dense(hidden, inner, True)
+                hidden = dense(hidden, inner, True)
             job_logits = logits[:-1].reshape(shape.window, -1)
             np.dot(hidden, last, out=job_logits)
             job_logits += last_bias
@@ -194,7 +169,7 @@ class NumpyPolicy:
 
     def _encode_rows(self, jobs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Embeddings of these job rows and their product with the head's first layer."""
-        embeddings = _dense(jobs, self.parts["encoder"], True)
+        embeddings = dense(jobs, self.parts["encoder"], True)
         return embeddings, embeddings @ self._head_jobs
 
     def greedy_action(self, observation: np.ndarray, mask: np.ndarray) -> int:
@@ -303,13 +278,3 @@ class _RowCache:
     def rescale(self) -> None:
         count = np.count_nonzero(self.occupied)
         self.mean_weights = self.occupied / np.float32(count) if count > 1 else self.occupied.copy()
-
-
-def _single(state: Mapping[str, object], name: str) -> Layers:
-    return [(_array(state[f"{name}.weight"]).T.astype(np.float32), _array(state[f"{name}.bias"]).astype(np.float32))]
-
-
-def _array(value: object) -> np.ndarray:
-    if hasattr(value, "detach"):
-        return value.detach().cpu().numpy()  # type: ignore[no-any-return]
-    return np.asarray(value)

@@ -1,15 +1,12 @@
 """Model folders: `policy.pt` (+ `value.pt`) state dicts, `config.json` and a `MODEL_CARD.md`.
 
-Weights are loaded with `torch.load(weights_only=True)`: a model file can hold tensors only, never code.
-A folder is written under a temporary name and renamed into place; an existing folder is never overwritten
-unless asked, and then it is kept as `<name>.previous` first (a trained model is never lost).
+Folders are written and weights read by `dl2.nn.state_io` (atomically; tensors only, never code); this module
+adds what a DL2 policy's folder means: its configuration and the weight shapes that configuration needs.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from dataclasses import field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +18,7 @@ from dl2.env.config import EnvConfig
 from dl2.env.decision import action_count
 from dl2.env.observation import ObservationConfig
 from dl2.io import to_json
+from dl2.nn.state_io import load_weights, write_model_dir
 from dl2.rl.config import NetworkConfig, RLConfig
 from dl2.schedulers.registry import check_placer
 
@@ -102,44 +100,6 @@ def save_model(
     return write_model_dir(directory, weights, document, card, overwrite=overwrite)
 
 
-def write_model_dir(
-    directory: Path,
-    weights: dict[str, dict[str, Any]],
-    document: dict[str, Any],
-    card: str = "",
-    files: dict[str, bytes] | None = None,
-    overwrite: bool = False,
-) -> Path:
-    """A model folder: each state dict of `weights` under its file name, `document` as `config.json`, the card
-    and any other `files`, written under a temporary name and renamed into place (see the module docstring)."""
-    import torch
-
-    directory = Path(directory)
-    if directory.exists() and not overwrite:
-        raise FileExistsError(f"{directory} exists; choose another folder or allow overwriting")
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}."))
-    try:
-        for name, state in weights.items():
-            torch.save(state, staging / name)
-        (staging / "config.json").write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
-        if card:
-            (staging / "MODEL_CARD.md").write_text(card)
-        for name, content in (files or {}).items():
-            (staging / name).write_bytes(content)
-        staging.chmod(0o755)
-        if directory.exists():
-            backup = directory.with_name(directory.name + ".previous")
-            if backup.exists():
-                shutil.rmtree(backup)
-            directory.rename(backup)
-        staging.rename(directory)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return directory
-
-
 def load_config(directory: Path) -> tuple[PolicyConfig, dict[str, Any]]:
     folder = Path(directory)
     if not folder.is_dir():
@@ -159,17 +119,8 @@ def load_state(directory: Path, name: str = "policy.pt", config: PolicyConfig | 
     """A network's weights (tensors only); with `config`, checked against the shapes it needs (`weight_shapes`),
     so that a folder whose `config.json` disagrees with its weights is refused when it is loaded, not when its
     first decision multiplies mismatched matrices."""
-    import torch
-
     path = Path(directory) / name
-    if not path.is_file():
-        raise InputError(str(path), "missing")
-    try:
-        state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # a corrupt or foreign file: report it, never execute it
-        raise InputError(str(path), f"cannot load weights ({type(error).__name__}: {error})") from None
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise InputError(str(path), "expected a state dict of tensors")
+    state = load_weights(path)
     if config is not None:
         check_weights(state, weight_shapes(config, "value" if name == "value.pt" else "policy"), str(path))
     return state

@@ -16,22 +16,12 @@ Impossible actions are masked out of the softmax.
 
 from __future__ import annotations
 
-import itertools
-
 import torch
 from torch import nn
 
 from dl2.env.observation import InputShape
+from dl2.nn.layers import mlp
 from dl2.rl.config import KINDS, MASKED_LOGIT, NetworkConfig
-
-
-def _mlp(sizes: list[int], final_activation: bool) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for index, (inputs, outputs) in enumerate(itertools.pairwise(sizes)):
-        layers.append(nn.Linear(inputs, outputs))
-        if index < len(sizes) - 2 or final_activation:
-            layers.append(nn.ReLU())
-    return nn.Sequential(*layers)
 
 
 class _PerJobTrunk(nn.Module):
@@ -42,9 +32,9 @@ class _PerJobTrunk(nn.Module):
         self.shape = shape
         self.global_in_encoder = global_in_encoder
         inputs = shape.job_features + (shape.global_features if global_in_encoder else 0)
-        self.encoder = _mlp([inputs, *hidden], final_activation=True)
+        self.encoder = mlp([inputs, *hidden], final_activation=True)
         width = hidden[-1]
-        self.context = _mlp([width + shape.global_features, width], final_activation=True)
+        self.context = mlp([width + shape.global_features, width], final_activation=True)
         self.width = width
 
     def forward(self, observations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -72,12 +62,12 @@ class PolicyNetwork(nn.Module):
         self.shape = shape
         num_actions = 3 * shape.window + 1
         if config.kind == "mlp":
-            self.trunk = _mlp([shape.size, *config.hidden], final_activation=True)
+            self.trunk = mlp([shape.size, *config.hidden], final_activation=True)
             self.head = nn.Linear(config.hidden[-1], num_actions)
         else:
             self.jobs = _PerJobTrunk(shape, config.hidden, global_in_encoder=config.kind == "per-job")
             width = self.jobs.width
-            self.job_head = _mlp([2 * width, width, 3], final_activation=False)
+            self.job_head = mlp([2 * width, width, 3], final_activation=False)
             self.stop_head = nn.Linear(width, 1)
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
@@ -100,7 +90,7 @@ class ValueNetwork(nn.Module):
         super().__init__()
         self.kind = config.kind
         if config.kind == "mlp":
-            self.trunk = _mlp([shape.size, *config.hidden], final_activation=True)
+            self.trunk = mlp([shape.size, *config.hidden], final_activation=True)
             self.head = nn.Linear(config.hidden[-1], 1)
         else:
             self.jobs = _PerJobTrunk(shape, config.hidden, global_in_encoder=config.kind == "per-job")

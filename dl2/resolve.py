@@ -1,0 +1,73 @@
+"""Schedulers and placers by name or model folder: the one place the command line, the pipeline's stages, the
+benchmarks and the controller turn what a user wrote (`drf`, `models/dl2-philly`, `models/harmony-placer-philly`)
+into something that decides.
+
+A name is a heuristic of `dl2.schedulers.registry`; anything that is a folder (or looks like a path) is a trained
+model: a DL2 policy (`dl2.rl.learned.LearnedScheduler`) or a Harmony placer (`dl2.placement.policy`). Each is
+checked when resolved, so a typo or a broken model fails before any work, with `UnknownPolicy` (one line).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from dl2.core import Dl2Error, Scheduler
+from dl2.schedulers.placement import Placer
+from dl2.schedulers.registry import COMPAT_SCHEDULERS, PLACERS, SCHEDULERS, make_scheduler
+from dl2.sim.config import Mode
+from dl2.sim.run import SchedulerBuilder
+
+
+class UnknownPolicy(Dl2Error):
+    """A scheduler or placer that is neither a known name nor a usable model folder."""
+
+
+def scheduler_builder(
+    name: str, placer: str | None, mode: Mode, greedy: bool = True, seed: int = 0
+) -> SchedulerBuilder:
+    """A builder for a heuristic by name or a trained policy by model folder, placing with `placer` (a name or a
+    Harmony placer folder; None: the default). Checked now, so a typo fails before any work."""
+    from dl2.workload.registry import looks_like_path
+
+    make_placer = placer_factory(placer)
+    if name not in SCHEDULERS and (Path(name).exists() or looks_like_path(name)):
+        from dl2.rl.learned import LearnedScheduler
+
+        LearnedScheduler.from_dir(name)  # fail now on a missing or broken model, not after loading workloads
+        return lambda speed, compat: LearnedScheduler.from_dir(
+            name, greedy=greedy, seed=seed, compat=compat, placer=make_placer() if make_placer else None
+        )
+    if name not in SCHEDULERS:
+        raise UnknownPolicy(f"unknown scheduler '{name}'; known: {', '.join(SCHEDULERS)}, or a model folder")
+    if mode is Mode.COMPAT and name not in COMPAT_SCHEDULERS:
+        raise UnknownPolicy(
+            f"scheduler '{name}' has no compatibility-mode version; use one of {', '.join(COMPAT_SCHEDULERS)}"
+        )
+    return lambda speed, compat: make_scheduler(name, speed, compat, make_placer() if make_placer else "load-balance")
+
+
+def trained_scheduler(folder: str | Path) -> Scheduler:
+    """A DL2 policy's model folder, loaded for a real cluster (realistic mode, greedy): what the controller runs."""
+    from dl2.rl.learned import LearnedScheduler
+
+    return LearnedScheduler.from_dir(folder, compat=False)
+
+
+def placer_factory(name: str | None) -> Callable[[], Placer] | None:
+    """Fresh placers of a name or a Harmony placer folder (loaded once); None for None."""
+    if name is None:
+        return None
+    if name in PLACERS:
+        return PLACERS[name]
+    from dl2.placement.model_files import folder_kind
+
+    kind = folder_kind(name)
+    if kind == "placer":
+        from dl2.placement.policy import HarmonyPlacer
+
+        loaded = HarmonyPlacer.from_dir(name)
+        return lambda: HarmonyPlacer(loaded.policy, loaded.config, name=loaded.name)
+    if kind is not None:
+        raise UnknownPolicy(f"{name} is a Harmony {kind} folder, not a placer")
+    raise UnknownPolicy(f"unknown placer '{name}'; known: {', '.join(sorted(PLACERS))}, or a Harmony placer folder")
