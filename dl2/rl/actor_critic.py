@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from dl2.env.config import EnvConfig
+from dl2.rl.buffers import ReplayBuffer, ReturnScale
 from dl2.rl.config import MASKED_LOGIT, RLConfig
 from dl2.rl.deviation import DeviationBatch, DeviationTask
 from dl2.rl.inference import NumpyPolicy
@@ -33,55 +34,6 @@ from dl2.rl.rollout import Episode, EpisodeTask, slot_returns
 from dl2.rl.supervised import minibatches
 from dl2.rl.workers import RolloutPool
 from dl2.sim.run import World
-
-
-class ReturnScale:
-    """Running mean and deviation of returns, so the value network learns numbers of order one."""
-
-    def __init__(self) -> None:
-        self.count, self.mean, self.m2 = 0, 0.0, 0.0
-
-    def update(self, values: np.ndarray) -> None:
-        batch_count = len(values)
-        if batch_count == 0:
-            return
-        batch_mean, batch_var = float(values.mean()), float(values.var())
-        delta = batch_mean - self.mean
-        total = self.count + batch_count
-        self.mean += delta * batch_count / total
-        self.m2 += batch_var * batch_count + delta**2 * self.count * batch_count / total
-        self.count = total
-
-    @property
-    def std(self) -> float:
-        return math.sqrt(self.m2 / self.count) if self.count > 1 and self.m2 > 0 else 1.0
-
-
-class ReplayBuffer:
-    def __init__(self, capacity: int, observation_size: int, num_actions: int) -> None:
-        self.capacity = capacity
-        self.observations = np.zeros((capacity, observation_size), dtype=np.float32)
-        self.masks = np.zeros((capacity, num_actions), dtype=np.int8)
-        self.actions = np.zeros(capacity, dtype=np.int64)
-        self.returns = np.zeros(capacity, dtype=np.float32)
-        self.size = 0
-        self.cursor = 0
-
-    def add(self, observations: np.ndarray, masks: np.ndarray, actions: np.ndarray, returns: np.ndarray) -> None:
-        for start in range(0, len(actions), self.capacity):
-            chunk = slice(start, min(start + self.capacity, len(actions)))
-            count = chunk.stop - chunk.start
-            positions = (self.cursor + np.arange(count)) % self.capacity
-            self.observations[positions] = observations[chunk]
-            self.masks[positions] = masks[chunk]
-            self.actions[positions] = actions[chunk]
-            self.returns[positions] = returns[chunk]
-            self.cursor = int((self.cursor + count) % self.capacity)
-            self.size = min(self.size + count, self.capacity)
-
-    def sample(self, count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        index = rng.integers(0, self.size, size=min(count, self.size))
-        return self.observations[index], self.masks[index], self.actions[index], self.returns[index]
 
 
 @dataclass(slots=True)
@@ -236,7 +188,7 @@ class ActorCritic:
         advantages = np.concatenate([b.advantages for b in batches])
         if not advantages.size or not np.any(advantages):
             return 0.0, float("nan")
-        return self._policy_steps(
+        return self.policy_steps(
             np.concatenate([b.observations for b in batches]),
             np.concatenate([b.masks for b in batches]),
             np.concatenate([b.actions for b in batches]),
@@ -278,7 +230,7 @@ class ActorCritic:
             advantages, returns = advantages[keep], returns[keep]
         if self.replay is not None and self.replay.size:
             old = self.replay.sample(int(len(actions) * config.replay.ratio), self.rng)
-            baseline = self._values(old[0]) if config.value_baseline else returns.mean()
+            baseline = self.values(old[0]) if config.value_baseline else returns.mean()
             old_advantages = old[3] - baseline  # re-baselined with today's value network
             batch = (
                 np.concatenate([observations, old[0]]),
@@ -290,15 +242,15 @@ class ActorCritic:
             batch = (observations, masks, actions, advantages.astype(np.float32))
         if self.replay is not None:
             self.replay.add(observations, masks, actions, returns.astype(np.float32))
-        value_loss = self._value_steps(starts, start_targets) if config.value_baseline else 0.0
+        value_loss = self.value_steps(starts, start_targets) if config.value_baseline else 0.0
         if self.updates < config.value_warmup_iterations and config.value_baseline:
             policy_loss, entropy = 0.0, float("nan")  # the critic learns first: a fresh critic's advantages are noise
         else:
-            policy_loss, entropy = self._policy_steps(*batch)
+            policy_loss, entropy = self.policy_steps(*batch)
         self.updates += 1
         return float(returns.mean()), policy_loss, value_loss, entropy
 
-    def _values(self, observations: np.ndarray) -> np.ndarray:
+    def values(self, observations: np.ndarray) -> np.ndarray:
         """Value estimates in return units."""
         with torch.no_grad():
             normalised = self.value(torch.from_numpy(observations)).numpy()
@@ -325,10 +277,10 @@ class ActorCritic:
         )
         discounts = config.gamma**gaps
         starts = episode.observations[first]
-        values = self._values(starts) if config.value_baseline else np.zeros(len(slots))
+        values = self.values(starts) if config.value_baseline else np.zeros(len(slots))
         tail = 0.0
         if episode.truncated and episode.final_observation is not None and config.value_baseline:
-            tail = float(self._values(episode.final_observation[None])[0])
+            tail = float(self.values(episode.final_observation[None])[0])
         next_values = np.append(values[1:], tail)
         if config.myopic:  # DL2's code: each decision gets its own slot's reward
             returns_slot = rewards[slots].astype(np.float64)
@@ -353,7 +305,7 @@ class ActorCritic:
         index = np.searchsorted(slots, episode.slot_of)
         return advantage_slot[index], returns_slot[index], starts, targets
 
-    def _policy_steps(
+    def policy_steps(
         self,
         observations: np.ndarray,
         masks: np.ndarray,
@@ -391,7 +343,7 @@ class ActorCritic:
                 entropies.append(float(entropy.detach()))
         return float(np.mean(losses)), float(np.mean(entropies))
 
-    def _value_steps(self, observations: np.ndarray, targets: np.ndarray) -> float:
+    def value_steps(self, observations: np.ndarray, targets: np.ndarray) -> float:
         obs = torch.from_numpy(observations)
         target = torch.from_numpy((targets - self.scale.mean) / self.scale.std).float()
         losses = []
@@ -416,47 +368,7 @@ class ActorCritic:
         self.initial_validation_jct_s = initial
         for iteration in range(config.iterations):
             started = time.perf_counter()
-            if config.credit == "perturbation":
-                batches = pool.run_perturbations(self.perturbation_tasks())
-                policy_loss, entropy = self.update_perturbed(batches)
-                stats = IterationStats(
-                    iteration,
-                    float(np.mean([b.greedy_avg_jct_s for b in batches])),
-                    float(np.mean(np.concatenate([b.advantages for b in batches]) if batches else [0.0])),
-                    policy_loss,
-                    0.0,
-                    entropy,
-                    sum(len(b.actions) for b in batches),
-                    0.0,
-                )
-            elif config.credit == "deviation":
-                deviations = pool.run_deviations(self.deviation_tasks())
-                policy_loss, entropy = self.update_deviations(deviations)
-                measured = [b.advantages[:, 1:][b.evaluated[:, 1:]] for b in deviations]
-                stats = IterationStats(
-                    iteration,
-                    float(np.mean([b.greedy_avg_jct_s for b in deviations])),
-                    float(np.mean(np.concatenate(measured))) if measured else 0.0,
-                    policy_loss,
-                    0.0,
-                    entropy,
-                    sum(len(b.actions) for b in deviations),
-                    0.0,
-                )
-            else:
-                episodes = pool.run(self.training_tasks(iteration))
-                mean_return, policy_loss, value_loss, entropy = self.update(episodes)
-                finished = [e.avg_jct_s for e in episodes if math.isfinite(e.avg_jct_s)]
-                stats = IterationStats(
-                    iteration,
-                    float(np.mean(finished)) if finished else math.nan,
-                    mean_return,
-                    policy_loss,
-                    value_loss,
-                    entropy,
-                    sum(e.num_decisions for e in episodes),
-                    0.0,
-                )
+            stats = CREDITS[config.credit].iterate(self, pool, iteration)
             last = iteration == config.iterations - 1
             if not config.validate:
                 best = (math.nan, iteration, self._snapshot(self.policy), self._snapshot(self.value))
@@ -478,6 +390,74 @@ class ActorCritic:
     @staticmethod
     def _snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:
         return {key: value.detach().clone() for key, value in module.state_dict().items()}
+
+
+class ReturnsCredit:
+    """Credit by returns: sampled episodes, each decision credited with its slot's return against the value network
+    (or siblings on the same workload, or the batch mean), plus replay."""
+
+    def iterate(self, trainer: ActorCritic, pool: RolloutPool, iteration: int) -> IterationStats:
+        episodes = pool.run(trainer.training_tasks(iteration))
+        mean_return, policy_loss, value_loss, entropy = trainer.update(episodes)
+        finished = [e.avg_jct_s for e in episodes if math.isfinite(e.avg_jct_s)]
+        return IterationStats(
+            iteration=iteration,
+            train_jct_s=float(np.mean(finished)) if finished else math.nan,
+            mean_return=mean_return,
+            policy_loss=policy_loss,
+            value_loss=value_loss,
+            entropy=entropy,
+            decisions=sum(e.num_decisions for e in episodes),
+            seconds=0.0,
+        )
+
+
+class PerturbationCredit:
+    """Exact credit by perturbation: greedy runs with sampled slots changed, each change credited with the JCT it
+    made against the greedy continuation (compatibility mode)."""
+
+    def iterate(self, trainer: ActorCritic, pool: RolloutPool, iteration: int) -> IterationStats:
+        batches = pool.run_perturbations(trainer.perturbation_tasks())
+        policy_loss, entropy = trainer.update_perturbed(batches)
+        advantages = np.concatenate([b.advantages for b in batches]) if batches else np.zeros(1)
+        return IterationStats(
+            iteration=iteration,
+            train_jct_s=float(np.mean([b.greedy_avg_jct_s for b in batches])),
+            mean_return=float(np.mean(advantages)),
+            policy_loss=policy_loss,
+            value_loss=0.0,
+            entropy=entropy,
+            decisions=sum(len(b.actions) for b in batches),
+            seconds=0.0,
+        )
+
+
+class DeviationCredit:
+    """Exact credit by deviation: at sampled states the alternatives are played out and the policy reweighted by
+    their measured advantages (`update_deviations`)."""
+
+    def iterate(self, trainer: ActorCritic, pool: RolloutPool, iteration: int) -> IterationStats:
+        deviations = pool.run_deviations(trainer.deviation_tasks())
+        policy_loss, entropy = trainer.update_deviations(deviations)
+        measured = [b.advantages[:, 1:][b.evaluated[:, 1:]] for b in deviations]
+        return IterationStats(
+            iteration=iteration,
+            train_jct_s=float(np.mean([b.greedy_avg_jct_s for b in deviations])),
+            mean_return=float(np.mean(np.concatenate(measured))) if measured else 0.0,
+            policy_loss=policy_loss,
+            value_loss=0.0,
+            entropy=entropy,
+            decisions=sum(len(b.actions) for b in deviations),
+            seconds=0.0,
+        )
+
+
+CREDITS: dict[str, ReturnsCredit | PerturbationCredit | DeviationCredit] = {
+    "returns": ReturnsCredit(),
+    "perturbation": PerturbationCredit(),
+    "deviation": DeviationCredit(),
+}
+"""The credit strategies by `RLConfig.credit`."""
 
 
 def sibling_advantages(episodes: list[Episode], gamma: float) -> np.ndarray:
@@ -518,10 +498,10 @@ def learn_from_feedback(trainer: ActorCritic, batch: object, steps: int = 1) -> 
     policy_loss = value_loss = entropy = 0.0
     for _ in range(steps):
         starts = batch.observations[batch.slot_starts]
-        value_loss = trainer._value_steps(starts, batch.returns[batch.slot_starts].astype(np.float64))
-        advantages = batch.returns.astype(np.float64) - trainer._values(batch.observations)
+        value_loss = trainer.value_steps(starts, batch.returns[batch.slot_starts].astype(np.float64))
+        advantages = batch.returns.astype(np.float64) - trainer.values(batch.observations)
         # the clip (if any) acts as a trust region around the current policy, which suits logged data too
-        policy_loss, entropy = trainer._policy_steps(
+        policy_loss, entropy = trainer.policy_steps(
             batch.observations, batch.masks, batch.actions, advantages.astype(np.float32)
         )
     if trainer.replay is not None:
