@@ -374,12 +374,12 @@ def cli(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
     exit_on_sigterm()
-    from pipelines import lifecycle
     from pipelines import params as params_module
+    from pipelines.steps import learn_from_cluster
 
     params, layout = params_module.load(), Layout()
     try:
-        learn = lifecycle.learn_from_cluster(params, layout)
+        learn = learn_from_cluster(params, layout)
         report = run(params, layout, learn)
     except StageFailed as failure:
         print(str(failure), file=sys.stderr)

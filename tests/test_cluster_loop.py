@@ -58,6 +58,8 @@ def test_the_loop_records_in_shadow_promotes_through_the_controller_and_runs_act
     from pipelines import cluster_loop, collect, promote, registry
     from pipelines.cluster_loop import CLUSTER_NAME
     from pipelines.params import Params
+    from pipelines.promotion.confirmation import Confirm
+    from pipelines.promotion.report import outcome_line
 
     models = build_models(tmp_path / "models")
     params: Params = smoke_params(f"data.incoming={tmp_path / 'incoming'}")
@@ -67,13 +69,13 @@ def test_the_loop_records_in_shadow_promotes_through_the_controller_and_runs_act
     registry.set_alias("champion", champion)
     learned: dict[str, Any] = {}
 
-    def learn(confirmation: promote.Confirm) -> str:
+    def learn(confirmation: Confirm) -> str:
         learned["collected"] = collect.run(params, layout).summary
         challenger = registry.register(models["bundle"])[0].version
         registry.set_alias("challenger", challenger)
         result = promote.run(params, layout, confirmation=confirmation)
         learned["promotion"] = result.summary
-        return promote.outcome_line(result)
+        return outcome_line(result)
 
     lines: list[str] = []
     report = cluster_loop.run(params, layout, learn, say=lines.append)

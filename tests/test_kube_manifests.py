@@ -126,8 +126,8 @@ def test_the_deployment_is_locked_down_and_highly_available():
 
 
 def test_the_deployment_s_arguments_are_ones_dl2_serve_accepts():
-
     from dl2.cli.main import build_parser
+    from dl2.kube.settings import LEASE_KEYS, SERVE_KEYS, ControllerConfig
 
     deployment = named("Deployment", "dl2-scheduler")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
@@ -135,9 +135,14 @@ def test_the_deployment_s_arguments_are_ones_dl2_serve_accepts():
     values = {**named("ConfigMap", "dl2-scheduler-config")["data"], "POD_NAME": "dl2-scheduler-0"}
     args = [re.sub(r"\$\((\w+)\)", lambda m: values[m[1]], arg) for arg in container["args"]]  # as the kubelet
     parsed = build_parser().parse_args(["serve", *args])
-    assert (parsed.policy_name, parsed.metrics_port, parsed.slot_s) == ("default", 8080, 600.0)
-    assert parsed.identity == "dl2-scheduler-0" and parsed.cluster_name == values["DL2_CLUSTER_NAME"]
-    assert is_url(parsed.decision_log) and parsed.decision_log.startswith("s3://")
+    assert parsed.metrics_port == 8080 and parsed.identity == "dl2-scheduler-0"
+    # the settings as `dl2 serve` builds them: every value the manifests pass is one they accept
+    config = SERVE_KEYS.build(SERVE_KEYS.from_args(parsed), base=ControllerConfig(parsed.identity))
+    lease = LEASE_KEYS.build_from_args(parsed)
+    assert (config.policy_name, config.slot_s, config.placer) == ("default", 600.0, values["DL2_INCUMBENT_PLACER"])
+    assert config.cluster_name == values["DL2_CLUSTER_NAME"] and lease.name == "dl2-scheduler"
+    assert is_url(config.decision_log) and str(config.decision_log).startswith("s3://")
+    assert config.prometheus_url == ""  # no Prometheus configured: progress from the annotation only
 
 
 def test_the_third_party_crds_are_attributed():

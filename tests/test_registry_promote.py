@@ -180,7 +180,7 @@ def test_pyfunc_by_alias_predicts_the_schedulers_allocation(
 
 
 def test_decide_on_numbers() -> None:
-    from pipelines.promote import Score, decide
+    from pipelines.promotion.gate import Score, decide
 
     drf, fifo = Score(100.0, 300.0, True, 2), Score(120.0, 200.0, True, 2)
     # no champion: the incumbents are the reference, each of them
@@ -219,6 +219,7 @@ def test_gate_rejects_a_challenger_worse_than_the_champion_and_changes_nothing(
     import mlflow
 
     from pipelines import promote, register, registry
+    from pipelines.promotion.report import outcome_line
 
     layout = Layout(tmp_path)
     champion, challenger = _start(registry, models, "bundle", "stopper")
@@ -232,7 +233,7 @@ def test_gate_rejects_a_challenger_worse_than_the_champion_and_changes_nothing(
     assert registry.alias("champion").version == champion and registry.alias("challenger").version == challenger
     assert registry.get(challenger).tags["dl2.promotion"] == "rejected"
     assert not (tmp_path / "data" / "deployments").exists()
-    line = promote.outcome_line(result)
+    line = outcome_line(result)
     assert line.startswith(f"promote: rejected dl2-policy v{challenger}: safety: p99 JCT")
     assert line.endswith(f"; champion stays v{champion}")
 
@@ -266,6 +267,7 @@ def test_gate_reports_every_heuristic_the_teacher_included(
     """Against the incumbent (no champion yet): accepted on a tie at margin 0, and the report shows every
     heuristic with its role, the best of them and the challenger's margin against it."""
     from pipelines import promote, registry
+    from pipelines.promotion.report import report_lines
 
     layout = Layout(tmp_path)
     _, challenger = _start(registry, models, None, "bundle")
@@ -286,7 +288,7 @@ def test_gate_reports_every_heuristic_the_teacher_included(
     assert best == min(("drf", "optimus", "srpt-knee", "fifo"), key=lambda n: decision["scores"][n]["avg_jct_s"])
     expected = decision["scores"]["challenger"]["avg_jct_s"] / decision["scores"][best]["avg_jct_s"] - 1
     assert decision["margin_vs_best_heuristic"] == pytest.approx(expected) and expected > 0  # imitation, no gain
-    lines = promote.report_lines(decision)
+    lines = report_lines(decision)
     assert all(any(line.lstrip().startswith(name) for line in lines) for name in decision["scores"])
     assert f"challenger vs best heuristic ({best}): +" in "\n".join(lines)
     tags = registry.get(challenger).tags
@@ -301,7 +303,8 @@ def test_the_gate_takes_scores_from_evaluate_only_for_its_code_test_set_and_mode
 
     from pipelines.code import code_version
     from pipelines.evaluate import heuristics, test_set
-    from pipelines.promote import Score, evaluated_scores
+    from pipelines.promotion.gate import Score
+    from pipelines.promotion.scoring import evaluated_scores
 
     params, layout = smoke_params(), Layout(tmp_path)
     names = heuristics(params)
@@ -415,7 +418,7 @@ def test_first_promotion_rolled_back_leaves_no_champion(store: Path, tmp_path: P
 
 
 def test_deployment_records_are_never_overwritten(tmp_path: Path) -> None:
-    from pipelines.promote import latest_record, write_record
+    from pipelines.promotion.ledger import latest_record, write_record
 
     directory = tmp_path / "deployments"
     first = write_record(directory, {"action": "deploy", "version": 3})
