@@ -48,7 +48,6 @@ from dl2.resolve import scheduler_builder
 from dl2.rl.config import RLConfig, SupervisedConfig, WarmUpConfig
 from dl2.rl.training import fine_tune, load_trained, policy_config, save_trained, warm_up
 from dl2.rl.workers import make_pool
-from dl2.rl.workload_source import workload
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.calibrated import calibrated_world
 from dl2.sim.config import Mode, SimConfig
@@ -56,6 +55,7 @@ from dl2.sim.decision_log import CLUSTER_FILE, cluster_to_json, write_segment
 from dl2.sim.metrics import summarize
 from dl2.sim.run import SchedulerBuilder, World
 from dl2.sim.simulator import simulate
+from dl2.sim.workload_source import workload
 from dl2.truth import realise, truth_named
 from dl2.truth.run import run_on
 from dl2.workload.calibration import Calibration

@@ -25,12 +25,12 @@ from common import environment, print_table, write_json
 from packed_requests import average_jct_slots as packed_average_jct_slots
 
 from dl2.core import Scheduler
-from dl2.rl.workload_source import workload
 from dl2.schedulers.speedup_hull import DEFAULT_SIZE_EXPONENT, SpeedupHull
 from dl2.schedulers.srpt_knee import FILL_KNEE_EFFICIENCY, LADDER_FILLS, SRPTKnee
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.run import speed_model
 from dl2.sim.simulator import simulate
+from dl2.sim.workload_source import workload
 
 SIZE_EXPONENTS = (-0.25, 0.0, 0.1, 0.25, 0.5, 1.0)
 

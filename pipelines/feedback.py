@@ -57,11 +57,11 @@ def find_logs(folder: Path) -> list[Path]:
 def run(params: Params, layout: Layout | None = None) -> StageResult:
     from dl2.rl.learned import LearnedScheduler
     from dl2.rl.training import sim_config
-    from dl2.rl.workload_source import workload
     from dl2.schedulers.registry import make_scheduler
     from dl2.sim.config import Mode
     from dl2.sim.decision_log import log_run
     from dl2.sim.run import interference_model, speed_model
+    from dl2.sim.workload_source import workload
     from pipelines.validate import failure_text, validate_log
 
     layout = layout or Layout()

@@ -75,11 +75,11 @@ def decision_log(folder: Path, seed: int = 9000) -> int:
     as a controller writes it; the number of records."""
     import json
 
-    from dl2.rl.workload_source import workload
     from dl2.schedulers.registry import make_scheduler
     from dl2.sim.config import Mode, SimConfig
     from dl2.sim.decision_log import log_run
     from dl2.sim.run import speed_model
+    from dl2.sim.workload_source import workload
     from pipelines.feedback import cluster_to_json
 
     jobs = workload("authors-tiny", seed)

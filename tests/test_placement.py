@@ -35,7 +35,6 @@ from dl2.placement.speed_model import NumpySpeedModel
 from dl2.placement.training import PlacerNetwork, PlacerTrainer
 from dl2.placement.world import PredictedSimulation, SimulatorSpeeds
 from dl2.resolve import placer_factory
-from dl2.rl.workload_source import workload
 from dl2.schedulers.isolate import IsolatePlacer, StrictIsolatePlacer
 from dl2.schedulers.load_balance import LoadBalancePlacer
 from dl2.schedulers.placement import Demand, NodeState, place_sticky
@@ -45,6 +44,7 @@ from dl2.schedulers.tenancy import Tenancy
 from dl2.sim.config import SimConfig
 from dl2.sim.run import interference_model, speed_model
 from dl2.sim.simulator import Simulation, simulate
+from dl2.sim.workload_source import workload
 from dl2.workload.catalogue import CATALOGUE
 from dl2.workload.mapping import DEFAULT_MAPPING, map_trace_job
 from dl2.workload.traces import PHILLY_NODE

@@ -35,12 +35,12 @@ from dl2.rl.rollout import Episode, EpisodeTask, run_episode, slot_returns
 from dl2.rl.rollout_teacher import FILLS, KNEES, UntilRefused, make_rollout_teacher
 from dl2.rl.supervised import imitation_loss, train_supervised
 from dl2.rl.workers import LocalPool
-from dl2.rl.workload_source import workload
 from dl2.schedulers.load_balance import LoadBalancePlacer
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.run import World, speed_model
 from dl2.sim.simulator import Simulation, simulate
+from dl2.sim.workload_source import workload
 from dl2.workload.authors import SETTINGS, generate_authors_workload
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.traces import COMMON_COLUMNS

@@ -152,9 +152,9 @@ class LoggedRun:
 def log_samples(run: LoggedRun, group: int, every: int = 2) -> SpeedSamples:
     """Simulate `run` in realistic mode (its seed also seeds the simulation) and turn its log into samples."""
     from dl2.placement.mixing import MixedPlacer
-    from dl2.rl.workload_source import workload
     from dl2.schedulers.registry import PLACERS, SCHEDULERS
     from dl2.sim.run import interference_model, speed_model
+    from dl2.sim.workload_source import workload
 
     config = SimConfig.realistic(run.seed)
     speed = speed_model(config.mode)

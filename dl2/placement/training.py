@@ -42,9 +42,9 @@ from dl2.placement.episodes import World, run_episode
 from dl2.placement.experience import Decisions, ExperienceRecorder, ReplayBuffer
 from dl2.placement.policy import HarmonyPlacer, NumpyPlacementPolicy
 from dl2.placement.world import SimulatorSpeeds, SpeedSource
-from dl2.rl.workload_source import workload
 from dl2.schedulers.registry import PLACERS
 from dl2.sim.config import SimConfig
+from dl2.sim.workload_source import workload
 
 
 class PlacerNetwork(nn.Module):

@@ -26,10 +26,10 @@ from dl2.env.observation import Observer
 from dl2.rl.inference import NumpyPolicy
 from dl2.rl.learned import LearnedScheduler
 from dl2.rl.model_io import PolicyConfig
-from dl2.rl.workload_source import workload
 from dl2.sim.config import SimConfig
 from dl2.sim.run import interference_model, speed_model
 from dl2.sim.simulator import Simulation
+from dl2.sim.workload_source import workload
 
 
 @dataclass(frozen=True, slots=True)

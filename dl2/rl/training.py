@@ -32,11 +32,11 @@ from dl2.rl.networks import PolicyNetwork, ValueNetwork
 from dl2.rl.rollout_teacher import is_rollout_teacher, make_rollout_teacher
 from dl2.rl.supervised import SupervisedHistory, train_supervised
 from dl2.rl.workers import RolloutPool
-from dl2.rl.workload_source import workload
 from dl2.schedulers.registry import PLACERS, make_scheduler
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.metrics import report_unit
 from dl2.sim.run import World, speed_model
+from dl2.sim.workload_source import workload
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")

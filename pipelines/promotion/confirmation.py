@@ -58,9 +58,9 @@ def check_deployed(version: int, source: str, seed: int, mode: str, jobs: int = 
     """What the confirmation process runs: resolve `champion`, download it, load it and simulate `jobs` jobs."""
     from dl2.core import Workload
     from dl2.rl.learned import LearnedScheduler
-    from dl2.rl.workload_source import workload
     from dl2.sim.config import Mode, SimConfig
     from dl2.sim.run import run_one
+    from dl2.sim.workload_source import workload
 
     deployed = registry.alias(CHAMPION)
     if deployed is None or deployed.version != version:
