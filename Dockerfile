@@ -6,7 +6,7 @@
 #
 # Two stages: the first builds a virtual environment (the controller's extras, CPU torch, the lock's versions),
 # the second copies it with the shipped models onto a slim Python, with no compiler or pip cache, as user 10001
-# (the manifests' runAsUser; tests/test_image.py checks that they agree).
+# (the manifests' runAsUser; tests/unit/project/test_image.py checks that they agree).
 
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 

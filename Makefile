@@ -1,7 +1,7 @@
 # dl2: two commands do all set-up on a fresh machine.
 #   make demo   create .venv if missing, install from the pins, build the local Kubernetes control plane if missing,
 #               run the lifecycle end to end (pipelines.lifecycle)
-#   make test   same bootstrap, then lint (ruff, import-linter layers, hadolint), types (mypy on dl2/) and the test suite
+#   make test   same bootstrap, then lint (ruff, import-linter layers, hadolint), types (mypy on dl2/, pipelines/, dags/) and the test suite
 #   make kube-assets   build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd and kwok from the
 #               Go module proxy (tools/kube) into ~/.cache/dl2/kube-assets/<digest of the pins>, unless already there
 #   make helm   build helm (tools/helm), which lints and renders k8s/chart/, into ~/.cache/dl2/helm/<digest>, the same way

@@ -3,7 +3,8 @@ feasible allocation and placement (`dl2.sim.lower_bound`), realistic mode.
 
 The simulator's own speed function is evaluated over every feasible number of workers and PS and, up to the
 symmetry of interchangeable servers, every placement; interference, noise and the other jobs are left out, so no
-scheduler and placer can beat it. `tests/test_lower_bound.py` checks it against single-job runs of the simulator.
+scheduler and placer can beat it. `tests/unit/sim/test_lower_bound.py` checks it against single-job runs of the
+simulator.
 The placement benchmarks report their results as multiples of it.
 
     .venv/bin/python benchmarks/lower_bound.py [--seeds 0,1,2,3,4]

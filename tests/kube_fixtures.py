@@ -4,7 +4,7 @@ RBAC and an audit log, kube-controller-manager, kube-scheduler, kwok), dl2 insta
 
 At the end of the session the fixture reads the API server's audit log: a request of one of dl2's identities
 (the controller, the extender, the promotion gate, each under its own ServiceAccount) that RBAC denied fails the
-run. Which grants are used is proven by `tests/test_kube_rbac.py`.
+run. Which grants are used is proven by `tests/integration/kube/test_kube_rbac.py`.
 """
 
 from __future__ import annotations

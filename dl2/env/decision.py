@@ -276,7 +276,8 @@ class SlotDecision:
 
     def _place_packed(self) -> None:
         """Ask the authors' placement for the slot's tasks in the packed order; the first refusal ends the slot (with
-        the authors' units every allocation that fits the cluster in total is placed: `tests/test_packing.py`)."""
+        the authors' units every allocation that fits the cluster in total is placed:
+        `tests/unit/env/test_packing.py`)."""
         tasks: list[Request] = []
         for rank, (workers, ps) in enumerate(self.counts.tolist()):
             tasks += [(rank, Role.WORKER)] * workers + [(rank, Role.PS)] * ps

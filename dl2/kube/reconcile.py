@@ -1,8 +1,9 @@
 """The pure part of a slot: from the policy's proposal and each job's actual size to the sizes to apply.
 
 No API, no clock, no randomness: the functions here take plain values and return plain values, so every rule is
-tested by hand (`tests/test_kube_reconcile.py`). Level-triggered: `plan` says what each job should have; `changes`
-compares that with what the job has now, so running it again after a resize (or after a restart) asks for nothing.
+tested by hand (`tests/unit/kube/test_kube_reconcile.py`). Level-triggered: `plan` says what each job should have;
+`changes` compares that with what the job has now, so running it again after a resize (or after a restart) asks
+for nothing.
 """
 
 from __future__ import annotations

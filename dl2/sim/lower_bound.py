@@ -12,7 +12,7 @@ is a multiset of per-server (workers, PS) configurations. The realistic speed fu
 only through the number of worker-PS pairs that share a server (parameter-server jobs; `speed_fit.placement_kappa`) or
 whether the ring spans servers (all-reduce), so for each (workers, PS) a dynamic programme over those multisets
 finds the placement with the most co-located pairs, which the speed function then evaluates
-(`tests/test_lower_bound.py` checks that against brute force over every placement of small jobs).
+(`tests/unit/sim/test_lower_bound.py` checks that against brute force over every placement of small jobs).
 """
 
 from __future__ import annotations

@@ -538,8 +538,8 @@ def young_collections_only() -> Iterator[None]:
     those survive long enough to be promoted, so the automatic collector keeps triggering full collections
     that scan every live object, and the cost per slot grows with the run's size (`docs/results.md`). Reference
     counting frees all of it anyway: the simulator and the heuristics create no reference cycles (checked by
-    `tests/test_scheduler_invariants.py::test_runs_create_no_reference_cycles`), and collecting the young
-    generations now and then catches any that a custom scheduler creates.
+    `tests/unit/schedulers/test_scheduler_invariants.py::test_runs_create_no_reference_cycles`), and collecting the
+    young generations now and then catches any that a custom scheduler creates.
     """
     was_enabled = gc.isenabled()
     gc.disable()

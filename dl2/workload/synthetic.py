@@ -174,7 +174,7 @@ def _check(condition: bool, message: str) -> None:
 
 
 # Presets. The numbers are copied from data/traces/*/stats.json (no file is read at import);
-# tests/test_synthetic.py checks that they still match those files.
+# tests/unit/workload/test_synthetic.py checks that they still match those files.
 PHILLY_DIURNAL = (
     74.29, 20.71, 23.86, 27.57, 16.57, 54.29, 61.86, 36.71, 22.14, 35.57, 57.29, 97.29,
     24.14, 71.86, 22.57, 29.86, 36.86, 17.43, 51.57, 44.57, 14.57, 27.14, 19.71, 24.57,
