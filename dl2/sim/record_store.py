@@ -44,7 +44,9 @@ class RecordStore:
             import fsspec
 
             try:
-                self._fs, self._root = fsspec.core.url_to_fs(self.location)
+                # no listings cache: another replica creates and deletes journals, and a cached listing would let
+                # `exists` answer for an object that is gone
+                self._fs, self._root = fsspec.core.url_to_fs(self.location, use_listings_cache=False)
             except (ImportError, ValueError) as error:  # an unknown scheme, or its driver not installed
                 raise InputError(self.location, f"no filesystem for this URL: {error}") from error
             self._root = str(self._root).rstrip("/")

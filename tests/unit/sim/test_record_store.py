@@ -114,3 +114,14 @@ def test_a_folder_log_is_the_segments_every_reader_knows(tmp_path):
     log.write_journal(journal_of(1))
     log.complete(2, {"smoke-ar": 1.0})
     assert read_log(tmp_path) == log.records() and len(list(tmp_path.glob("segment-*.jsonl"))) == 1
+
+
+def test_an_object_another_replica_removed_is_gone_for_this_one(s3_session, s3_url):
+    """No listing is cached: after this replica listed the journals, another completes a slot and removes its
+    journal; `exists` and `pending` must not answer from the old listing."""
+    store = RecordStore(s3_url)
+    assert store.create(".journal/slot-000000002.json", "x")
+    assert store.names(".journal") == ["slot-000000002.json"] and store.exists(".journal/slot-000000002.json")
+    bucket, _, prefix = s3_url.removeprefix("s3://").partition("/")
+    (s3_session.folder / bucket / prefix / ".journal" / "slot-000000002.json").unlink()  # through another client
+    assert not store.exists(".journal/slot-000000002.json") and store.names(".journal") == []
