@@ -28,7 +28,7 @@ from dl2.rl.learned import LearnedScheduler
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.run import speed_model
 from dl2.sim.simulator import SimulationError, simulate
-from dl2.sim.workload_source import workload
+from dl2.workload.source import workload
 
 DEFAULT_MODELS = "models/dl2-compat-drf,models/dl2-compat-drf-rl"
 

@@ -43,6 +43,7 @@ from common import environment, print_table, write_json
 from scipy import stats
 from truth_scenarios import CHAMPION, ORACLES, philly_like, previous_week
 
+from dl2.core.log_format import CLUSTER_FILE, cluster_to_json
 from dl2.env.config import EnvConfig
 from dl2.resolve import scheduler_builder
 from dl2.rl.config import RLConfig, SupervisedConfig, WarmUpConfig
@@ -51,14 +52,14 @@ from dl2.rl.workers import make_pool
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.calibrated import calibrated_world
 from dl2.sim.config import Mode, SimConfig
-from dl2.sim.decision_log import CLUSTER_FILE, cluster_to_json, write_segment
+from dl2.sim.decision_log import write_segment
 from dl2.sim.metrics import summarize
 from dl2.sim.run import SchedulerBuilder, World
 from dl2.sim.simulator import simulate
-from dl2.sim.workload_source import workload
 from dl2.truth import realise, truth_named
 from dl2.truth.run import run_on
 from dl2.workload.calibration import Calibration
+from dl2.workload.source import workload
 
 BASELINES = ("drf", "optimus", "speedup-hull", "optimus-fitted")
 TWIN_SEED = 1_000

@@ -29,7 +29,7 @@ from dl2.env.env import Dl2Env
 from dl2.rl.inference import NumpyPolicy
 from dl2.rl.learned import LearnedScheduler
 from dl2.rl.training import sim_config
-from dl2.sim.workload_source import workload
+from dl2.workload.source import workload
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOT_S = 1200.0

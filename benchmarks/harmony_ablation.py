@@ -33,7 +33,7 @@ from dl2.placement.episodes import World, run_episode
 from dl2.placement.policy import HarmonyPlacer
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.run import interference_model, speed_model
-from dl2.sim.workload_source import workload
+from dl2.workload.source import workload
 
 
 def validate(task: tuple[str, str, int, str]) -> float:

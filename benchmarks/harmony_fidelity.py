@@ -33,7 +33,7 @@ from dl2.schedulers.registry import PLACERS, make_scheduler
 from dl2.sim.config import SimConfig
 from dl2.sim.run import interference_model, speed_model
 from dl2.sim.simulator import Simulation
-from dl2.sim.workload_source import workload
+from dl2.workload.source import workload
 
 SAME = "same server"
 PLACER_LEAVES = "placer: leaves the task unplaced, the heuristic places it"
@@ -105,7 +105,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--placer", default="models/harmony-placer-philly")
     parser.add_argument("--imitated", default="isolate-strict", choices=sorted(PLACERS))
-    parser.add_argument("--workload", default="synthetic-philly", help="a source (`dl2.sim.workload_source`)")
+    parser.add_argument("--workload", default="synthetic-philly", help="a source (`dl2.workload.source`)")
     parser.add_argument("--seed", type=int, default=21000)
     parser.add_argument("--scheduler", default="drf")
     parser.add_argument("--out", default="harmony_fidelity.json", help="JSON file name under benchmarks/results")

@@ -31,7 +31,7 @@ from dl2.schedulers.load_balance import LoadBalancePlacer
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.run import speed_model
-from dl2.sim.workload_source import workload
+from dl2.workload.source import workload
 
 SCHEDULERS = ("drf", "optimus", "srpt-knee-ladder", "speedup-hull-marginal", "speedup-hull")
 WORKLOADS = {"validation": ("authors-small", list(range(5000, 5010))), "test": ("dl2-official-small", list(range(10)))}

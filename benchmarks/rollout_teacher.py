@@ -27,7 +27,7 @@ from dl2.rl.demonstrations import record
 from dl2.rl.rollout_teacher import FILLS, KNEES
 from dl2.rl.training import make_teacher, sim_config
 from dl2.schedulers.load_balance import LoadBalancePlacer
-from dl2.sim.workload_source import workload
+from dl2.workload.source import workload
 
 
 def parse_seeds(text: str) -> list[int]:

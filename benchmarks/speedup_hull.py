@@ -30,7 +30,7 @@ from dl2.schedulers.srpt_knee import FILL_KNEE_EFFICIENCY, LADDER_FILLS, SRPTKne
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.run import speed_model
 from dl2.sim.simulator import simulate
-from dl2.sim.workload_source import workload
+from dl2.workload.source import workload
 
 SIZE_EXPONENTS = (-0.25, 0.0, 0.1, 0.25, 0.5, 1.0)
 

@@ -31,15 +31,15 @@ from common import environment, print_table, write_json
 from truth_scenarios import CHAMPION, philly_like, previous_week
 
 from dl2.core import Workload
+from dl2.core.log_format import read_log
 from dl2.resolve import scheduler_builder
 from dl2.sim.calibrated import calibrated_world
 from dl2.sim.config import Mode, SimConfig
-from dl2.sim.decision_log import read_log
 from dl2.sim.metrics import summarize
 from dl2.sim.simulator import simulate
-from dl2.sim.workload_source import workload as source_workload
 from dl2.truth import realise, truth_named
 from dl2.workload.observed import observed_workload
+from dl2.workload.source import workload as source_workload
 
 
 def load(workload: Workload) -> dict[str, float]:

@@ -168,7 +168,7 @@ def pass_through(cluster: LocalCluster, mode: str, version: int, started: float,
 
 
 def _records(log: Path) -> list[DecisionRecord]:
-    from dl2.sim.decision_log import read_log
+    from dl2.core.log_format import read_log
 
     return read_log(log)
 

@@ -198,7 +198,7 @@ def collect(params: Params, layout: Layout, window: str) -> Collection:
 def _validate(validate_log: Any, candidate: Path, params: Params, layout: Layout) -> dict[str, Any] | None:
     """The suite's report on the candidate records; records that cannot even be read are a failed report."""
     from dl2.core import InputError
-    from dl2.sim.decision_log import read_cluster
+    from dl2.core.log_format import read_cluster
 
     try:
         report: dict[str, Any] = validate_log(candidate, params, layout)

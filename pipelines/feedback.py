@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dl2.core import ClusterSpec, InputError
-from dl2.sim.decision_log import CLUSTER_FILE, cluster_to_json, read_cluster
+from dl2.core.log_format import CLUSTER_FILE, cluster_to_json, read_cluster
 from pipelines.code import code_version
 from pipelines.params import Params
 from pipelines.stage import Layout, StageFailed, StageResult, main_without_arguments, published_folder, write_json
@@ -61,7 +61,7 @@ def run(params: Params, layout: Layout | None = None) -> StageResult:
     from dl2.sim.config import Mode
     from dl2.sim.decision_log import log_run
     from dl2.sim.run import interference_model, speed_model
-    from dl2.sim.workload_source import workload
+    from dl2.workload.source import workload
     from pipelines.validate import failure_text, validate_log
 
     layout = layout or Layout()

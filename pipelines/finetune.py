@@ -42,7 +42,7 @@ def usable_logs(params: Params, layout: Layout, logs: Sequence[Path]) -> tuple[l
     """The logs that pass the decision-log suite, and {log: why} for those that do not: a malformed log is
     skipped and named, never a reason to stop learning from the others (`pipelines.collect` quarantines such
     logs before they reach `data/feedback/clusters`; this catches one put there by other means)."""
-    from dl2.sim.decision_log import CLUSTER_FILE, read_cluster
+    from dl2.core.log_format import CLUSTER_FILE, read_cluster
     from pipelines.validate import failure_summary, validate_log
 
     good, skipped = [], {}
@@ -72,9 +72,9 @@ def feedback_batches(
     params: Params, layout: Layout, policy_config: Any, logs: Sequence[Path]
 ) -> tuple[list[Any], list[dict[str, Any]]]:
     """Samples of the given (validated) decision logs, one batch per log and cluster."""
+    from dl2.core.log_format import read_log
     from dl2.rl.feedback import feedback_batch
     from dl2.schedulers.registry import PLACERS
-    from dl2.sim.decision_log import read_log
     from pipelines.feedback import log_cluster
 
     batches, facts = [], []
@@ -212,7 +212,7 @@ def feedback_datasets(layout: Layout, logs: Sequence[Path]) -> list[tuple[Any, s
     """Each decision log learned from, as an MLflow dataset (digest: its records' bytes)."""
     import hashlib
 
-    from dl2.sim.decision_log import segments
+    from dl2.core.log_format import segments
 
     inputs = []
     for log in logs:

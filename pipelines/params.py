@@ -79,7 +79,7 @@ class WorkloadsParams:
     mode: Literal["compat", "realistic"] = "compat"
     """Simulator mode the policy is trained for: 'compat' (the authors' setting) or 'realistic'."""
     train_source: str = "authors-small"
-    """Workload source of warm-up, RL and simulated feedback (`dl2.sim.workload_source`); validation uses it too."""
+    """Workload source of warm-up, RL and simulated feedback (`dl2.workload.source`); validation uses it too."""
     validation_seeds: Annotated[tuple[Seed, ...], MinLen(1)] = (5000, 5001)
     """Workloads of `train_source` that select checkpoints; disjoint from every training seed."""
     test: str = "dl2-official-small"

@@ -75,7 +75,7 @@ def run(
     may describe another model)."""
     from dl2.core import InputError
     from dl2.rl.model_io import is_model_dir, load_config
-    from dl2.sim.workload_source import workload
+    from dl2.workload.source import workload
     from pipelines.pyfunc import example_frame
     from pipelines.workloads import test_dataset, training_dataset
 

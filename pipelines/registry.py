@@ -209,7 +209,7 @@ def download(version: int, destination: Path) -> Path:
 def default_example(model_dir: Path) -> pd.DataFrame:
     """An input example from a small workload of the model's simulator mode."""
     from dl2.rl.model_io import load_config
-    from dl2.sim.workload_source import workload
+    from dl2.workload.source import workload
     from pipelines.pyfunc import example_frame
 
     config, _ = load_config(Path(model_dir))

@@ -39,7 +39,7 @@ RECORD = "log_record"
 """Added to a decision-log frame: the 1-based record number in log order (segment by segment)."""
 LOG_DERIVED = ("type_problem", "time_step_s", "progress_step_epochs", "progress_ratio")
 """Columns computed per record before validation (a suite checks columns, not groups): the first field whose
-JSON type or range is wrong (the record parser's check, `dl2.sim.decision_log.record_problem`), the step from
+JSON type or range is wrong (the record parser's check, `dl2.core.log_format.record_problem`), the step from
 the job's previous record in time and in progress, and progress over declared epochs."""
 
 
@@ -70,7 +70,7 @@ def trace_expectations(config: ValidateParams) -> list[Any]:
 def log_expectations(config: ValidateParams) -> list[Any]:
     import great_expectations.expectations as gxe
 
-    from dl2.sim.decision_log import MODES, NODE_FIELDS
+    from dl2.core.log_format import MODES, NODE_FIELDS
 
     fields = DecisionRecord.field_names()
     numeric = [name for name in fields if name not in _TEXT_FIELDS and name not in NODE_FIELDS]
@@ -127,7 +127,7 @@ def log_frames(location: Path) -> tuple[Any, Any]:
     import pandas as pd
 
     from dl2.core.inputs import parse_json, read_lines
-    from dl2.sim.decision_log import NODE_FIELDS, record_problem, segments
+    from dl2.core.log_format import NODE_FIELDS, record_problem, segments
 
     rows: list[dict[str, Any]] = []
     for path in segments(location):

@@ -55,8 +55,8 @@ def is_generated(source: str) -> bool:
 
 def load_source(source: str, seed: int) -> tuple[Workload, ...]:
     """The workloads of a source for a seed: one for a generated source, all of a fixed name or file."""
-    from dl2.sim.workload_source import workload
     from dl2.workload.registry import load_workloads
+    from dl2.workload.source import workload
 
     return (workload(source, seed),) if is_generated(source) else load_workloads(source, seed)
 

@@ -306,8 +306,8 @@ def uninterrupted_run(
     """A workload run in active mode by an in-process controller that is never killed: its records (the final
     slot's completed too), each job's finish time, and the resizes of each slot. What a run under kills must
     equal. The cluster is reset afterwards."""
+    from dl2.core.log_format import read_log
     from dl2.kube.controller import Controller, ControllerConfig
-    from dl2.sim.decision_log import read_log
 
     create_policy(kube, "active")
     settings = ControllerConfig("reference", decision_log=folder, clock="cluster")

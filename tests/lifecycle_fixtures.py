@@ -79,7 +79,7 @@ def decision_log(folder: Path, seed: int = 9000) -> int:
     from dl2.sim.config import Mode, SimConfig
     from dl2.sim.decision_log import log_run
     from dl2.sim.run import speed_model
-    from dl2.sim.workload_source import workload
+    from dl2.workload.source import workload
     from pipelines.feedback import cluster_to_json
 
     jobs = workload("authors-tiny", seed)

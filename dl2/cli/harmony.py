@@ -56,13 +56,13 @@ def add_parsers(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 def run_speed(args: argparse.Namespace) -> int:
+    from dl2.core.log_format import read_log
     from dl2.nn.state_io import write_model_dir
     from dl2.placement.config import SPEED_KEYS, SpeedModelRun
     from dl2.placement.linear import LinearInterferenceModel
     from dl2.placement.predictor import train_predictor
     from dl2.placement.samples import LoggedRun, SpeedSamples, collect, samples_from_records
     from dl2.placement.speed_model import WEIGHTS
-    from dl2.sim.decision_log import read_log
 
     run_config: SpeedModelRun = _build(SPEED_KEYS, args)
     data, training = run_config.data, run_config.training

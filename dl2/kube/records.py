@@ -27,16 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dl2.core import Allocation, ClusterSpec, ClusterView, DecisionRecord
+from dl2.core.log_format import CLUSTER_FILE, cluster_to_json, parse_record, records_text, segment_name
 from dl2.kube.reconcile import Reason, Target
-from dl2.sim.decision_log import (
-    CLUSTER_FILE,
-    cluster_to_json,
-    decision_record,
-    parse_record,
-    read_store_log,
-    records_text,
-    segment_name,
-)
+from dl2.sim.decision_log import decision_record, read_store_log
 from dl2.sim.record_store import RecordStore
 
 JOURNAL = ".journal"

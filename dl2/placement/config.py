@@ -78,7 +78,7 @@ class SpeedData:
     """The realistic-mode runs whose logs the speed model learns from, and those it is measured on."""
 
     sources: Annotated[tuple[str, ...], MinLen(1)] = ("synthetic-philly@1500",)
-    """Workload sources (`dl2.sim.workload_source`)."""
+    """Workload sources (`dl2.workload.source`)."""
     seeds: Annotated[tuple[Seed, ...], MinLen(1)] = (100, 101, 102, 103)
     """Training workload seeds."""
     held_out_seeds: Annotated[tuple[Seed, ...], MinLen(1)] = (200, 201)
@@ -166,7 +166,7 @@ class PlacerTraining:
     iterations: Annotated[int, Ge(1), Le(1_000_000)] = 60
     """RL episodes (one workload each), after the imitation ones (`imitation_iterations`)."""
     source: str = "synthetic-philly@1500"
-    """Training and validation workloads (`dl2.sim.workload_source`)."""
+    """Training and validation workloads (`dl2.workload.source`)."""
     train_seed_offset: Seed = 20_000
     """Training workload of iteration i: seed offset + i."""
     validation_seeds: Annotated[tuple[Seed, ...], MinLen(1)] = (21_000, 21_001)

@@ -154,7 +154,7 @@ def log_samples(run: LoggedRun, group: int, every: int = 2) -> SpeedSamples:
     from dl2.placement.mixing import MixedPlacer
     from dl2.schedulers.registry import PLACERS, SCHEDULERS
     from dl2.sim.run import interference_model, speed_model
-    from dl2.sim.workload_source import workload
+    from dl2.workload.source import workload
 
     config = SimConfig.realistic(run.seed)
     speed = speed_model(config.mode)

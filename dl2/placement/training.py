@@ -44,7 +44,7 @@ from dl2.placement.policy import HarmonyPlacer, NumpyPlacementPolicy
 from dl2.placement.world import SimulatorSpeeds, SpeedSource
 from dl2.schedulers.registry import PLACERS
 from dl2.sim.config import SimConfig
-from dl2.sim.workload_source import workload
+from dl2.workload.source import workload
 
 
 class PlacerNetwork(nn.Module):

@@ -15,7 +15,7 @@ from annotated_types import Ge, Gt, Le, Lt, MinLen
 from dl2.config import ConfigError, Keys, config, refuse
 from dl2.env.observation import ObservationConfig
 from dl2.schedulers.registry import check_placer, check_scheduler
-from dl2.sim.workload_source import source_problem
+from dl2.workload.source import source_problem
 
 MASKED_LOGIT = -1e9
 """Logit of an impossible action (masked out of the softmax)."""
@@ -68,7 +68,7 @@ class WarmUpConfig:
     """A heuristic scheduler of the mode (drf, fifo, srtf, optimus, optimus-fitted, tiresias, srpt-knee-fill,
     speedup-hull-marginal, ...), or `rollout:<heuristic>` (rollout policy improvement over it)."""
     source: str = "authors-small"
-    """Workload source of the demonstrations (`dl2.sim.workload_source`)."""
+    """Workload source of the demonstrations (`dl2.workload.source`)."""
     mode: Literal["compat", "realistic"] = "compat"
     """Simulator mode."""
     episodes: Count = 12
@@ -142,7 +142,7 @@ class RLConfig:
     episodes_per_iteration: Positive = 4
     """Episodes collected per iteration (spread over the workers)."""
     train_source: str = "authors-small"
-    """Where training workloads come from (`dl2.sim.workload_source`)."""
+    """Where training workloads come from (`dl2.workload.source`)."""
     train_seed_offset: Seed = 10_000
     """Training workload seeds are offset + episode number (validation and test use other seeds)."""
     validation_source: str | None = None
@@ -236,7 +236,7 @@ class RLConfig:
 
 
 def check_source(key: str, source: str) -> None:
-    """Refuse (ConfigError naming `key`) a workload source that names nothing (`dl2.sim.workload_source`)."""
+    """Refuse (ConfigError naming `key`) a workload source that names nothing (`dl2.workload.source`)."""
     problem = source_problem(source)
     if problem is not None:
         raise refuse(key, source, problem)

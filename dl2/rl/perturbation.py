@@ -29,7 +29,7 @@ from dl2.rl.model_io import PolicyConfig
 from dl2.sim.config import SimConfig
 from dl2.sim.run import interference_model, speed_model
 from dl2.sim.simulator import Simulation
-from dl2.sim.workload_source import workload
+from dl2.workload.source import workload
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from dl2.rl.config import ExplorationConfig
 from dl2.rl.exploration import exploratory_action
 from dl2.rl.inference import NumpyPolicy
 from dl2.sim.run import World
-from dl2.sim.workload_source import workload
+from dl2.workload.source import workload
 
 
 @dataclass(slots=True)

@@ -36,7 +36,7 @@ from dl2.schedulers.registry import PLACERS, make_scheduler
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.metrics import report_unit
 from dl2.sim.run import World, speed_model
-from dl2.sim.workload_source import workload
+from dl2.workload.source import workload
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")

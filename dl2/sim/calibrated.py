@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dl2.core import InputError
-from dl2.sim.decision_log import read_log
+from dl2.core.log_format import read_log
 from dl2.sim.run import World, catalogue_speed, interference_model
 from dl2.workload.calibration import CalibratedSpeedModel, Calibration, calibrate
 

@@ -60,7 +60,7 @@ def check_deployed(version: int, source: str, seed: int, mode: str, jobs: int = 
     from dl2.rl.learned import LearnedScheduler
     from dl2.sim.config import Mode, SimConfig
     from dl2.sim.run import run_one
-    from dl2.sim.workload_source import workload
+    from dl2.workload.source import workload
 
     deployed = registry.alias(CHAMPION)
     if deployed is None or deployed.version != version:

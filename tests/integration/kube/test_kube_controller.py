@@ -15,6 +15,7 @@ from dataclasses import replace
 import pytest
 
 from dl2.controlplane.install import CONTROLLER, service_account_user
+from dl2.core.log_format import read_log
 from dl2.env.observation import ObservationConfig
 from dl2.kube import contract
 from dl2.kube.controller import Controller, ControllerConfig
@@ -28,7 +29,6 @@ from dl2.kube.rest import AUTOSCALERS, EVENTS, PYTORCHJOBS, VOLCANO_JOBS, Rest
 from dl2.rl.feedback import feedback_batch
 from dl2.schedulers.registry import PLACERS
 from dl2.sim.config import SimConfig
-from dl2.sim.decision_log import read_log
 from dl2.twin import TwinOptions, reference_result, start_twin
 from tests.kube_fixtures import CONTROLLER_AGENT
 from tests.kube_helpers import (

@@ -95,9 +95,9 @@ def test_progress_measured_from_metrics_drives_the_controller(kube, exporter, pr
     its epoch to Prometheus and names the query; the controller records the progress Prometheus measures, slot by
     slot, and resizes the job as for any other."""
     from dl2.core import NodeSpec, Resources
+    from dl2.core.log_format import read_log
     from dl2.kube.controller import Controller, ControllerConfig
     from dl2.kube.rest import KUBEFLOW_PODS, NAMESPACES, NODES, PYTORCHJOBS
-    from dl2.sim.decision_log import read_log
     from dl2.twin import manifests
     from tests.builders import allreduce_job
     from tests.kube_helpers import create_policy, heuristic_loader, read_policy

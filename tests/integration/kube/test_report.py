@@ -572,9 +572,9 @@ def test_a_kubeflow_job_s_reported_progress_drives_the_controller_s_decisions(ku
     ServiceAccount, DRF as the model) finds the pod by those labels, records the reported progress, resizes the
     job, and the next slot's record has the progress reported since."""
     from dl2.core import NodeSpec, Resources
+    from dl2.core.log_format import read_log
     from dl2.kube.controller import Controller, ControllerConfig
     from dl2.kube.rest import KUBEFLOW_PODS, NAMESPACES, NODES, PYTORCHJOBS
-    from dl2.sim.decision_log import read_log
     from dl2.twin import manifests
     from tests.kube_helpers import create_policy, heuristic_loader, read_policy
 

@@ -51,7 +51,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def test_frame_round_trip_and_checks() -> None:
     from dl2.core import InputError
-    from dl2.sim.workload_source import workload
+    from dl2.workload.source import workload
     from pipelines.pyfunc import example_frame, frame_from_view, view_from_frame
 
     frame = example_frame(workload("authors-tiny", 0), num_jobs=4)
@@ -154,7 +154,7 @@ def test_pyfunc_by_alias_predicts_the_schedulers_allocation(
     import mlflow.pyfunc
 
     from dl2.rl.learned import LearnedScheduler
-    from dl2.sim.workload_source import workload
+    from dl2.workload.source import workload
     from pipelines import register, registry
     from pipelines.pyfunc import example_frame, view_from_frame
 
@@ -362,7 +362,7 @@ def test_gate_accepts_a_challenger_better_than_the_champion_and_confirms_it(
     # what a user does afterwards, in a fresh process: the champion answers a cluster state
     script = (
         "import mlflow.pyfunc; from pipelines import tracking; from pipelines.pyfunc import example_frame; "
-        "from dl2.sim.workload_source import workload; tracking.configure(); "
+        "from dl2.workload.source import workload; tracking.configure(); "
         "model = mlflow.pyfunc.load_model('models:/dl2-policy@champion'); "
         "answer = model.predict(example_frame(workload('authors-tiny', 9000), num_jobs=4)); "
         "print(int(answer['workers'].sum()), int(answer['ps'].sum()), len(answer))"

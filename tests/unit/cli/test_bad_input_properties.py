@@ -314,7 +314,7 @@ def test_a_generated_bad_record_is_refused_by_the_parser_and_flagged_by_the_suit
     data: Any, tmp_path: Path
 ) -> None:
     from dl2.core import DecisionRecord
-    from dl2.sim.decision_log import parse_record
+    from dl2.core.log_format import parse_record
     from pipelines.validate import log_frames
 
     kinds = DecisionRecord.field_kinds()

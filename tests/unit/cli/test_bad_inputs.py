@@ -196,7 +196,7 @@ def test_a_bad_params_file_is_one_line_naming_the_key(
 
 @pytest.mark.parametrize("name", cases("decision log"))
 def test_a_bad_decision_record_is_refused_by_the_reader(name: str) -> None:
-    from dl2.sim.decision_log import read_log
+    from dl2.core.log_format import read_log
 
     with pytest.raises(InputError) as raised:
         read_log(CORPUS / name)  # the fine-tune reader; the controller's journal uses the same parser (below)

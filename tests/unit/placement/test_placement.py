@@ -44,9 +44,9 @@ from dl2.schedulers.tenancy import Tenancy
 from dl2.sim.config import SimConfig
 from dl2.sim.run import interference_model, speed_model
 from dl2.sim.simulator import Simulation, simulate
-from dl2.sim.workload_source import workload
 from dl2.workload.catalogue import CATALOGUE
 from dl2.workload.mapping import DEFAULT_MAPPING, map_trace_job
+from dl2.workload.source import workload
 from dl2.workload.traces import PHILLY_NODE
 
 SPEED = speed_model(SimConfig.realistic().mode)

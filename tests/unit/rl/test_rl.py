@@ -39,9 +39,9 @@ from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.run import World, speed_model
 from dl2.sim.simulator import Simulation, simulate
-from dl2.sim.workload_source import workload
 from dl2.workload.authors import SETTINGS, generate_authors_workload
 from dl2.workload.interference import InterferenceModel
+from dl2.workload.source import workload
 from dl2.workload.traces import COMMON_COLUMNS
 from tests.builders import LinearSpeed, allreduce_job, make_job
 

@@ -9,10 +9,11 @@ from dataclasses import replace
 import pytest
 
 from dl2.core import Allocation, InputError, JobAllocation
+from dl2.core.log_format import read_log
 from dl2.kube.models import smoke_view
 from dl2.kube.reconcile import Reason, Target
 from dl2.kube.records import DecisionLog, JournalEntry, SlotJournal, draft_records
-from dl2.sim.decision_log import read_log, read_store_log
+from dl2.sim.decision_log import read_store_log
 from dl2.sim.record_store import RecordStore, is_url
 
 

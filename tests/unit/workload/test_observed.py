@@ -12,15 +12,16 @@ import numpy as np
 import pytest
 
 from dl2.core import InputError, JobAllocation
+from dl2.core.log_format import CLUSTER_FILE, cluster_to_json
 from dl2.placement.samples import record_run
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import Mode, SimConfig
-from dl2.sim.decision_log import CLUSTER_FILE, cluster_to_json, write_segment
+from dl2.sim.decision_log import write_segment
 from dl2.sim.run import interference_model, speed_model
-from dl2.sim.workload_source import source_problem, workload
 from dl2.twin.workloads import first_jobs, first_nodes
 from dl2.workload.observed import observed_jobs, observed_workload, resampled_workload
 from dl2.workload.registry import load_workloads
+from dl2.workload.source import source_problem, workload
 
 CONFIG = SimConfig.realistic(seed=0, speed_noise=0.0)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from dl2.core import InputError, Workload
 from dl2.core.limits import MAX_JOBS, MAX_NODES
-from dl2.sim.decision_log import CLUSTER_FILE, read_cluster, read_log
+from dl2.core.log_format import CLUSTER_FILE, read_cluster, read_log
 from dl2.workload.authors import SETTINGS, generate_authors_workload
 from dl2.workload.catalogue import MODEL_NAMES
 from dl2.workload.observed import observed_workload, resampled_workload

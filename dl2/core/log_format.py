@@ -1,0 +1,154 @@
+"""The decision log's file format, read back: records as JSON Lines (`DecisionRecord`, one object a line, every
+field checked), the cluster they come from as `cluster.json` beside them. Below the simulator so that what only
+reads a log (a workload rebuilt from a cluster's records, a calibration, the lifecycle's validation) needs no
+simulator; writing a log while simulating is `dl2.sim.decision_log`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from dl2.core.cluster import ClusterSpec, NodeSpec
+from dl2.core.decision import DecisionRecord
+from dl2.core.errors import InputError
+from dl2.core.inputs import parse_json, read_json, read_lines
+from dl2.core.limits import MAX_NODE_CAPACITY, MAX_NODES, MAX_TASKS_PER_JOB
+from dl2.core.resources import Resources
+
+MODES = ("shadow", "canary", "active", "simulated")
+MAX_TEXT = 256
+"""Longest text field of a record (ids, names, versions)."""
+MAX_COUNT = MAX_TASKS_PER_JOB
+"""Largest task count of a record (held, proposed, applied, limits)."""
+
+
+NODE_FIELDS = tuple(name for name, kind in DecisionRecord.field_kinds().items() if kind == "nodes")
+"""Lists of node indices; optional (a log written without placement leaves them out)."""
+CLUSTER_FILE = "cluster.json"
+"""Next to a log's segments: the cluster its records come from (records name it, but fine-tuning needs its
+nodes)."""
+
+
+def segment_name(slot: int) -> str:
+    """The segment of one slot's records, written once (the controller's log, in any store): a writer that
+    restarts and writes the same slot again adds nothing."""
+    return f"segment-{slot:09d}-000000.jsonl"
+
+
+def records_text(records: Sequence[DecisionRecord]) -> str:
+    """Records as JSON Lines, the text of a segment."""
+    return "".join(json.dumps(record.to_json_dict(), sort_keys=True) + "\n" for record in records)
+
+
+def cluster_to_json(cluster: ClusterSpec) -> dict[str, Any]:
+    """The cluster description written as `cluster.json` next to a log."""
+    nodes = [
+        {"gpu": n.capacity.gpu, "cpu": n.capacity.cpu, "mem_gb": n.capacity.mem_gb, "kind": n.kind}
+        for n in cluster.nodes
+    ]
+    return {"name": cluster.name, "nodes": nodes}
+
+
+def cluster_from_json(data: Any, where: str) -> ClusterSpec:
+    """A `cluster.json` document as a cluster: a name and 1 to `MAX_NODES` nodes of bounded capacities."""
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"]:
+        raise InputError(where, "expected an object with a name and nodes", field="name")
+    nodes = data.get("nodes")
+    if not isinstance(nodes, list) or not 1 <= len(nodes) <= MAX_NODES:
+        raise InputError(where, f"expected a list of 1 to {MAX_NODES:,} nodes", field="nodes")
+    specs = []
+    for index, node in enumerate(nodes):
+        if not isinstance(node, dict) or not isinstance(node.get("kind"), str):
+            raise InputError(where, "expected an object with gpu, cpu, mem_gb and kind", row=index + 1, field="nodes")
+        amounts = []
+        for name in ("gpu", "cpu", "mem_gb"):
+            value = node.get(name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise InputError(where, f"expected a number, got {value!r:.80}", row=index + 1, field=name)
+            if not (math.isfinite(value) and 0 <= value <= MAX_NODE_CAPACITY):
+                raise InputError(where, f"must be from 0 to {MAX_NODE_CAPACITY:g}, got {value:.6g}", row=index + 1,
+                                 field=name)  # fmt: skip
+            amounts.append(float(value))
+        specs.append(NodeSpec(index, Resources(*amounts), node["kind"]))
+    return ClusterSpec(tuple(specs), data["name"])
+
+
+def read_cluster(path: Path) -> ClusterSpec:
+    """A log's `cluster.json`."""
+    return cluster_from_json(read_json(path), str(path))
+
+
+def segments(location: Path) -> list[Path]:
+    """The log's files in order: a folder of segments, or a single .jsonl file."""
+    if location.is_dir():
+        return sorted(location.glob("segment-*.jsonl"))
+    if location.is_file():
+        return [location]
+    raise InputError(str(location), "no decision log here")
+
+
+def read_log(location: Path) -> list[DecisionRecord]:
+    """All records, validated: a bad line names the file, line and field."""
+    records = []
+    for path in segments(location):
+        for number, line in enumerate(read_lines(path), start=1):
+            if line.strip():
+                records.append(parse_record(line, str(path), number))
+    return records
+
+
+def record_problem(value: Any, kind: str) -> str | None:
+    """Why `value` cannot be a record field of `kind` (None if it can): the one type and range check that the
+    controller, the fine-tune reader and the decision-log suite's typed frame share."""
+    if kind == "text":
+        if not isinstance(value, str) or not value:
+            return f"expected a non-empty string, got {value!r:.80}"
+        if len(value) > MAX_TEXT:
+            return f"expected at most {MAX_TEXT} characters, got {len(value):,}"
+        return None
+    if kind == "nodes":
+        if not isinstance(value, list | tuple) or not all(
+            isinstance(node, int) and not isinstance(node, bool) and 0 <= node <= MAX_COUNT for node in value
+        ):
+            return f"expected a list of node indices, got {value!r:.80}"
+        return None
+    if kind == "integer":
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+            return f"expected a whole number from 0 to {MAX_COUNT:,}, got {value!r:.80}"
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        return f"expected a finite non-negative number, got {value!r:.80}"
+    return None
+
+
+def parse_record(line: str, where: str, number: int) -> DecisionRecord:
+    data = parse_json(line, where, number)
+    if not isinstance(data, dict):
+        raise InputError(where, "expected a JSON object", row=number)
+    unknown = sorted(set(data) - set(DecisionRecord.field_names()))
+    if unknown:
+        raise InputError(where, "unknown field", row=number, field=str(unknown[0])[:80])
+    values: dict[str, Any] = {}
+    for name, kind in DecisionRecord.field_kinds().items():
+        if kind == "nodes":  # optional: a log written without placement has none
+            value = data.get(name, [])
+            problem = record_problem(value, kind)
+            if problem is not None:
+                raise InputError(where, problem, row=number, field=name)
+            values[name] = tuple(value)
+            continue
+        if name not in data:
+            raise InputError(where, "missing", row=number, field=name)
+        problem = record_problem(data[name], kind)
+        if problem is not None:
+            raise InputError(where, problem, row=number, field=name)
+        values[name] = data[name]
+    if values["mode"] not in MODES:
+        raise InputError(where, f"unknown mode {values['mode']!r}", row=number, field="mode")
+    if values["architecture"] not in ("ps", "allreduce"):
+        raise InputError(where, f"unknown architecture {values['architecture']!r}", row=number, field="architecture")
+    return DecisionRecord(**values)
