@@ -206,14 +206,8 @@ def record_store(kind: str, folder: Path) -> Iterator[str]:
         return
     from dl2.controlplane.objectstore import object_store
 
-    with object_store(folder / "s3", folder / "s3-logs") as store:
-        saved = dict(os.environ)
-        os.environ.update(store.environment())
-        try:
-            yield f"{store.bucket('dl2')}/decisions"
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
+    with object_store(folder / "s3", folder / "s3-logs") as store, store.exported():
+        yield f"{store.bucket('dl2')}/decisions"
 
 
 def kills(

@@ -132,23 +132,12 @@ def kube(kube_session: KubeEnv) -> Iterator[KubeEnv]:
 def s3_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectStore]:
     """versitygw (a real S3 server over a folder) for the session, its endpoint and credentials in the environment
     as a pod's would be (botocore reads them; so do `dl2 serve` subprocesses)."""
-    import os
-
     from dl2.controlplane.objectstore import object_store
 
     folder = tmp_path_factory.mktemp("s3")
     try:
-        with object_store(folder / "data", folder / "logs") as store:
-            saved = {name: os.environ.get(name) for name in store.environment()}
-            os.environ.update(store.environment())
-            try:
-                yield store
-            finally:
-                for name, value in saved.items():
-                    if value is None:
-                        os.environ.pop(name, None)
-                    else:
-                        os.environ[name] = value
+        with object_store(folder / "data", folder / "logs") as store, store.exported():
+            yield store
     except AssetsMissing as error:
         pytest.fail(f"{error} (make test builds it)")
 

@@ -9,6 +9,7 @@ included: the journal's create-if-absent is `If-None-Match: *`), built from the 
 
 from __future__ import annotations
 
+import os
 import secrets
 import urllib.request
 from collections.abc import Iterator
@@ -38,6 +39,22 @@ class ObjectStore:
             "AWS_SECRET_ACCESS_KEY": self.secret_key,
             "AWS_DEFAULT_REGION": REGION,
         }
+
+    @contextmanager
+    def exported(self) -> Iterator[None]:
+        """This store's variables in the process environment while the block runs (what this process's s3fs and
+        the `dl2 serve` it starts read), then the environment as it was."""
+        variables = self.environment()
+        saved = {name: os.environ.get(name) for name in variables}
+        os.environ.update(variables)
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
     def bucket(self, name: str) -> str:
         """Create the bucket `name` if it is missing (a folder of the posix backend); its `s3://` URL."""

@@ -193,7 +193,9 @@ def snapshot(
         try:
             spec: JobSpec = specs.spec(obj) if specs is not None else c.job_spec(obj)
             done = c.is_finished(obj)
-            epochs = max(c.progress_epochs(obj), (measured or {}).get(_key(obj), 0.0))
+            epochs = c.progress_epochs(obj)
+            if measured:  # only jobs that name a progress query, where a Prometheus is configured
+                epochs = max(epochs, measured.get(_key(obj), 0.0))
             replicas = c.replicas(obj)
         except (c.ContractError, ValueError, TypeError) as error:
             refused.append(f"{key}: {error}")
