@@ -90,7 +90,7 @@ def new_records(incoming: Path | str, consumed: Mapping[str, Any]) -> list[Taken
     """Per log under `incoming` (a folder, or the object-storage URL the controllers write to), what it gained
     past the watermark (logs with nothing new left out)."""
     from dl2.sim.record_store import RecordStore, is_url
-    from pipelines.feedback import find_logs
+    from pipelines.feedback_logs import find_logs
 
     if is_url(incoming):
         return _from_store(RecordStore(incoming), consumed)

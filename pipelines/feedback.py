@@ -14,44 +14,12 @@ policy). Every log passes the decision-log suite before the folder is put in pla
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
-from dl2.core import ClusterSpec, InputError
-from dl2.core.log_format import CLUSTER_FILE, cluster_to_json, read_cluster
+from dl2.core.log_format import CLUSTER_FILE, cluster_to_json
 from pipelines.code import code_version
 from pipelines.params import Params
 from pipelines.stage import Layout, StageFailed, StageResult, main_without_arguments, published_folder, write_json
 from pipelines.workloads import require_within
-
-
-def log_cluster(log: Path, cluster_name: str) -> ClusterSpec:
-    """The cluster of a decision log: its `cluster.json`, else a known cluster of that name (the authors'
-    settings, philly, alibaba-gpu2023)."""
-    from dl2.workload.authors import SETTINGS, generate_authors_workload
-    from dl2.workload.traces import alibaba_cluster, philly_cluster
-
-    described = (log if log.is_dir() else log.parent) / CLUSTER_FILE
-    if described.is_file():
-        return read_cluster(described)
-    if cluster_name in SETTINGS:
-        return generate_authors_workload(SETTINGS[cluster_name], 0).cluster
-    if cluster_name == "philly":
-        return philly_cluster()
-    if cluster_name == "alibaba-gpu2023":
-        return alibaba_cluster()
-    raise InputError(str(log), f"no {CLUSTER_FILE} and no known cluster named {cluster_name!r}")
-
-
-def find_logs(folder: Path) -> list[Path]:
-    """Every decision log under `folder`: folders of segments and stand-alone .jsonl files, sorted."""
-    if not folder.is_dir():
-        return []
-    visible = [
-        p for p in folder.rglob("*.jsonl") if not any(part.startswith(".") for part in p.relative_to(folder).parts)
-    ]
-    folders = {p.parent for p in visible if p.name.startswith("segment-")}
-    files = {p for p in visible if not p.name.startswith("segment-")}
-    return sorted(folders | files)
 
 
 def run(params: Params, layout: Layout | None = None) -> StageResult:

@@ -26,8 +26,15 @@ from typing import Any
 from dl2.io import to_json
 from pipelines import tracking
 from pipelines.code import code_version
+from pipelines.feedback_logs import (
+    feedback_datasets,
+    find_logs,
+    learning_inputs,
+    log_feedback,
+    skipped_summary,
+)
 from pipelines.params import Params
-from pipelines.rl import continued, save
+from pipelines.rl import save
 from pipelines.stage import Layout, StageResult, main_without_arguments, write_json
 
 RECORD = "online.json"
@@ -39,68 +46,51 @@ reruns nothing downstream of it."""
 def cluster_logs(layout: Layout) -> list[Path]:
     """The collected cluster decision logs (`pipelines.collect`)."""
     from pipelines.collect import clusters_dir
-    from pipelines.feedback import find_logs
 
     return find_logs(clusters_dir(layout))
 
 
 def run(params: Params, layout: Layout | None = None) -> StageResult:
+    """The fine-tuned model and the collected logs in, `dl2.rl.refine.learn_from_records`, the model (new, or
+    the fine-tuned one passed through) and `reports/online.json` out."""
     import mlflow
-    import torch
 
-    from dl2.rl.actor_critic import ActorCritic, TrainingState
-    from dl2.rl.training import load_trained
-    from dl2.rl.workers import make_pool
-    from pipelines.finetune import (
-        feedback_batches,
-        feedback_datasets,
-        learn_from_logs,
-        skipped_summary,
-        usable_logs,
-    )
+    from dl2.rl.refine import learn_from_records
 
     layout = layout or Layout()
     start, folder = layout.model("finetune"), layout.model("online")
-    logs, skipped = usable_logs(params, layout, cluster_logs(layout))
-    trained = load_trained(start)
+    inputs = learning_inputs(params, layout, start, cluster_logs(layout), "online")
     version = code_version("pipelines.online")
     settings = {"finetune": params.section("finetune"), "init": layout.relative(start)}
     outputs = (layout.relative(folder), layout.relative(layout.reports / RECORD))
     with tracking.stage_run("online", settings, tags={"dl2.code_version": version}, root=layout.root) as active:
-        tracking.log_inputs(feedback_datasets(layout, logs))
-        if not logs:
-            _copy_model(start, folder)
-            mlflow.log_metric("feedback.decisions", 0.0)
-            summary: dict[str, Any] = {"cluster_logs": 0, "kept": None, **skipped_summary(skipped)}
-            write_json(layout.reports / RECORD, {"code_version": version, "from": layout.relative(start), **summary})
-            return StageResult("online", outputs, version, active.info.run_id, summary)
-        batches, facts = feedback_batches(params, layout, trained.config, logs)
-        env, config = continued(params, trained.config, layout.relative(start))
-        torch.manual_seed(config.seed)
-        torch.set_num_threads(1)
-        pool = make_pool("local", params.finetune.workers)
-        try:
-            trainer = ActorCritic(env, config, trained.policy, trained.value)
-            before = _validated(trained.metadata)
-            if before is None:
-                before = trainer.validate(pool)
-            state = TrainingState(_state(trainer.policy), _state(trainer.value), before, -1, [])
-            chosen, feedback = learn_from_logs(params, trainer, state, batches, facts, pool)
-        finally:
-            pool.close()
+        tracking.log_inputs(feedback_datasets(layout, inputs.logs))
+        trained = inputs.trained
+        learned = learn_from_records(
+            inputs.env, inputs.config, trained, inputs.batches, inputs.feedback_steps, inputs.workers,
+            _validated(trained.metadata),
+        )  # fmt: skip
+        outcome = learned[1] if learned is not None else None
         # JSON-ready: a validation that did not finish is infinite, which JSON cannot hold (to_json makes it null)
-        attempt = to_json(feedback)
-        kept = bool(feedback and feedback["kept"])
-        if kept:
+        attempt = to_json(outcome.record(inputs.facts)) if outcome is not None else None
+        if learned is not None and learned[1].kept:
             metadata = {**trained.metadata, "online": attempt, "online_code_version": version}
             title = "DL2 policy trained with actor-critic RL, then on logged cluster feedback"
-            save(folder, trained.config, chosen, state.best_value, title, metadata)
+            save(folder, trained.config, learned[0].policy, learned[0].value, title, metadata)
         else:  # the fine-tuned model unchanged, byte for byte: the same digest, nothing new to register or evaluate
             _copy_model(start, folder)
-        summary = {"cluster_logs": len(logs), "kept": kept, **skipped_summary(skipped)}
-        record = {"code_version": version, "from": layout.relative(start), **summary, "online": attempt}
+        logs = inputs.logs
+        kept = bool(outcome is not None and outcome.kept) if logs else None
+        summary: dict[str, Any] = {"cluster_logs": len(logs), "kept": kept, **skipped_summary(inputs.skipped)}
+        record: dict[str, Any] = {"code_version": version, "from": layout.relative(start), **summary}
+        if outcome is not None:
+            log_feedback(outcome)
+        if logs:
+            record["online"] = attempt
+            mlflow.log_artifacts(str(folder), artifact_path="model")
+        else:
+            mlflow.log_metric("feedback.decisions", 0.0)
         write_json(layout.reports / RECORD, record)
-        mlflow.log_artifacts(str(folder), artifact_path="model")
         return StageResult("online", outputs, version, active.info.run_id, summary)
 
 
@@ -111,10 +101,6 @@ def _validated(metadata: dict[str, Any]) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
     return float(value)
-
-
-def _state(module: Any) -> dict[str, Any]:
-    return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
 def _copy_model(source: Path, destination: Path) -> None:

@@ -38,7 +38,7 @@ import hashlib
 import json
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,7 @@ from pipelines.promotion.report import (
 from pipelines.promotion.scoring import evaluate
 from pipelines.registry import CHALLENGER, CHAMPION, Version
 from pipelines.stage import Layout, StageFailed, StageResult, main, read_json_object, write_json
+from pipelines.workloads import test_dataset
 
 FINAL = ("rejected", "promoted", "rolled_back")
 NO_GATE = ("no-challenger", "already-champion")
@@ -80,7 +81,7 @@ def run(
     """Gate the challenger; if accepted, publish it, confirm it (`confirmation`, default `confirm`: tests inject a
     failing one) and promote it or roll back (`RolledBack`). A rejection is a result, not an error."""
     layout = layout or Layout()
-    check = confirmation or (lambda version, p, timeout_s: confirm(version, p, timeout_s))
+    check = confirmation or confirm
     decision_path = layout.reports / "promotion.json"
     challenger, champion = registry.alias(CHALLENGER), registry.alias(CHAMPION)
     if challenger is None:
@@ -91,7 +92,7 @@ def run(
     if previous is not None and previous.get("key") == key:
         status = previous.get("status")
         if status == "accepted":  # interrupted after the gate: resume
-            return _deploy(params, layout, previous, challenger, check, confirm_timeout_s)
+            return _deploy(layout, previous, challenger, check, confirm_timeout_s)
         if status in FINAL:
             return _replay(layout, previous)
     if champion is not None and champion.version == challenger.version:
@@ -101,20 +102,20 @@ def run(
         challenger_dir = registry.download(challenger.version, Path(scratch) / "challenger")
         champion_dir = registry.download(champion.version, Path(scratch) / "champion") if champion else None
         scores = evaluate(params, challenger_dir, champion_dir, layout)
-    incumbents = {name: scores[name] for name in params.promote.incumbent}
+    incumbents = {name: scores[name] for name in gate["incumbent"]}
 
     verdict = decide(
-        scores["challenger"], scores.get("champion"), incumbents, params.promote.margin,
-        params.promote.max_slowdown_p99, report_unit(params.workloads.mode),
+        scores["challenger"], scores.get("champion"), incumbents, gate["margin"], gate["max_slowdown_p99"],
+        report_unit(gate["mode"]),
     )  # fmt: skip
-    decision = decision_document(key, gate, challenger, champion, scores, verdict, params)
-    decision["mlflow_run_id"] = run_id = log_gate(decision, scores, params, layout)
+    decision = decision_document(key, gate, challenger, champion, scores, verdict, score_roles(params, scores))
+    decision["mlflow_run_id"] = run_id = log_gate(decision, scores, test_dataset(params), layout)
     write_json(decision_path, decision)
     registry.annotate(challenger.version, version_tags(decision))
     if not verdict.accepted:
         return StageResult("promote", (layout.relative(decision_path),), run_id=run_id,
                            summary=summary(decision))  # fmt: skip
-    return _deploy(params, layout, decision, challenger, check, confirm_timeout_s)
+    return _deploy(layout, decision, challenger, check, confirm_timeout_s)
 
 
 def gate_settings(params: Params) -> dict[str, Any]:
@@ -133,6 +134,16 @@ def gate_settings(params: Params) -> dict[str, Any]:
     }
 
 
+def score_roles(params: Params, names: Iterable[str]) -> dict[str, str]:
+    """What each row of the report is: challenger, champion, incumbent, teacher or heuristic."""
+    incumbents, teacher = set(params.promote.incumbent), params.warmup.teacher
+    roles = {}
+    for name in names:
+        labels = [label for label, yes in (("incumbent", name in incumbents), ("teacher", name == teacher)) if yes]
+        roles[name] = name if name in ("challenger", "champion") else ", ".join(labels) or "heuristic"
+    return roles
+
+
 def decision_key(challenger: Version, champion: Version | None, gate: Mapping[str, Any]) -> str:
     """What a decision depends on: the two models, the gate's parameters and the gate's code."""
     from pipelines.code import code_version
@@ -147,7 +158,6 @@ def decision_key(challenger: Version, champion: Version | None, gate: Mapping[st
 
 
 def _deploy(
-    params: Params,
     layout: Layout,
     decision: dict[str, Any],
     challenger: Version,
@@ -167,7 +177,7 @@ def _deploy(
         deployment = layout.relative(ledger.publish(layout, challenger, previous, decision["scores"]))
     decision = {**decision, "deployment": deployment}
     write_json(decision_path, decision)
-    confirmed, detail = check(challenger.version, params, timeout_s)
+    confirmed, detail = check(challenger.version, decision["gate"], timeout_s)
     decision["confirmation"] = {"confirmed": confirmed, "detail": detail, "at": ledger.now()}
     outputs = (layout.relative(decision_path), deployment)
     if confirmed:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dl2.core import Workload
+from dl2.workload.source import is_generated, workloads_of
 from pipelines.code import code_version
 from pipelines.params import Params
 from pipelines.stage import Layout, StageFailed, StageResult, main_without_arguments, write_json
@@ -46,24 +47,9 @@ def training_blocks(params: Params) -> dict[str, tuple[int, int]]:
     }
 
 
-def is_generated(source: str) -> bool:
-    """A source whose seed draws a new workload (else a fixed set the seed only cycles through)."""
-    from dl2.workload.synthetic import PRESETS
-
-    return source.startswith("authors-") or source.partition("@")[0] in PRESETS
-
-
-def load_source(source: str, seed: int) -> tuple[Workload, ...]:
-    """The workloads of a source for a seed: one for a generated source, all of a fixed name or file."""
-    from dl2.workload.registry import load_workloads
-    from dl2.workload.source import workload
-
-    return (workload(source, seed),) if is_generated(source) else load_workloads(source, seed)
-
-
 def test_workloads(params: Params) -> list[tuple[int, tuple[Workload, ...]]]:
     """(seed, workloads) of the held-out test set."""
-    return [(seed, load_source(params.workloads.test, seed)) for seed in params.workloads.test_seeds]
+    return [(seed, workloads_of(params.workloads.test, seed)) for seed in params.workloads.test_seeds]
 
 
 def fingerprint(workload: Workload) -> str:
@@ -98,11 +84,11 @@ def build(params: Params, layout: Layout) -> dict[str, Any]:
     w = params.workloads
     blocks = training_blocks(params)
     train = [
-        _entry(seed, load_source(w.train_source, seed)[0])
+        _entry(seed, workloads_of(w.train_source, seed)[0])
         for start, end in blocks.values()
         for seed in range(start, min(end, start + SAMPLE))
     ]
-    validation = [_entry(seed, load_source(w.train_source, seed)[0]) for seed in w.validation_seeds]
+    validation = [_entry(seed, workloads_of(w.train_source, seed)[0]) for seed in w.validation_seeds]
     test = [_entry(seed, workload) for seed, workloads in test_workloads(params) for workload in workloads]
     checks = disjointness(params, blocks, train, validation, test)
     traces = {name: _describe_trace(load_folder(layout.ingested(name))) for name in params.data.traces}

@@ -120,10 +120,10 @@ def _text(value: Any) -> str | None:
 def confirm_hook(
     api: Any, mode: str | Mode | None = None, name: str = DEFAULT_NAME, poll_s: float = 0.5
 ) -> Callable[[int, Any, float], tuple[bool, str]]:
-    """The promotion gate's confirmation (`pipelines.promote.run(confirmation=...)`: (version, params, timeout_s)
-    -> (confirmed, detail)) as this handshake on a cluster; `params` is not needed."""
+    """The promotion gate's confirmation (`pipelines.promote.run(confirmation=...)`: (version, gate settings,
+    timeout_s) -> (confirmed, detail)) as this handshake on a cluster; the gate's settings are not needed."""
 
-    def confirm(version: int, params: Any, timeout_s: float) -> tuple[bool, str]:
+    def confirm(version: int, gate: Any, timeout_s: float) -> tuple[bool, str]:
         result = promote_policy(api, version, mode, name, timeout_s, poll_s)
         return result.confirmed, result.detail + (" (previous spec restored)" if result.restored else "")
 

@@ -118,5 +118,15 @@ def _observed(folder: str) -> Workload:
     return observed_workload(records, read_cluster(location / CLUSTER_FILE), location.name)
 
 
+def is_generated(source: str) -> bool:
+    """A source whose seed draws a new workload (else a fixed set the seed only cycles through)."""
+    return source.startswith(("authors-", RECORDS)) or source.partition("@")[0] in PRESETS
+
+
+def workloads_of(source: str, seed: int) -> tuple[Workload, ...]:
+    """The workloads of a source for a seed: the one drawn for a generated source, all of a fixed name or file."""
+    return (workload(source, seed),) if is_generated(source) else load_workloads(source, seed)
+
+
 def workloads(source: str, seeds: range | list[int]) -> list[Workload]:
     return [workload(source, seed) for seed in seeds]

@@ -14,11 +14,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from pipelines import registry, tracking
-from pipelines.params import Params
 from pipelines.registry import CHAMPION, NAME
 from pipelines.stage import StageFailed
 
@@ -27,14 +27,15 @@ CONFIRM_TIMEOUT_S = 300.0
 CONFIRM_JOBS = 10
 """Jobs of the first test workload that the confirmation check simulates."""
 
-Confirm = Callable[[int, Params, float], tuple[bool, str]]
-"""(version, params, timeout_s) -> (confirmed, detail): does the scheduler run the deployed version?"""
+Confirm = Callable[[int, Mapping[str, Any], float], tuple[bool, str]]
+"""(version, the gate's settings, timeout_s) -> (confirmed, detail): does the scheduler run the deployed version?"""
 
 
-def confirm(version: int, params: Params, timeout_s: float = CONFIRM_TIMEOUT_S) -> tuple[bool, str]:
-    """Does a scheduler run the deployed version? (Until the controller exists: a separate process loads
-    `models:/dl2-policy@champion` as a scheduler would and simulates a few jobs.) Returns (confirmed, detail)."""
-    workload = [params.workloads.test, str(params.workloads.test_seeds[0]), params.workloads.mode]
+def confirm(version: int, gate: Mapping[str, Any], timeout_s: float = CONFIRM_TIMEOUT_S) -> tuple[bool, str]:
+    """Does a scheduler run the deployed version? (Without a cluster: a separate process loads
+    `models:/dl2-policy@champion` as a scheduler would and simulates a few jobs of the first workload of the
+    gate's test set, `gate` as `pipelines.promote.gate_settings` records it.) Returns (confirmed, detail)."""
+    workload = [gate["test"], str(gate["test_seeds"][0]), gate["mode"]]
     command = [sys.executable, "-m", "pipelines.promotion.confirmation", str(version), *workload]
     env = {
         **os.environ,

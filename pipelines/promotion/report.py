@@ -14,23 +14,10 @@ from typing import Any
 
 from dl2.sim.metrics import report_unit
 from pipelines import registry, tracking
-from pipelines.params import Params
 from pipelines.promotion.gate import Score, Verdict, best_heuristic, finite, margin_against
 from pipelines.promotion.ledger import now
 from pipelines.registry import CHALLENGER, CHAMPION, NAME, Version
 from pipelines.stage import Layout, StageResult
-
-
-def roles(params: Params, name: str) -> str:
-    """What a row of the report is: challenger, champion, incumbent, teacher or heuristic."""
-    if name in ("challenger", "champion"):
-        return name
-    labels = [
-        label
-        for label, members in (("incumbent", params.promote.incumbent), ("teacher", (params.warmup.teacher,)))
-        if name in members
-    ]
-    return ", ".join(labels) or "heuristic"
 
 
 def decision_document(
@@ -40,13 +27,11 @@ def decision_document(
     champion: Version | None,
     scores: Mapping[str, Score],
     verdict: Verdict,
-    params: Params,
+    roles: Mapping[str, str],
 ) -> dict[str, Any]:
-    """The gate's decision as `reports/promotion.json` keeps it: inputs, every score with its role, the best
-    heuristic and the challenger's margin against it, the thresholds and the verdict."""
-    from pipelines.evaluate import heuristics
-
-    best = best_heuristic(scores, heuristics(params))
+    """The gate's decision as `reports/promotion.json` keeps it: inputs, every score with its role (`roles`), the
+    best of the gate's heuristics and the challenger's margin against it, the thresholds and the verdict."""
+    best = best_heuristic(scores, gate["heuristics"])
     reference = min((scores[name].avg_jct_s for name in verdict.references), default=math.inf)
     return {
         "status": "accepted" if verdict.accepted else "rejected",
@@ -57,7 +42,7 @@ def decision_document(
         "references": list(verdict.references),
         "reference_avg_jct_s": finite(reference),
         "scores": {name: s.to_json() for name, s in scores.items()},
-        "roles": {name: roles(params, name) for name in scores},
+        "roles": {name: roles[name] for name in scores},
         "best_heuristic": best,
         "margin_vs_best_heuristic": margin_against(scores["challenger"], scores[best] if best else None),
         "threshold_avg_jct_s": finite(verdict.threshold_avg_jct_s),
@@ -156,12 +141,10 @@ def version_tags(decision: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
-def log_gate(decision: Mapping[str, Any], scores: Mapping[str, Score], params: Params, layout: Layout) -> str:
-    """Log the gate's inputs and scores as an MLflow run of stage `promote` (the test set as its input, the
-    challenger's figures also on its logged model); its id."""
+def log_gate(decision: Mapping[str, Any], scores: Mapping[str, Score], test: Any, layout: Layout) -> str:
+    """Log the gate's inputs and scores as an MLflow run of stage `promote` (the test set, an MLflow dataset, as
+    its input; the challenger's figures also on its logged model); its id."""
     import mlflow
-
-    from pipelines.workloads import test_dataset
 
     tags = {"dl2.gate_key": decision["key"], "dl2.decision": decision["status"]}
     with tracking.stage_run("promote", params=decision["gate"], tags=tags, root=layout.root) as run:
@@ -172,7 +155,6 @@ def log_gate(decision: Mapping[str, Any], scores: Mapping[str, Score], params: P
                 "dl2.best_heuristic": str(decision["best_heuristic"]),
             }
         )
-        test = test_dataset(params)
         tracking.log_inputs([(test, "test")])
         for name, value in scores.items():
             if value.finished:

@@ -223,7 +223,7 @@ def test_poison_logs_are_quarantined_and_the_good_ones_used_and_the_watermark_ad
     report (bytes unchanged), the good log becomes training feedback, the watermark moves past all of them, and
     the fine-tune reader, given poison logs directly, skips and names them."""
     from pipelines import collect
-    from pipelines.finetune import usable_logs
+    from pipelines.feedback_logs import usable_logs
     from pipelines.stage import Layout
     from tests.lifecycle_fixtures import decision_log, smoke_params
 
@@ -257,7 +257,7 @@ def test_poison_logs_are_quarantined_and_the_good_ones_used_and_the_watermark_ad
     shutil.copytree(collect.clusters_dir(layout) / "cluster-a", feedback / "cluster-a")
     for name in ("log/held-workers-string.jsonl", "log/binary-bytes.jsonl"):
         shutil.copy(CORPUS / name, feedback / Path(name).name)
-    from pipelines.feedback import find_logs
+    from pipelines.feedback_logs import find_logs
 
     logs, skipped = usable_logs(params, layout, find_logs(feedback))
     assert logs == [feedback / "cluster-a"]
