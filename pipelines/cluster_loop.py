@@ -38,7 +38,9 @@ from pipelines.stage import Layout, StageFailed, read_json_object
 
 CLUSTER_NAME = "dl2-local"
 SLOT_TIMEOUT_S = 120.0
-CONFIRM_TIMEOUT_S = 120.0
+HANDSHAKE_TIMEOUT_S = 120.0
+"""How long the operator's step from shadow to active waits for the controller (the gate's own confirmation has
+`pipelines.promotion.confirmation.CONFIRM_TIMEOUT_S`)."""
 REPORT = "cluster_loop.json"
 
 
@@ -282,7 +284,7 @@ class Passes:
                 self.say(f"    the controller's answer: {confirmation['detail']}")
             version = champion_version() or champion
             if version == champion:  # nothing promoted: the operator's step from shadow to active
-                handshake = promote_policy(api, champion, "active", timeout_s=CONFIRM_TIMEOUT_S)
+                handshake = promote_policy(api, champion, "active", timeout_s=HANDSHAKE_TIMEOUT_S)
                 if not handshake.confirmed:
                     raise StageFailed(f"cluster loop: the controller did not run v{champion}: {handshake.detail}")
                 self.say(f"    {handshake.detail}")

@@ -1,4 +1,4 @@
-"""Harmony's model folders: the speed model (`speed.pt`) and the placer (`policy.pt`, and `value.pt` for further
+"""Harmony's model folders: the speed model (`speed.pt`) and the placer (`policy.pt`, and `critic.pt` for further
 training), each with `config.json` and a model card. Weights are state dicts loaded with `weights_only=True`;
 folders are written atomically by `dl2.nn.state_io.write_model_dir`."""
 
