@@ -44,7 +44,7 @@ import numpy as np
 from common import environment, print_table, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # tests.kube_helpers: the kill harness the slow test uses too
+sys.path.insert(0, str(ROOT))  # tests.kube_fixtures: the kill harness the slow test uses too
 MODEL = ROOT / "models" / "dl2-philly"
 CONFIG_SEED = 0
 TWIN = """
@@ -111,7 +111,7 @@ def load_size(num_jobs: int, slots: int, folder: Path, guardrails: dict[str, int
     from dl2.kube.models import directory_loader
     from dl2.kube.policy import POLICIES
     from dl2.kube.rest import Rest
-    from tests.kube_helpers import clock
+    from tests.kube_fixtures import clock
 
     cores = sorted(os.sched_getaffinity(0))
     twin = subprocess.Popen(
@@ -220,7 +220,7 @@ def kills(
     from dl2.sim.record_store import RecordStore
     from dl2.twin.workloads import first_jobs, first_nodes
     from dl2.workload.registry import load_workloads
-    from tests.kube_helpers import ServeUnderKills, create_policy, twin, uninterrupted_run
+    from tests.kube_fixtures import Policies, ServeUnderKills, run_uninterrupted, running_twin
 
     workload = first_nodes(first_jobs(load_workloads("philly")[0], num_jobs), num_nodes)
     workload = replace(workload, jobs=tuple(replace(j, spec=replace(j.spec, arrival_s=j.spec.arrival_s / 50))
@@ -228,7 +228,7 @@ def kills(
     sim = SimConfig.realistic(seed=CONFIG_SEED)
     models = models_root(folder / "models")
     with kube_env(folder / "cluster") as kube:
-        reference, reference_jct, resized = uninterrupted_run(
+        reference, reference_jct, resized = run_uninterrupted(
             kube, workload, sim, folder / "reference", directory_loader(models)
         )
         slots = max(resized) + 1
@@ -250,8 +250,8 @@ def kills(
             key=lambda kill: kill[1],
         )  # fmt: skip
         started = time.perf_counter()
-        with record_store(store, folder) as log, twin(kube, workload, sim) as cluster:
-            create_policy(kube, "active")
+        with record_store(store, folder) as log, running_twin(kube, workload, sim) as cluster:
+            Policies(kube).create("active")
             run = ServeUnderKills(kube, cluster, folder, models, plan, limit=num_kills, decision_log=log)
             run.run(slot_timeout_s=300)
             through_api = {j.job_id: j.finish_s for j in cluster.result().jobs}
@@ -295,7 +295,7 @@ def failover(
     from dl2.twin.lockstep import clock_slot, reported_slot
     from dl2.twin.workloads import first_jobs, first_nodes
     from dl2.workload.registry import load_workloads
-    from tests.kube_helpers import create_policy, twin
+    from tests.kube_fixtures import Policies, running_twin
 
     workload = first_nodes(first_jobs(load_workloads("philly")[0], 30), 4)
     models = models_root(folder / "models")
@@ -303,9 +303,9 @@ def failover(
     with (
         kube_env(folder / "cluster") as kube,
         record_store(store, folder) as decisions,
-        twin(kube, workload, SimConfig.realistic(seed=CONFIG_SEED)) as cluster,
+        running_twin(kube, workload, SimConfig.realistic(seed=CONFIG_SEED)) as cluster,
     ):
-        create_policy(kube, "active")
+        Policies(kube).create("active")
         kubeconfig = kube.kubeconfig(folder / "kubeconfig", token=kube.identities.controller)
         replicas: dict[str, subprocess.Popen[bytes]] = {}
 
@@ -380,7 +380,8 @@ def philly(num_jobs: int, num_nodes: int, folder: Path) -> list[dict[str, Any]]:
     from dl2.sim.run import interference_model, speed_model
     from dl2.sim.simulator import simulate
     from dl2.twin.workloads import first_jobs, first_nodes
-    from tests.kube_helpers import create_policy, heuristic_loader, read_policy, run_slot, twin
+    from tests.builders import heuristic_loader
+    from tests.kube_fixtures import Policies, run_clock_slot, running_twin
 
     workload = first_nodes(first_jobs(load_philly(), num_jobs), num_nodes)
     sim = SimConfig.realistic(seed=CONFIG_SEED)
@@ -394,14 +395,15 @@ def philly(num_jobs: int, num_nodes: int, folder: Path) -> list[dict[str, Any]]:
     with kube_env(folder / "cluster") as kube:
         for name, loader, direct in runs:
             started = time.perf_counter()
-            create_policy(kube, "active")
+            policies = Policies(kube)
+            policies.create("active")
             config = ControllerConfig(name, decision_log=folder / f"philly-{name}", clock="cluster", placer="binpack")
             controller = Controller(kube.controller_api(name), config, loader)
-            with twin(kube, workload, sim, "binpack") as cluster:
-                controller.refresh_policy(read_policy(kube))
+            with running_twin(kube, workload, sim, "binpack") as cluster:
+                controller.refresh_policy(policies.read())
                 slots = fallbacks = calls = 0
                 while True:
-                    report = run_slot(controller, cluster.rest)
+                    report = run_clock_slot(controller, cluster.rest)
                     fallbacks += report.fallback is not None and report.decided
                     calls += report.api_calls
                     slots += 1

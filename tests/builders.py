@@ -1,9 +1,17 @@
 """Hand-made jobs, one-node workloads and a speed model whose results can be computed by hand: what the unit
-tests build their cases from (imported, as a module; the fixtures live in `conftest.py` and `kube_fixtures.py`)."""
+tests build their cases from; and the Kubernetes tests' data: a tiny workload, manifests, a stand-in model loader
+and a filter of the controller's resize requests in an audit log. Plain values from their arguments only (imported,
+as a module; what acts on a test's cluster is a fixture of `kube_fixtures.py`, the rest live in `conftest.py`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
 from dl2.core import Architecture, ClusterSpec, Job, JobAllocation, JobSpec, Resources, Workload
+from dl2.workload.mapping import TraceMapping
+from dl2.workload.synthetic import PRESETS, generate
 
 COMPAT_WORKER = Resources(gpu=4.0, cpu=2.0)
 COMPAT_PS = Resources(cpu=2.0)
@@ -55,3 +63,53 @@ def allreduce_job(job_id: str, max_workers: int = 4) -> Job:
 def one_node_workload(*jobs: Job, slot_s: float = 100.0, num_nodes: int = 1) -> Workload:
     cluster = ClusterSpec.homogeneous(num_nodes, Resources(gpu=8.0, cpu=8.0), kind="test")
     return Workload("hand", cluster, tuple(jobs), slot_s)
+
+
+# -- the Kubernetes tests' data ------------------------------------------------------------------------------------
+
+CONTROLLER_AGENT = "dl2-serve"
+"""The user agent of the controller's client (`KubeEnv.controller_api`), as its requests show in the audit log."""
+
+
+def tiny_workload(num_jobs: int = 8, num_nodes: int = 2, seed: int = 3) -> Workload:
+    """Half all-reduce PyTorchJobs, half parameter-server Volcano Jobs, on 8-GPU nodes."""
+    spec = replace(
+        PRESETS["synthetic-small"], num_jobs=num_jobs, num_nodes=num_nodes, mapping=TraceMapping(allreduce_fraction=0.5)
+    )
+    return generate(spec, seed, "tiny")
+
+
+def policy_object(mode: str = "active", version: str | None = "1", **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"mode": mode, **spec}
+    if version is not None:
+        body["model"] = {"name": "dl2-policy", "version": version}
+    return {"apiVersion": "dl2.io/v1alpha1", "kind": "SchedulerPolicy", "metadata": {"name": "default"}, "spec": body}
+
+
+def heuristic_loader(
+    name: str = "drf", failing: tuple[str, ...] = (), placer: str = "load-balance"
+) -> Callable[[str, str], Any]:
+    """Every version is heuristic `name` (a stand-in model that needs no training), except `failing` ones; it
+    places with `placer`, as the cluster does (a heuristic's counts depend on where its tasks fit)."""
+    from dl2.schedulers.registry import make_scheduler
+    from dl2.sim.config import Mode
+    from dl2.sim.run import speed_model
+
+    def load(model: str, version: str) -> Any:
+        if version in failing:
+            raise FileNotFoundError(f"no version {version} of {model}")
+        return make_scheduler(name, speed_model(Mode.REALISTIC), False, placer)
+
+    return load
+
+
+def resize_requests(events: list[Any]) -> list[Any]:
+    """The controller's resize requests that the API server accepted, from its audit log."""
+    return [
+        event
+        for event in events
+        if CONTROLLER_AGENT in event.user_agent
+        and event.verb == "patch"
+        and event.code < 300
+        and (event.rbac_resource == "pytorchjobs" or (event.api_group, event.resource) == ("batch.volcano.sh", "jobs"))
+    ]

@@ -30,14 +30,7 @@ from dl2.rl.feedback import feedback_batch
 from dl2.schedulers.registry import PLACERS
 from dl2.sim.config import SimConfig
 from dl2.twin import TwinOptions, reference_result, start_twin
-from tests.kube_fixtures import CONTROLLER_AGENT
-from tests.kube_helpers import (
-    create_policy,
-    heuristic_loader,
-    read_policy,
-    run_slot,
-    tiny_workload,
-)
+from tests.builders import CONTROLLER_AGENT, heuristic_loader, tiny_workload
 
 CONFIG = SimConfig.realistic(seed=1)
 JOB_WRITES = {"pytorchjobs", "pytorchjobs/scale", "jobs"}  # (it never uses scale: one patch carries the stamp)
@@ -47,9 +40,11 @@ CONTROLLER_USER = service_account_user(CONTROLLER)
 class Setup:
     """A twin, a policy and an in-process controller on the session's control plane (closed by the fixture)."""
 
-    def __init__(self, kube, tmp_path):
+    def __init__(self, kube, tmp_path, policies, run_slot):
         self.kube = kube
         self.tmp_path = tmp_path
+        self.policies = policies
+        self.run_slot = run_slot
         self.rest = kube.rest()
         self.offset = kube.plane.audit_offset()
         self.cluster = None
@@ -59,7 +54,7 @@ class Setup:
     def start(self, mode="active", workload=None, options=None, loader=None, identity="a", proxy=False, **spec):
         workload = workload or tiny_workload(num_jobs=8, num_nodes=2)
         self.cluster = start_twin(self.kube.twin_api(), workload, CONFIG, options=options)
-        create_policy(self.kube, mode, **spec)
+        self.policies.create(mode, **spec)
         server = None
         if proxy:
             from dl2.controlplane.proxy import FaultProxy
@@ -70,7 +65,7 @@ class Setup:
         api = self.kube.controller_api(identity, server=server)
         controller = Controller(api, config, loader or heuristic_loader("drf"))
         self.controllers.append(controller)
-        controller.refresh_policy(read_policy(self.kube))
+        controller.refresh_policy(self.policies.read())
         return workload, controller
 
     def run(self, controller, max_slots=None, before_slot=None):
@@ -79,7 +74,7 @@ class Setup:
         while max_slots is None or len(reports) < max_slots:
             if before_slot is not None:
                 before_slot(len(reports))
-            reports.append(run_slot(controller, self.rest))
+            reports.append(self.run_slot(controller))
             if self.cluster.done:
                 break
             self.cluster.advance()
@@ -109,13 +104,13 @@ class Setup:
 
 
 @pytest.fixture
-def setup(kube, tmp_path):
-    running = Setup(kube, tmp_path)
+def setup(kube, tmp_path, policies, run_slot):
+    running = Setup(kube, tmp_path, policies, run_slot)
     yield running
     running.close()
 
 
-def test_active_mode_runs_drf_through_the_api_exactly_and_logs_every_job_once(setup, tmp_path):
+def test_active_mode_runs_drf_through_the_api_exactly_and_logs_every_job_once(setup, policies, tmp_path):
     workload, controller = setup.start()
     reports = setup.run(controller)
     through_api = {j.job_id: (j.finish_s, j.num_rescales) for j in setup.cluster.result().jobs}
@@ -138,7 +133,7 @@ def test_active_mode_runs_drf_through_the_api_exactly_and_logs_every_job_once(se
     # the trainer reads the records as it reads a simulated log
     batch = feedback_batch(records, workload.cluster, ObservationConfig(window=8), PLACERS["load-balance"]())
     assert batch.num_slots == len({r.time_s for r in records}) and len(batch) > 0
-    status = read_policy(setup.kube)["status"]
+    status = policies.read()["status"]
     assert status["lastSlot"] == reports[-1].slot and status["loadedModel"]["version"] == "1"
     assert {c["type"]: c["status"] for c in status["conditions"]} == {
         "Ready": "True", "SpecValid": "True", "ModelLoaded": "True", "Fallback": "False",
@@ -162,7 +157,7 @@ def test_shadow_records_every_decision_and_writes_nothing_to_jobs(setup, tmp_pat
     }
 
 
-def test_canary_stays_in_scope_and_the_guardrails_hold(setup, tmp_path):
+def test_canary_stays_in_scope_and_the_guardrails_hold(setup, run_slot, tmp_path):
     guardrails = {"maxReplicas": 3, "maxStepPerSlot": 1, "cooldownSlots": 1, "maxJobsChangedPerSlot": 2}
     workload = tiny_workload(num_jobs=10, num_nodes=2)
     workload, controller = setup.start(
@@ -171,7 +166,7 @@ def test_canary_stays_in_scope_and_the_guardrails_hold(setup, tmp_path):
     reports = []
     resized_at: dict[str, list[int]] = {}
     for _ in range(25):
-        report = run_slot(controller, setup.rest)
+        report = run_slot(controller)
         snap = controller.last_snapshot
         actual = {job.job_id: job.replicas for job in snap.jobs}
         namespace = {job.job_id: job.namespace for job in snap.jobs}
@@ -195,7 +190,7 @@ def test_canary_stays_in_scope_and_the_guardrails_hold(setup, tmp_path):
     assert writes and {w.namespace for w in writes} == {"team-a"}
 
 
-def test_kueue_jobs_are_left_alone_and_reported(setup, tmp_path):
+def test_kueue_jobs_are_left_alone_and_reported(setup, policies, tmp_path):
     options = TwinOptions(kueue_fraction=0.5, seed=2)
     _, controller = setup.start(options=options)
     setup.run(controller, max_slots=6)
@@ -204,13 +199,13 @@ def test_kueue_jobs_are_left_alone_and_reported(setup, tmp_path):
     assert kueue and kueue != set(jobs)
     touched = {w.name for w in setup.writes_to_jobs()}
     assert touched and not touched & kueue
-    status = read_policy(setup.kube)["status"]
+    status = policies.read()["status"]
     listed = {key.split("/")[1] for key in status["kueueJobs"]}
     active = {job.name for job in controller.last_snapshot.jobs if job.kueue}
     assert listed == active and status["counts"]["kueueManaged"] == len(active)
 
 
-def test_jobs_an_hpa_or_gitops_sizes_are_left_alone_and_reported(setup):
+def test_jobs_an_hpa_or_gitops_sizes_are_left_alone_and_reported(setup, policies):
     """A PyTorchJob whose Worker replicas a GitOps tool owns by server-side apply, and a Volcano Job that Flux
     tracks: the controller never writes to them and lists them, with the reason, in the policy's status. A job
     whose model the catalogue lacks is scheduled under a catalogue profile, not refused, and listed too."""
@@ -244,7 +239,7 @@ def test_jobs_an_hpa_or_gitops_sizes_are_left_alone_and_reported(setup):
     setup.cluster.advance()
     setup.run(controller, max_slots=1)
     owned = {name, tracked["metadata"]["name"]}
-    status = read_policy(setup.kube)["status"]
+    status = policies.read()["status"]
     setup.run(controller, max_slots=4)
     touched = {w.name for w in setup.writes_to_jobs()[since:]}
     assert not touched & owned
@@ -256,7 +251,7 @@ def test_jobs_an_hpa_or_gitops_sizes_are_left_alone_and_reported(setup):
     assert "'bert-large' not in the catalogue, profiled as" in status["unknownModelJobs"][0]
 
 
-def test_a_job_a_horizontal_pod_autoscaler_scales_is_left_alone_and_reported(setup):
+def test_a_job_a_horizontal_pod_autoscaler_scales_is_left_alone_and_reported(setup, policies):
     """An HPA whose scaleTargetRef names a PyTorchJob (the controller watches HPAs): no write to the job, and the
     policy's status names the HPA."""
     workload, controller = setup.start()
@@ -286,7 +281,7 @@ def test_a_job_a_horizontal_pod_autoscaler_scales_is_left_alone_and_reported(set
         since = len(setup.writes_to_jobs())
         setup.cluster.advance()
         setup.run(controller, max_slots=1)
-        status = read_policy(setup.kube)["status"]
+        status = policies.read()["status"]
         setup.cluster.advance()
         setup.run(controller, max_slots=3)
         assert name not in {w.name for w in setup.writes_to_jobs()[since:]}
@@ -346,11 +341,11 @@ def test_api_faults_are_survived_with_backoff_and_change_no_decision(setup, tmp_
     assert informers["nodes"].relists >= 2  # the expired watch listed again
 
 
-def test_an_informer_survives_dropped_streams_and_expired_versions(kube):
+def test_an_informer_survives_dropped_streams_and_expired_versions(kube, policies):
     from dl2.controlplane.faults import Fault, FaultKind
     from dl2.controlplane.proxy import FaultProxy
 
-    create_policy(kube, "shadow")
+    policies.create("shadow")
     with FaultProxy(kube.url, kube.plane.ca) as proxy:
         rest = Rest(kube.controller_api(server=proxy.url))
         changed = threading.Event()
@@ -391,7 +386,7 @@ def events_about(kube, name, namespace=None):
     return [(e["type"], e["reason"], e["note"]) for e in sorted(found, key=lambda e: e["eventTime"])]
 
 
-def test_a_model_that_fails_to_load_or_raises_falls_back_with_conditions_and_events(setup, tmp_path):
+def test_a_model_that_fails_to_load_or_raises_falls_back_with_conditions_and_events(setup, policies, tmp_path):
     class Exploding:
         name = "exploding"
 
@@ -417,9 +412,9 @@ def test_a_model_that_fails_to_load_or_raises_falls_back_with_conditions_and_eve
     setup.run(controller, max_slots=2)
     admin = setup.rest
     admin.patch(POLICIES, None, "default", {"spec": {"model": {"version": "2"}}})
-    controller.refresh_policy(read_policy(setup.kube))
+    controller.refresh_policy(policies.read())
     controller.publish_status()
-    status = read_policy(setup.kube)["status"]
+    status = policies.read()["status"]
     conditions = {c["type"]: c for c in status["conditions"]}
     assert conditions["Ready"]["status"] == "False" and conditions["Ready"]["reason"] == "LoadFailed"
     assert "still serving dl2-policy v1" in conditions["ModelLoaded"]["message"]
@@ -427,11 +422,11 @@ def test_a_model_that_fails_to_load_or_raises_falls_back_with_conditions_and_eve
     report = setup.run(controller, max_slots=1)[0]
     assert report.fallback is None  # v1 decides
     admin.patch(POLICIES, None, "default", {"spec": {"model": {"version": "3"}}})
-    controller.refresh_policy(read_policy(setup.kube))
+    controller.refresh_policy(policies.read())
     reports = setup.run(controller, max_slots=4)
     assert [r.fallback is not None for r in reports][-2:] == [True, True]
     assert reports[-1].fallback.startswith("model-error: RuntimeError")
-    status = read_policy(setup.kube)["status"]
+    status = policies.read()["status"]
     assert {c["type"]: c["status"] for c in status["conditions"]}["Fallback"] == "True"
     assert status["counts"]["fallbackSlots"] >= 2
     records = read_log(tmp_path / "decisions" / "dl2-local")
@@ -457,7 +452,9 @@ def test_input_out_of_range_is_detected():
     assert "more than any node has" in input_problem(replace(view, jobs=(huge,)))
 
 
-def test_the_api_server_refuses_what_its_schema_forbids_and_the_controller_refuses_the_rest(setup, tmp_path):
+def test_the_api_server_refuses_what_its_schema_forbids_and_the_controller_refuses_the_rest(
+    setup, policies, run_slot, tmp_path
+):
     """A bad spec never reaches the controller when the CRD's schema forbids it (422 from the real server); what a
     schema cannot say (an incumbent that does not exist in this version, say, if the CRD lags the code) the
     controller refuses with a condition and an Event, keeping the last valid spec."""
@@ -472,11 +469,11 @@ def test_the_api_server_refuses_what_its_schema_forbids_and_the_controller_refus
             admin.patch(POLICIES, None, "default", {"spec": patch})
         assert refused.value.status == 422, patch
     jobs_before = setup.jobs()
-    obj = read_policy(setup.kube)
+    obj = policies.read()
     bad = {**obj, "spec": {**obj["spec"], "mode": "active", "incumbent": "lottery"}}  # as if the schema allowed it
     controller.refresh_policy(bad)
-    run_slot(controller, setup.rest)
-    status = read_policy(setup.kube)["status"]
+    run_slot(controller)
+    status = policies.read()["status"]
     conditions = {c["type"]: c for c in status["conditions"]}
     assert conditions["SpecValid"]["status"] == "False" and conditions["SpecValid"]["reason"] == "InvalidSpec"
     assert (
@@ -493,8 +490,8 @@ def test_the_api_server_refuses_what_its_schema_forbids_and_the_controller_refus
     assert ("Warning", "InvalidSpec") in [(kind, reason) for kind, reason, _ in events_about(setup.kube, "default")]
 
 
-def test_the_promotion_handshake_confirms_a_loaded_version_and_restores_a_failing_one(kube, tmp_path):
-    create_policy(kube, "shadow", canary={"namespaces": ["team-a"]})
+def test_the_promotion_handshake_confirms_a_loaded_version_and_restores_a_failing_one(kube, policies, tmp_path):
+    policies.create("shadow", canary={"namespaces": ["team-a"]})
     config = ControllerConfig("a", decision_log=tmp_path / "decisions", slot_s=3600.0)
     controller = Controller(kube.controller_api(), config, heuristic_loader("drf", failing=("3",)))
     stop = threading.Event()
@@ -505,21 +502,21 @@ def test_the_promotion_handshake_confirms_a_loaded_version_and_restores_a_failin
         # v1 serving first, so that the promotion below is from v1 (a promotion that lands before the first load is
         # served with no previous version to name)
         deadline = time.monotonic() + 20
-        while ((read_policy(kube).get("status") or {}).get("loadedModel") or {}).get("version") != "1":
+        while ((policies.read().get("status") or {}).get("loadedModel") or {}).get("version") != "1":
             assert time.monotonic() < deadline, "the controller did not load v1"
             time.sleep(0.05)
         result = promote_policy(promoter, 2, "canary", timeout_s=20, poll_s=0.05)
         assert result.confirmed and not result.restored, result.detail
         assert result.previous_version == "1" and result.version == "2" and result.mode == "canary"
-        spec = read_policy(kube)["spec"]
+        spec = policies.read()["spec"]
         assert spec["model"]["version"] == "2" and spec["mode"] == "canary"
         failed = promote_policy(promoter, 3, "active", timeout_s=20, poll_s=0.05)
         assert not failed.confirmed and failed.restored and failed.detail.startswith("LoadFailed")
-        spec = read_policy(kube)["spec"]
+        spec = policies.read()["spec"]
         assert spec["model"]["version"] == "2" and spec["mode"] == "canary"  # the previous spec is back
         deadline = time.time() + 10
         while time.time() < deadline:
-            policy = read_policy(kube)
+            policy = policies.read()
             if policy["status"].get("observedGeneration") == policy["metadata"]["generation"]:
                 break
             time.sleep(0.05)
@@ -534,12 +531,14 @@ def test_the_promotion_handshake_confirms_a_loaded_version_and_restores_a_failin
         thread.join(10)
     timed_out = promote_policy(promoter, 4, timeout_s=0.5, poll_s=0.05)  # nobody answers now
     assert not timed_out.confirmed and timed_out.restored and timed_out.detail.startswith("timed out after 0.5 s")
-    assert read_policy(kube)["spec"]["model"]["version"] == "5"
+    assert policies.read()["spec"]["model"]["version"] == "5"
     notes = [note for _, reason, note in events_about(kube, "default") if reason == "Promoted"]
     assert notes[-2:] == ["serving dl2-policy v2 (was v1)", "serving dl2-policy v5 (was v2)"]
 
 
-def test_leader_failover_within_one_lease_period_and_a_deposed_leader_writes_nothing(setup, kube, tmp_path):
+def test_leader_failover_within_one_lease_period_and_a_deposed_leader_writes_nothing(
+    setup, kube, policies, run_slot, tmp_path
+):
     lease = LeaseConfig(lease_s=2.0, renew_deadline_s=1.5, retry_s=0.1)
     first = LeaseElector(kube.controller_api("a"), "a", lease).start()
     second = LeaseElector(kube.controller_api("b"), "b", lease).start()
@@ -561,13 +560,13 @@ def test_leader_failover_within_one_lease_period_and_a_deposed_leader_writes_not
         assert not overlap and took_over is not None
         assert took_over <= lease.lease_s + 2 * lease.retry_s  # within one lease period (and its polling)
         assert not leader.is_leader()
-        create_policy(kube, "active")
+        policies.create("active")
         setup.cluster = start_twin(kube.twin_api(), tiny_workload(num_jobs=4, num_nodes=1), CONFIG)
         config = ControllerConfig(leader.identity, decision_log=tmp_path / "decisions", clock="cluster")
         deposed = Controller(kube.controller_api(leader.identity), config, heuristic_loader(), elector=leader)
         setup.controllers.append(deposed)
         offset = kube.plane.audit_offset()
-        assert run_slot(deposed, setup.rest) is None
+        assert run_slot(deposed) is None
         agent = f"{CONTROLLER_AGENT}/{leader.identity}"
         written = [
             e
@@ -621,13 +620,13 @@ def test_the_log_folder_holds_slot_segments_the_cluster_and_one_journal(setup, t
     assert [p.name for p in (folder / ".journal").iterdir()] == [f"slot-{decided[-1]:09d}.json"]
 
 
-def test_without_a_policy_the_controller_is_off_and_writes_nothing(setup, kube, tmp_path):
+def test_without_a_policy_the_controller_is_off_and_writes_nothing(setup, kube, run_slot, tmp_path):
     setup.cluster = start_twin(kube.twin_api(), tiny_workload(num_jobs=4, num_nodes=1), CONFIG)
     config = ControllerConfig("a", decision_log=tmp_path / "decisions", clock="cluster")
     controller = Controller(kube.controller_api(), config, heuristic_loader())
     setup.controllers.append(controller)
     controller.refresh_policy(None)
-    report = run_slot(controller, setup.rest)
+    report = run_slot(controller)
     assert report.mode == "off" and report.jobs > 0 and not report.decided
     assert not controller.health.ready and "not found" in controller.health.reason
     writes = [e for e in setup.audit() if e.verb not in ("list", "watch")]

@@ -39,9 +39,7 @@ from dl2.placement.policy import HarmonyPlacer, NumpyPlacementPolicy
 from dl2.schedulers.placement import place_sticky
 from dl2.sim.config import SimConfig
 from dl2.twin import manifests
-from dl2.workload.mapping import TraceMapping
-from dl2.workload.synthetic import PRESETS, generate
-from tests.kube_helpers import training_pods, twin
+from tests.builders import tiny_workload
 
 K8S = Path(__file__).resolve().parents[3] / "k8s"
 SCHEDULER_NAME = "dl2-scheduler"
@@ -56,13 +54,6 @@ def random_placer(seed: int = 0) -> HarmonyPlacer:
         (rng.normal(size=(8, 1)).astype(np.float32), np.zeros(1, np.float32)),
     ]
     return HarmonyPlacer(NumpyPlacementPolicy(layers), PlacerConfig((8,)))
-
-
-def tiny_workload(num_jobs: int = 8, num_nodes: int = 4, seed: int = 3):
-    spec = replace(
-        PRESETS["synthetic-small"], num_jobs=num_jobs, num_nodes=num_nodes, mapping=TraceMapping(allreduce_fraction=0.5)
-    )
-    return generate(spec, seed, "tiny")
 
 
 # -- a cluster as the API shows it ------------------------------------------------------------------------------
@@ -265,19 +256,19 @@ def stop_scheduler(kube, scheduler: Any) -> None:
     kube.plane.components.remove(scheduler)
 
 
-def test_pods_of_managed_jobs_land_on_the_node_the_extender_ranks_first(kube) -> None:
-    workload = tiny_workload()
+def test_pods_of_managed_jobs_land_on_the_node_the_extender_ranks_first(kube, twin, training_pods) -> None:
+    workload = tiny_workload(num_nodes=4)
     informers = ClusterCache(Rest(kube.extender_api()), Metrics()).start()
     extender = RecordingExtender(random_placer(), SnapshotCache(informers.read))
     with ExtenderServer(extender) as server:
         scheduler = start_scheduler(kube, server.url)
         try:
-            with twin(kube, workload, CONFIG, scheduler_name=SCHEDULER_NAME) as cluster:
+            with twin(workload, CONFIG, scheduler_name=SCHEDULER_NAME) as cluster:
                 for _ in range(12):
                     if cluster.done:
                         break
                     cluster.advance()
-                pods = {p["metadata"]["name"]: p for p in training_pods(kube.rest())}
+                pods = {p["metadata"]["name"]: p for p in training_pods()}
         finally:
             stop_scheduler(kube, scheduler)
             informers.stop()
@@ -314,7 +305,7 @@ class BadExtender(BaseHTTPRequestHandler):
 
 
 @pytest.mark.parametrize("mode", ["refused", "slow", "error"])
-def test_with_the_extender_down_slow_or_failing_pods_still_schedule(kube, mode: str) -> None:
+def test_with_the_extender_down_slow_or_failing_pods_still_schedule(kube, twin, training_pods, mode: str) -> None:
     bad = ThreadingHTTPServer(("127.0.0.1", 0), BadExtender)
     bad.mode = mode  # type: ignore[attr-defined]
     port = bad.server_address[1]
@@ -324,11 +315,11 @@ def test_with_the_extender_down_slow_or_failing_pods_still_schedule(kube, mode: 
         threading.Thread(target=bad.serve_forever, daemon=True).start()
     scheduler = start_scheduler(kube, f"http://127.0.0.1:{port}/extender", http_timeout="100ms")
     try:
-        with twin(kube, tiny_workload(num_jobs=2, num_nodes=2), CONFIG, scheduler_name=SCHEDULER_NAME) as cluster:
+        with twin(tiny_workload(num_jobs=2, num_nodes=2), CONFIG, scheduler_name=SCHEDULER_NAME) as cluster:
             started = time.monotonic()
             cluster.advance()
             waited = time.monotonic() - started
-            pods = training_pods(kube.rest())
+            pods = training_pods()
             bound = [pod for pod in pods if pod["spec"].get("nodeName")]
             refused = {
                 pod["metadata"]["name"]: [c.get("message", "") for c in pod["status"].get("conditions") or []]
@@ -347,7 +338,7 @@ def test_with_the_extender_down_slow_or_failing_pods_still_schedule(kube, mode: 
             bad.server_close()
 
 
-def test_an_answer_of_the_wrong_shape_is_not_ignored_by_kube_scheduler(kube) -> None:
+def test_an_answer_of_the_wrong_shape_is_not_ignored_by_kube_scheduler(kube, twin, training_pods) -> None:
     """kube-scheduler ignores an ignorable extender that fails (refused, timed out, 5xx), not one that answers
     200 with a filter result that names no node: it reads that as every node filtered out, and the pod waits.
     Hence `dl2 extender` answers every request with a well-formed result (the protocol tests above)."""
@@ -356,9 +347,9 @@ def test_an_answer_of_the_wrong_shape_is_not_ignored_by_kube_scheduler(kube) -> 
     threading.Thread(target=bad.serve_forever, daemon=True).start()
     scheduler = start_scheduler(kube, f"http://127.0.0.1:{bad.server_address[1]}/extender", http_timeout="100ms")
     try:
-        with twin(kube, tiny_workload(num_jobs=2, num_nodes=2), CONFIG, scheduler_name=SCHEDULER_NAME) as cluster:
+        with twin(tiny_workload(num_jobs=2, num_nodes=2), CONFIG, scheduler_name=SCHEDULER_NAME) as cluster:
             cluster.advance()
-            pods = training_pods(kube.rest())
+            pods = training_pods()
             assert pods and not any(pod["spec"].get("nodeName") for pod in pods)
     finally:
         stop_scheduler(kube, scheduler)

@@ -18,7 +18,7 @@ from dl2.kube.controller import Controller, ControllerConfig
 from dl2.kube.policy import POLICIES
 from dl2.kube.rest import NODES, PODS, Rest
 from dl2.twin import manifests
-from tests.kube_helpers import heuristic_loader
+from tests.builders import heuristic_loader
 
 K8S = Path(__file__).resolve().parents[3] / "k8s"
 DEPLOYMENTS = {"dl2-scheduler", "dl2-extender", "dl2-kube-scheduler"}

@@ -11,14 +11,13 @@ import pytest
 from dl2.kube.controller import Controller, ControllerConfig
 from dl2.kube.models import PolicyRuntime, mlflow_loader
 from dl2.rl.learned import LearnedScheduler
-from tests.kube_helpers import create_policy, read_policy
 from tests.lifecycle_fixtures import empty_mlflow_db, new_store
 
 MODEL = Path(__file__).resolve().parents[3] / "models" / "dl2-philly"
 
 
 @pytest.mark.slow
-def test_a_registered_version_is_downloaded_smoke_tested_and_served(kube, tmp_path, monkeypatch):
+def test_a_registered_version_is_downloaded_smoke_tested_and_served(kube, policies, tmp_path, monkeypatch):
     from pipelines import registry
 
     store = new_store(empty_mlflow_db(tmp_path / "template"), tmp_path / "mlruns")
@@ -35,11 +34,11 @@ def test_a_registered_version_is_downloaded_smoke_tested_and_served(kube, tmp_pa
     assert (tmp_path / "cache" / "dl2-policy" / str(version.version) / "config.json").is_file()
     assert not runtime.ensure("dl2-policy", "99") and "99" in runtime.load_error
     assert runtime.current.version == str(version.version)  # the last good model keeps serving
-    create_policy(kube, "shadow", version=str(version.version))
+    policies.create("shadow", version=str(version.version))
     config = ControllerConfig("a", decision_log=tmp_path / "decisions", clock="cluster")
     controller = Controller(kube.controller_api(), config, loader)
-    controller.refresh_policy(read_policy(kube))
+    controller.refresh_policy(policies.read())
     controller.publish_status()
-    status = read_policy(kube)["status"]
+    status = policies.read()["status"]
     assert status["loadedModel"]["version"] == str(version.version)
     assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "True"

@@ -25,7 +25,8 @@ from dl2.kube.promotion import promote_policy
 from dl2.kube.rest import Rest
 from dl2.sim.config import SimConfig
 from dl2.twin.lockstep import run_lockstep
-from tests.kube_helpers import create_policy, heuristic_loader, tiny_workload, twin
+from tests.builders import heuristic_loader, tiny_workload
+from tests.kube_fixtures import Policies, running_twin
 
 K8S = Path(__file__).resolve().parents[3] / "k8s"
 Grants = dict[tuple[str, str, str], tuple[str | None, set[str]]]
@@ -77,7 +78,9 @@ def used(events: list[AuditEvent], account: str) -> list[AuditEvent]:
 
 @pytest.fixture(scope="module")
 def representative_run(kube_session, tmp_path_factory):
-    """Every component once, under its ServiceAccount; the audit events of the run."""
+    """Every component once, under its ServiceAccount; the audit events of the run. (Module-scoped, on the
+    session's control plane: it cannot use the function-scoped `twin` and `policies` fixtures, so it uses what they
+    bind.)"""
     kube, tmp_path = kube_session, tmp_path_factory.mktemp("rbac")
     try:
         return _representative_run(kube, tmp_path)
@@ -87,8 +90,8 @@ def representative_run(kube_session, tmp_path_factory):
 
 def _representative_run(kube, tmp_path):
     offset = kube.plane.audit_offset()
-    with twin(kube, tiny_workload(num_jobs=8, num_nodes=2), SimConfig.realistic(seed=1)) as cluster:
-        create_policy(kube, "active")
+    with running_twin(kube, tiny_workload(num_jobs=8, num_nodes=2), SimConfig.realistic(seed=1)) as cluster:
+        Policies(kube).create("active")
         api = kube.controller_api("rbac")
         lease = LeaseConfig(lease_s=2.0, renew_deadline_s=1.5, retry_s=0.1)
         config = ControllerConfig("rbac", decision_log=tmp_path / "decisions", clock="cluster")

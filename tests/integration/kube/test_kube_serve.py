@@ -12,7 +12,7 @@ from dl2.sim.config import SimConfig
 from dl2.sim.decision_log import read_store_log
 from dl2.sim.record_store import RecordStore
 from dl2.twin import reference_result
-from tests.kube_helpers import ServeUnderKills, create_policy, tiny_workload, twin, uninterrupted_run
+from tests.builders import tiny_workload
 
 CONFIG = SimConfig.realistic(seed=1)
 
@@ -32,20 +32,20 @@ def test_serve_has_help_and_refuses_bad_options(tmp_path, capsys):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("store", ["folder", "s3"])
-def test_serve_killed_at_three_points_repeats_no_resize_and_loses_no_record(kube, tmp_path, store, request):
+def test_serve_killed_at_three_points_repeats_no_resize_and_loses_no_record(
+    twin, policies, serve_under_kills, uninterrupted_run, tmp_path, store, request
+):
     """With the records in a folder, and in object storage (the managed clusters' store)."""
     workload = tiny_workload(num_jobs=6, num_nodes=1, seed=5)
     models = tmp_path / "models"  # no version 1 there: the incumbent (DRF) decides every slot, quickly
     models.mkdir()
-    reference, finish, resized = uninterrupted_run(
-        kube, workload, CONFIG, tmp_path / "reference", directory_loader(models)
-    )
+    reference, finish, resized = uninterrupted_run(workload, CONFIG, tmp_path / "reference", directory_loader(models))
     acting = next(slot for slot, count in sorted(resized.items()) if count and slot > 2)
     kills = [("journaled", 2), ("resized-1", acting), ("status", acting + 2)]  # before, amid and after resizes
-    with twin(kube, workload, CONFIG) as cluster:
-        create_policy(kube, "active")
+    with twin(workload, CONFIG) as cluster:
+        policies.create("active")
         log = request.getfixturevalue("s3_url") if store == "s3" else str(tmp_path / "decisions")
-        run = ServeUnderKills(kube, cluster, tmp_path, models, kills, decision_log=log)
+        run = serve_under_kills(cluster, tmp_path, models, kills, decision_log=log)
         run.run()
         through_api = {j.job_id: j.finish_s for j in cluster.result().jobs}
         resizes = run.resizes()

@@ -24,7 +24,7 @@ from dl2.truth import truth_named
 from dl2.twin import reference_result
 from dl2.twin.workloads import first_jobs, first_nodes, with_allreduce
 from dl2.workload.synthetic import PRESETS, generate
-from tests.kube_helpers import HeuristicClient, tiny_workload, training_pods, twin
+from tests.builders import tiny_workload
 
 CONFIG = SimConfig.realistic(seed=1)
 
@@ -33,10 +33,10 @@ def _jobs(rest):
     return [*rest.list(PYTORCHJOBS), *rest.list(VOLCANO_JOBS)]
 
 
-def test_jobs_run_as_pods_on_kwok_nodes_progress_and_finish(kube):
+def test_jobs_run_as_pods_on_kwok_nodes_progress_and_finish(kube, twin, training_pods):
     workload = tiny_workload()
     rest = kube.rest()
-    with twin(kube, workload, CONFIG, kueue_fraction=0.5, seed=2) as cluster:
+    with twin(workload, CONFIG, kueue_fraction=0.5, seed=2) as cluster:
         nodes = {n["metadata"]["name"]: n for n in rest.list(NODES)}
         assert len(nodes) == 2 and all(n["status"]["allocatable"][contract.GPU] == "8" for n in nodes.values())
         managed = rest.list(NAMESPACES, labelSelector="dl2.io/managed=true")
@@ -51,7 +51,7 @@ def test_jobs_run_as_pods_on_kwok_nodes_progress_and_finish(kube):
             used: dict[str, Resources] = defaultdict(Resources)
             jobs = {job["metadata"]["name"]: job for job in _jobs(rest)}
             pods_of: dict[str, list] = defaultdict(list)
-            for pod in training_pods(rest):
+            for pod in training_pods():
                 labels = pod["metadata"]["labels"]
                 owner = contract.pod_job_role(labels)
                 assert owner is not None and not any(key.startswith("dl2.io/") for key in labels)  # operators' only
@@ -89,24 +89,24 @@ def test_jobs_run_as_pods_on_kwok_nodes_progress_and_finish(kube):
                 assert job["status"]["replicaStatuses"]["Worker"]["active"] == 0
             else:
                 assert job["status"]["state"]["phase"] == "Completed"
-        assert training_pods(rest) == []  # a finished job's pods are cleaned up
+        assert training_pods() == []  # a finished job's pods are cleaned up
         result = cluster.result()
         assert {j.job_id: j.jct_s for j in result.jobs} == {r["job_id"]: r["jct_s"] for r in results}
 
 
-def test_kwok_runs_the_bound_pods_and_a_resize_changes_them_and_pays_the_rescale_cost(kube):
+def test_kwok_runs_the_bound_pods_and_a_resize_changes_them_and_pays_the_rescale_cost(kube, twin, training_pods):
     workload = with_allreduce(tiny_workload(num_jobs=2, num_nodes=2), 1.0, 0)
     rest = kube.rest()
-    with twin(kube, workload, CONFIG) as cluster:
+    with twin(workload, CONFIG) as cluster:
         cluster.advance()
         job = min(rest.list(PYTORCHJOBS), key=lambda job: contract.replicas(job))  # the one-worker job: far from done
         name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
-        before = len(training_pods(rest, namespace, name))
+        before = len(training_pods(namespace, name))
         target = min(before + 2, job["spec"]["elasticPolicy"]["maxReplicas"])
         scale = {"spec": {"replicas": target}}
         rest.patch(PYTORCHJOBS, namespace, name, scale, subresource="scale")
         cluster.advance()
-        pods = training_pods(rest, namespace, name)
+        pods = training_pods(namespace, name)
         assert sorted(p["metadata"]["name"] for p in pods) == sorted(f"{name}-worker-{i}" for i in range(target))
         assert rest.get(PYTORCHJOBS, namespace, name, "scale")["status"]["replicas"] == target
         record = next(r for r in cluster.job_results() if r["name"] == name)
@@ -116,11 +116,11 @@ def test_kwok_runs_the_bound_pods_and_a_resize_changes_them_and_pays_the_rescale
         while any(p["status"].get("phase") != "Running" for p in pods):
             assert time.monotonic() < deadline, [p["status"].get("phase") for p in pods]
             time.sleep(0.1)
-            pods = training_pods(rest, namespace, name)
+            pods = training_pods(namespace, name)
 
 
 @pytest.mark.parametrize(("heuristic", "truth"), [("drf", None), ("optimus", None), ("optimus", "seed-1")])
-def test_a_heuristic_deciding_through_the_api_gets_the_simulators_jcts(kube, heuristic, truth):
+def test_a_heuristic_deciding_through_the_api_gets_the_simulators_jcts(twin, heuristic_client, heuristic, truth):
     """DRF reads the jobs' specs and order; Optimus also their progress (the `dl2.io/progress-epochs` annotation)
     and the speed model. Both decide from what the API shows exactly as from the simulator's own view; on a
     cluster whose truth departs from the catalogue (new types, shifted speeds, interference, checkpoint
@@ -128,8 +128,8 @@ def test_a_heuristic_deciding_through_the_api_gets_the_simulators_jcts(kube, heu
     workload = tiny_workload(num_jobs=12, num_nodes=2)
     scheduler = make_scheduler(heuristic, speed_model(Mode.REALISTIC), False)
     played = None if truth is None else truth_named(truth)
-    with twin(kube, workload, CONFIG, truth=played) as cluster:
-        controller = HeuristicClient(kube.admin(f"dl2-{heuristic}-client"), scheduler)
+    with twin(workload, CONFIG, truth=played) as cluster:
+        controller = heuristic_client(scheduler, f"dl2-{heuristic}-client")
         try:
             slots = 0
             while not cluster.done:
@@ -145,17 +145,17 @@ def test_a_heuristic_deciding_through_the_api_gets_the_simulators_jcts(kube, heu
     assert controller.resizes > len(workload.jobs) and controller.short_of_max > 0 and slots > 20  # contended
 
 
-def test_a_deleted_job_is_cancelled_and_the_rest_finish(kube):
+def test_a_deleted_job_is_cancelled_and_the_rest_finish(kube, twin, training_pods):
     workload = tiny_workload(num_jobs=4, num_nodes=2)
     rest = kube.rest()
-    with twin(kube, workload, CONFIG) as cluster:
+    with twin(workload, CONFIG) as cluster:
         cluster.advance()
         victim = _jobs(rest)[0]
         resource = PYTORCHJOBS if victim["kind"] == "PyTorchJob" else VOLCANO_JOBS
         name, namespace = victim["metadata"]["name"], victim["metadata"]["namespace"]
         rest.request("DELETE", resource.path(namespace, name))
         cluster.advance()
-        assert training_pods(rest, namespace, name) == []
+        assert training_pods(namespace, name) == []
         cluster.run_to_end()
         results = {r["name"]: r for r in cluster.job_results()}
         assert results[name]["cancelled"] and results[name]["finish_s"] is None

@@ -90,7 +90,7 @@ def test_a_real_prometheus_answers_each_job_s_query(exporter, prometheus_url):
 
 
 @pytest.mark.slow
-def test_progress_measured_from_metrics_drives_the_controller(kube, exporter, prometheus_url, tmp_path):
+def test_progress_measured_from_metrics_drives_the_controller(kube, policies, exporter, prometheus_url, tmp_path):
     """End to end on the real control plane: a PyTorchJob that never writes `dl2.io/progress-epochs` but exports
     its epoch to Prometheus and names the query; the controller records the progress Prometheus measures, slot by
     slot, and resizes the job as for any other."""
@@ -99,8 +99,7 @@ def test_progress_measured_from_metrics_drives_the_controller(kube, exporter, pr
     from dl2.kube.controller import Controller, ControllerConfig
     from dl2.kube.rest import KUBEFLOW_PODS, NAMESPACES, NODES, PYTORCHJOBS
     from dl2.twin import manifests
-    from tests.builders import allreduce_job
-    from tests.kube_helpers import create_policy, heuristic_loader, read_policy
+    from tests.builders import allreduce_job, heuristic_loader
 
     epoch, _ = exporter
     rest = kube.rest()
@@ -114,13 +113,13 @@ def test_progress_measured_from_metrics_drives_the_controller(kube, exporter, pr
     pod = manifests.pod(contract.job_spec(job), "gpt", namespace, "pytorchjobs", job["metadata"]["uid"], "worker", 0,
                         node["metadata"]["name"], "default-scheduler")  # fmt: skip
     pod_version = rest.create(KUBEFLOW_PODS, namespace, pod)["metadata"]["resourceVersion"]
-    create_policy(kube, "active")
+    policies.create("active")
     config = ControllerConfig("metrics", decision_log=tmp_path / "decisions", clock="cluster",
                               prometheus_url=prometheus_url)  # fmt: skip
     controller = Controller(kube.controller_api("metrics"), config, heuristic_loader("drf"))
     assert controller.progress_source is not None
     try:
-        controller.refresh_policy(read_policy(kube))
+        controller.refresh_policy(policies.read())
         for slot, epochs in ((1, 1.5), (2, 4.0), (3, 5.0)):
             epoch.labels("gpt").set(epochs)
             scraped(controller.progress_source, 'max(training_epoch{job_name="gpt"})', epochs)

@@ -566,7 +566,9 @@ def test_without_the_binding_the_api_server_refuses_and_training_goes_on(kube, t
     assert not elsewhere.report(0.5) and elsewhere.errors == 1
 
 
-def test_a_kubeflow_job_s_reported_progress_drives_the_controller_s_decisions(kube, training_namespaces, tmp_path):
+def test_a_kubeflow_job_s_reported_progress_drives_the_controller_s_decisions(
+    kube, policies, training_namespaces, tmp_path
+):
     """End to end on the real control plane, nothing of the twin: a PyTorchJob whose pod carries only Kubeflow's
     labels, its progress reported by `dl2.report` under the trainer's ServiceAccount; the controller (its own
     ServiceAccount, DRF as the model) finds the pod by those labels, records the reported progress, resizes the
@@ -576,7 +578,7 @@ def test_a_kubeflow_job_s_reported_progress_drives_the_controller_s_decisions(ku
     from dl2.kube.controller import Controller, ControllerConfig
     from dl2.kube.rest import KUBEFLOW_PODS, NAMESPACES, NODES, PYTORCHJOBS
     from dl2.twin import manifests
-    from tests.kube_helpers import create_policy, heuristic_loader, read_policy
+    from tests.builders import heuristic_loader
 
     rest, tokens = training_namespaces
     rest.merge_patch(NAMESPACES, None, BOUND, {"metadata": {"labels": {contract.MANAGED_LABEL: "true"}}})
@@ -590,11 +592,11 @@ def test_a_kubeflow_job_s_reported_progress_drives_the_controller_s_decisions(ku
         name="pt", kind=PYTORCHJOB, namespace=BOUND, server=kube.url, token=tokens[BOUND], ca_path=kube.plane.ca,
         rank_zero=True, interval_s=0.0,
     )  # fmt: skip
-    create_policy(kube, "active")
+    policies.create("active")
     config = ControllerConfig("report", decision_log=tmp_path / "decisions", clock="cluster")
     controller = Controller(kube.controller_api("report"), config, heuristic_loader("drf"))
     try:
-        controller.refresh_policy(read_policy(kube))
+        controller.refresh_policy(policies.read())
         for slot, epochs in ((1, 1.5), (2, 4.0), (3, 5.0)):  # a slot's record is written once the next has observed it
             assert trainer.report(epochs)
             barrier = {

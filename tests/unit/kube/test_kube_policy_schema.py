@@ -10,7 +10,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from dl2.kube.policy import POLICIES, Mode, parse_policy
-from tests.kube_helpers import create_policy, policy_object
+from tests.builders import policy_object
 
 
 @pytest.mark.parametrize(
@@ -45,8 +45,8 @@ def test_the_api_server_refuses_a_bad_policy_with_422(kube, spec, message):
     assert refused.value.status == 422 and status["reason"] == "Invalid" and message in status["message"], status
 
 
-def test_defaults_are_filled_in_and_the_controller_reads_the_result(kube):
-    stored = create_policy(kube, "shadow")
+def test_defaults_are_filled_in_and_the_controller_reads_the_result(kube, policies):
+    stored = policies.create("shadow")
     spec = stored["spec"]
     assert spec["incumbent"] == "drf" and spec["model"]["name"] == "dl2-policy"
     off = kube.rest().patch(POLICIES, None, "default", {"spec": {"mode": "off", "model": None}})
