@@ -21,7 +21,7 @@ from dl2.sim.run import interference_model, speed_model
 from dl2.twin.workloads import first_jobs, first_nodes
 from dl2.workload.observed import observed_jobs, observed_workload, resampled_workload
 from dl2.workload.registry import load_workloads
-from dl2.workload.source import source_problem, workload
+from dl2.workload.source import is_generated, source_problem, workload, workloads_of
 
 CONFIG = SimConfig.realistic(seed=0, speed_noise=0.0)
 
@@ -86,6 +86,10 @@ def test_the_records_source_reads_a_decision_log_folder(logged, tmp_path):
     assert source_problem(f"records:{folder}") is None
     drawn = workload(f"records:{folder}", 4)
     assert drawn == resampled_workload(observed_workload(records, drawn.cluster, "cluster-a"), 4)
+    # a source drawn anew for each seed, as the generators are; a fixed set is all of itself
+    assert is_generated(f"records:{folder}") and is_generated("authors-tiny") and not is_generated("philly")
+    assert workloads_of(f"records:{folder}", 4) == (drawn,)
+    assert workloads_of("dl2-official-small", 0) == load_workloads("dl2-official-small", 0)
     assert source_problem(f"records:{tmp_path / 'missing'}") == "expected records:<the folder of a decision log>"
     with pytest.raises(InputError, match="expected records"):
         workload(f"records:{tmp_path / 'missing'}", 0)
