@@ -3,13 +3,13 @@
 Everything runs on the real control plane (`dl2.controlplane`: etcd, kube-apiserver with RBAC, kube-controller-
 manager, kube-scheduler, kwok) with the cluster twin (`dl2.twin`), the controller as its ServiceAccount.
 
-1. Load (`--part load`): the first N jobs of the Philly week (N = 40, 400, 2,000) submitted at once on the
-   352-node Philly cluster; the control plane and the twin run in a subprocess pinned to one core, the
-   controller in this process pinned to the other, in active mode with the trained policy `models/dl2-philly`
-   and DRF as the incumbent. Reported per size: the median and p99 wall time of a slot (observe from the
-   informers' caches once they reach the clock's barrier, decide, journal, resize, status: `Controller.run_slot`)
-   over `--slots` slots, the share of it the policy takes, and the API requests per slot (resizes and the
-   status: the reads come from watches).
+1. Load (`--part load`): the first N jobs of the Philly week (N = 40, 400, 2,000) submitted at once on the 352-node
+   Philly cluster; the control plane and the twin run in a subprocess pinned to one core, the controller in this
+   process pinned to the other (`--cores shared`: neither pinned), in active mode with the trained policy
+   `models/dl2-philly` and DRF as the incumbent. Reported per size: the median and p99 wall time of a slot (observe
+   from the informers' caches once they reach the clock's barrier, decide, journal, resize, status:
+   `Controller.run_slot`) over `--slots` slots, the share of it the policy takes, and the API requests per slot
+   (resizes and the status: the reads come from watches).
 2. Kills (`--part kills`): `dl2 serve` as a process on the twin in lock step, SIGKILLed at `--kills` random points
    of its slot loop (seeded draws over `CRASH_POINTS` and the run's slots) and restarted each time; counted from
    the API server's audit log: resize requests sent twice in a slot; from the decision log: records lost, added
@@ -103,8 +103,12 @@ def shipped_guardrails() -> dict[str, int]:
     return guardrails
 
 
-def load_size(num_jobs: int, slots: int, folder: Path, guardrails: dict[str, int] | None = None) -> dict[str, Any]:
-    """One size; `guardrails` those of the policy (None: none, every proposal applied)."""
+def load_size(
+    num_jobs: int, slots: int, folder: Path, guardrails: dict[str, int] | None = None, placement: str = "split"
+) -> dict[str, Any]:
+    """One size; `guardrails` those of the policy (None: none, every proposal applied); `placement`: `split` pins the
+    control plane with the twin to one core and the controller to the other, `shared` lets both use every core
+    (as a control plane with more than one core would serve the controller's writes)."""
     from kubernetes import config as kube_config
 
     from dl2.kube.controller import Controller, ControllerConfig
@@ -114,14 +118,15 @@ def load_size(num_jobs: int, slots: int, folder: Path, guardrails: dict[str, int
     from tests.kube_fixtures import clock
 
     cores = sorted(os.sched_getaffinity(0))
+    plane_cores, controller_cores = ({cores[-1]}, {cores[0]}) if placement == "split" else (set(cores), set(cores))
     twin = subprocess.Popen(
         [sys.executable, "-c", TWIN, str(num_jobs), str(folder / f"cluster-{num_jobs}-{bool(guardrails)}"),
          json.dumps(guardrails or {})], stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, text=True, cwd=ROOT, preexec_fn=lambda: os.sched_setaffinity(0, {cores[-1]}),
+        stdout=subprocess.PIPE, text=True, cwd=ROOT, preexec_fn=lambda: os.sched_setaffinity(0, plane_cores),
     )  # fmt: skip
     try:
         started = json.loads(twin.stdout.readline())
-        os.sched_setaffinity(0, {cores[0]})
+        os.sched_setaffinity(0, controller_cores)
         api = kube_config.new_client_from_config(started["kubeconfig"])
         api.configuration.retries = False
         api.user_agent = "dl2-serve/bench"
@@ -167,6 +172,7 @@ def load_size(num_jobs: int, slots: int, folder: Path, guardrails: dict[str, int
     return {
         "jobs": num_jobs,
         "guardrails": guardrails or {},
+        "cores": placement,
         "slots": len(walls),
         "active_jobs_median": float(np.median(jobs)),
         "first_slot_s": walls[0],
@@ -453,6 +459,13 @@ def main() -> None:
     parser.add_argument(
         "--guarded", default="2000", help="load: sizes also run with the sample policy's guardrails ('' for none)"
     )
+    parser.add_argument(
+        "--cores",
+        choices=("split", "shared"),
+        default="split",
+        help="load: split pins the control plane and the twin to one core, the controller to another; shared pins "
+        "nothing",
+    )
     parser.add_argument("--kills", type=int, default=20, help="kills: SIGKILLs of dl2 serve")
     parser.add_argument("--kill-jobs", type=int, default=30, help="kills: Philly jobs of the run")
     parser.add_argument("--kill-nodes", type=int, default=4, help="kills: Philly nodes of the run")
@@ -477,15 +490,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="dl2-bench-") as scratch:
         folder = Path(scratch)
         if "load" in parts:
-            sizes = [load_size(int(n), args.slots, folder) for n in args.jobs.split(",")]
-            sizes += [load_size(int(n), args.slots, folder, shipped_guardrails()) for n in args.guarded.split(",") if n]
+            sizes = [load_size(int(n), args.slots, folder, None, args.cores) for n in args.jobs.split(",") if n]
+            sizes += [
+                load_size(int(n), args.slots, folder, shipped_guardrails(), args.cores)
+                for n in args.guarded.split(",")
+                if n
+            ]
             results["load"] = sizes
             print_table(
                 f"slot latency: Philly's first N jobs at once on 352 nodes, dl2-philly active ({args.slots} slots)",
-                ["jobs", "guardrails", "active", "first slot (s)", "median (ms)", "p99 (ms)", "observe", "decide",
-                 "of it policy", "record", "act", "API calls/slot", "max", "resizes/slot"],
-                [[str(s["jobs"]), "shipped" if s["guardrails"] else "none", f"{s['active_jobs_median']:.0f}",
-                  f"{s['first_slot_s']:.2f}",
+                ["jobs", "guardrails", "cores", "active", "first slot (s)", "median (ms)", "p99 (ms)", "observe",
+                 "decide", "of it policy", "record", "act", "API calls/slot", "max", "resizes/slot"],
+                [[str(s["jobs"]), "shipped" if s["guardrails"] else "none", s["cores"],
+                  f"{s['active_jobs_median']:.0f}", f"{s['first_slot_s']:.2f}",
                   f"{1000 * s['median_slot_s']:.1f}", f"{1000 * s['p99_slot_s']:.1f}",
                   f"{1000 * s['median_observe_s']:.0f}", f"{1000 * s['median_decide_s']:.0f}",
                   f"{1000 * s['median_policy_s']:.0f}", f"{1000 * s['median_record_s']:.0f}",
