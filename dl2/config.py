@@ -19,8 +19,9 @@ import dataclasses
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
+from annotated_types import Ge, Le, Lt
 from pydantic import ConfigDict, ValidationError
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 from typing_extensions import dataclass_transform
@@ -28,6 +29,13 @@ from typing_extensions import dataclass_transform
 from dl2.core import Dl2Error
 
 T = TypeVar("T")
+
+Width = Annotated[int, Ge(1), Le(65_536)]
+"""A layer's width."""
+Seed = Annotated[int, Ge(0), Lt(2**63)]
+Count = Annotated[int, Ge(0), Le(1_000_000)]
+Positive = Annotated[int, Ge(1), Le(100_000_000)]
+Probability = Annotated[float, Ge(0), Le(1)]
 
 SETTINGS = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_default=False)
 """Unknown keys are errors (a typo must not be ignored); field docstrings are the descriptions."""

@@ -14,10 +14,9 @@ from typing import Annotated, Any
 
 from annotated_types import Ge, Gt, Le, MinLen
 
-from dl2.config import Keys, config, refuse
+from dl2.config import Keys, Probability, Seed, Width, config, refuse
 from dl2.core import InputError
 from dl2.placement.features import JOB_FEATURES, NUM_TYPES, SERVER_FEATURES
-from dl2.rl.config import Probability, Seed, Width
 from dl2.schedulers.registry import PLACERS, check_scheduler
 
 SPEED_FORMAT = "dl2-speed-model/1"

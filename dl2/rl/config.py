@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from annotated_types import Ge, Gt, Le, Lt, MinLen
 
-from dl2.config import ConfigError, Keys, config, refuse
+from dl2.config import ConfigError, Count, Keys, Positive, Probability, Seed, Width, config, refuse
 from dl2.env.observation import ObservationConfig
 from dl2.schedulers.registry import check_placer, check_scheduler
 from dl2.workload.source import source_problem
@@ -22,11 +22,6 @@ MASKED_LOGIT = -1e9
 KINDS = ("per-job", "per-job-local", "mlp")
 NetworkKind = Literal["per-job", "per-job-local", "mlp"]
 Credit = Literal["returns", "perturbation", "deviation"]
-Width = Annotated[int, Ge(1), Le(65_536)]
-Seed = Annotated[int, Ge(0), Lt(2**63)]
-Count = Annotated[int, Ge(0), Le(1_000_000)]
-Positive = Annotated[int, Ge(1), Le(100_000_000)]
-Probability = Annotated[float, Ge(0), Le(1)]
 
 
 @config
