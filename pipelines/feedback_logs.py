@@ -69,13 +69,18 @@ def find_logs(folder: Path) -> list[Path]:
     return sorted(folders | files)
 
 
+def cluster_file(log: Path) -> Path:
+    """Where a log's cluster is described: beside its segments, or beside a stand-alone file."""
+    return (log if log.is_dir() else log.parent) / CLUSTER_FILE
+
+
 def log_cluster(log: Path, cluster_name: str) -> ClusterSpec:
     """The cluster of a decision log: its `cluster.json`, else a known cluster of that name (the authors'
     settings, philly, alibaba-gpu2023)."""
     from dl2.workload.authors import SETTINGS, generate_authors_workload
     from dl2.workload.traces import alibaba_cluster, philly_cluster
 
-    described = (log if log.is_dir() else log.parent) / CLUSTER_FILE
+    described = cluster_file(log)
     if described.is_file():
         return read_cluster(described)
     if cluster_name in SETTINGS:
@@ -100,7 +105,7 @@ def usable_logs(
         try:
             report = validate_log(log, params, layout)
             problem = None if report["success"] else failure_summary(report)
-            described = (log if log.is_dir() else log.parent) / CLUSTER_FILE
+            described = cluster_file(log)
             if problem is None and described.is_file():
                 read_cluster(described)
         except InputError as error:

@@ -70,13 +70,13 @@ def run(params: Params, layout: Layout | None = None) -> StageResult:
             inputs.env, inputs.config, trained, inputs.batches, inputs.feedback_steps, inputs.workers,
             _validated(trained.metadata),
         )  # fmt: skip
-        outcome = learned[1] if learned is not None else None
+        chosen, outcome = learned if learned is not None else (None, None)
         # JSON-ready: a validation that did not finish is infinite, which JSON cannot hold (to_json makes it null)
         attempt = to_json(outcome.record(inputs.facts)) if outcome is not None else None
-        if learned is not None and learned[1].kept:
+        if chosen is not None and outcome is not None and outcome.kept:
             metadata = {**trained.metadata, "online": attempt, "online_code_version": version}
             title = "DL2 policy trained with actor-critic RL, then on logged cluster feedback"
-            save(folder, trained.config, learned[0].policy, learned[0].value, title, metadata)
+            save(folder, trained.config, chosen.policy, chosen.value, title, metadata)
         else:  # the fine-tuned model unchanged, byte for byte: the same digest, nothing new to register or evaluate
             _copy_model(start, folder)
         logs = inputs.logs
