@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from dl2.config import refuse
 from dl2.core import Scheduler
+from dl2.schedulers.asked import AskedSizes
 from dl2.schedulers.binpack import BinPackPlacer
 from dl2.schedulers.drf import DRF
 from dl2.schedulers.fifo import FIFO
@@ -39,6 +40,7 @@ SCHEDULERS: dict[str, SchedulerFactory] = {
     "optimus": lambda speed, compat, placer: OptimusOracle(speed, compat, placer),
     "optimus-fitted": lambda speed, compat, placer: OptimusFitted(compat, placer),
     "tiresias": lambda speed, compat, placer: Tiresias(placer),
+    "asked-sizes": lambda speed, compat, placer: AskedSizes(placer),
     "srpt-knee": lambda speed, compat, placer: SRPTKnee(speed, compat, placer),
     "srpt-knee-fill": lambda speed, compat, placer: SRPTKnee(
         speed, compat, placer, FILL_KNEE_EFFICIENCY, (DEFAULT_FILL_EFFICIENCY,)
