@@ -77,10 +77,11 @@ def previous_week_log(truth: str, seed: int, num_jobs: int, num_nodes: int, fold
 
 
 def fine_tune_in_twin(
-    log: Path, world: World, calibration: Calibration, args: argparse.Namespace, out: Path
+    log: Path, world: World, calibration: Calibration, args: argparse.Namespace, out: Path, origin: str = CHAMPION
 ) -> dict[str, Any]:
-    """RL from the champion in `world` (the twin `log` calibrates); the best-validated policy saved at `out`."""
-    start = load_trained(Path(CHAMPION))
+    """RL from the policy at `origin` (the champion) in `world` (the twin `log` calibrates); the best-validated
+    policy saved at `out`."""
+    start = load_trained(Path(origin))
     source = f"records:{log}"
     env = EnvConfig(
         observation=start.config.observation,
@@ -110,8 +111,9 @@ def fine_tune_in_twin(
     finally:
         pool.close()
     folder = policy_config(env.observation, config.network, "realistic", env.placer)
-    save_trained(out, folder, state.best_policy, state.best_value, "dl2-philly fine-tuned in a calibrated twin",
-                 {"calibrated_from": str(log)}, overwrite=True)  # fmt: skip
+    description = f"{Path(origin).name} fine-tuned in a calibrated twin"
+    save_trained(out, folder, state.best_policy, state.best_value, description, {"calibrated_from": str(log)},
+                 overwrite=True)  # fmt: skip
     return {
         "seconds": time.perf_counter() - started,
         "best_iteration": state.best_iteration,
@@ -143,15 +145,16 @@ def paired_difference(candidate: list[float], champion: list[float]) -> dict[str
 
 
 def rewarm_in_twin(
-    log: Path, world: World, calibration: Calibration, args: argparse.Namespace, out: Path
+    log: Path, world: World, calibration: Calibration, args: argparse.Namespace, out: Path, origin: str = CHAMPION
 ) -> dict[str, Any]:
-    """The champion re-warmed in the twin on the heuristic that does best there reading the calibrated speeds."""
+    """The policy at `origin` (the champion) re-warmed in the twin on the heuristic that does best there reading
+    the calibrated speeds."""
     teachers = {
         name: float(np.mean(twin_jcts_h(log, world, heuristic(name), world.speed, args.twin_workloads)))
         for name in ORACLES
     }
     teacher = min(teachers, key=teachers.__getitem__)
-    start = load_trained(Path(CHAMPION))
+    start = load_trained(Path(origin))
     config = WarmUpConfig(
         teacher=teacher,
         source=f"records:{log}",
@@ -167,8 +170,9 @@ def rewarm_in_twin(
     started = time.perf_counter()
     policy, _, facts = warm_up(config, policy=start.policy, world=world)
     folder = policy_config(config.observation, config.supervised.network, "realistic", config.placer)
-    save_trained(out, folder, policy.state_dict(), None, f"dl2-philly re-warmed on {teacher} in a calibrated twin",
-                 {"calibrated_from": str(log)}, overwrite=True)  # fmt: skip
+    description = f"{Path(origin).name} re-warmed on {teacher} in a calibrated twin"
+    save_trained(out, folder, policy.state_dict(), None, description, {"calibrated_from": str(log)},
+                 overwrite=True)  # fmt: skip
     return {"seconds": time.perf_counter() - started, "teachers_in_twin_h": teachers, "teacher": teacher, **facts}
 
 

@@ -1,0 +1,238 @@
+"""The closed loop on clusters unlike the catalogue: does learning from the cluster's records pay, round by round?
+
+Per scenario (`dl2.truth`; `catalogue` is the no-shift control) and seed, on Philly-like workloads as in
+`benchmarks/truth_scenarios.py` (`synthetic-philly`, the first `--jobs` jobs on the first `--nodes` servers), the
+loop runs `--rounds` rounds. Round r:
+
+1. the cluster's week r (the workload of seed + 500 + r under the truth) runs with the policy active then (the
+   champion `models/dl2-philly` in round 0), and its decision records join the cluster's log (each week after
+   the last; at most one simulated week each, checked);
+2. the twin that log calibrates (`dl2.sim.calibrated`) trains a challenger from the active policy, as
+   `--candidates` says (`rewarm`: re-warmed by DAgger on the best heuristic reading the calibrated speeds; `rl`:
+   fine-tuned by RL; both as `benchmarks/calibrated_twin.py` does them);
+3. the gate: the challenger replaces the active policy only if its average JCT on `--twin-workloads` of the twin's
+   workloads, paired with the active policy's, is lower with a 95% interval of the mean relative difference
+   below zero;
+4. this week (the workload of the seed, never learned from) is played under the truth by the policy active
+   after the round: the cluster's average JCT as its users see it.
+
+Beside the rounds, on the same week: the jobs at their asked sizes (`asked-sizes`: dl2 off, the shadow pass),
+the heuristics a deployment has (DRF, Tiresias, Optimus and `speedup-hull` on the catalogue, `optimus-fitted`),
+the best of Optimus and `speedup-hull` reading the speeds calibrated from the last round's log, and the oracle
+(the best of them handed the truth; a ceiling, not a baseline). The bars (issue: learning that pays): after the
+rounds, at least 10% below the champion, below every non-oracle heuristic, within 10% of the oracle, faster than
+the asked sizes; in the control, the gate keeps the champion.
+
+    .venv/bin/python benchmarks/loop_scenarios.py [--truths speed-shift,catalogue --seeds 9100 --rounds 2]
+
+Prints the scenario table (mean over seeds, 95% CIs) and the gate's prediction against the outcome, and writes
+`benchmarks/results/loop_scenarios.json` (after each cell, so a long run keeps what it measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from calibrated_twin import (
+    fine_tune_in_twin,
+    paired_difference,
+    play,
+    play_calibrated,
+    rewarm_in_twin,
+    twin_jcts_h,
+)
+from common import environment, print_table, write_json
+from truth_scenarios import CHAMPION, ORACLES, philly_like
+
+from dl2.core import DecisionRecord
+from dl2.core.log_format import CLUSTER_FILE, cluster_to_json
+from dl2.placement.samples import record_run
+from dl2.resolve import scheduler_builder
+from dl2.sim.calibrated import calibrated_world
+from dl2.sim.config import Mode, SimConfig
+from dl2.sim.decision_log import write_segment
+from dl2.sim.metrics import mean_ci95
+from dl2.sim.run import catalogue_speed
+from dl2.truth import SCENARIOS, realise, truth_named
+
+WEEK_S = 7 * 24 * 3600.0
+BASELINES = ("asked-sizes", "drf", "tiresias", "optimus", "speedup-hull", "optimus-fitted")
+"""What a deployment can run without dl2 (the asked sizes are dl2 off): each reads the catalogue or its own fit."""
+CHAMPION_ROW = "champion before the loop"
+CALIBRATED_ROW = "best heuristic on the calibrated speeds"
+ORACLE_ROW = "oracle"
+LEARNERS = {"rewarm": rewarm_in_twin, "rl": fine_tune_in_twin}
+
+
+def week_records(
+    truth: str, seed: int, week: int, policy: str, num_jobs: int, num_nodes: int, start_s: float
+) -> tuple[list[DecisionRecord], Any]:
+    """The decision records of the cluster's week `week` with `policy` active, shifted to begin at `start_s` and
+    with the week in each job's name (jobs of different weeks are different jobs); and the week's cluster."""
+    cluster = realise(truth_named(truth), philly_like(seed + 500 + week, num_jobs, num_nodes))
+    config = cluster.config(SimConfig.realistic(seed=seed + 500 + week))
+    scheduler = scheduler_builder(policy, None, Mode.REALISTIC)(catalogue_speed(), False)
+    records = record_run(cluster.workload, scheduler, config, cluster.speed, cluster.interference)
+    shifted = [
+        replace(r, job_id=f"w{week}-{r.job_id}", time_s=r.time_s + start_s, arrival_s=r.arrival_s + start_s)
+        for r in records
+    ]
+    return shifted, cluster
+
+
+def run_loop(truth: str, seed: int, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    """The rounds of one (truth, seed): what each learned, the gate's call and prediction, and the week played by
+    the policy active after each round."""
+    log = folder / f"{truth}-{seed}"
+    active, start_s, rounds = CHAMPION, 0.0, []
+    world = None
+    for week in range(args.rounds):
+        records, cluster = week_records(truth, seed, week, active, args.jobs, args.nodes, start_s)
+        span_s = max(r.time_s + r.slot_s for r in records) - start_s
+        if span_s > WEEK_S:
+            raise SystemExit(
+                f"{truth} seed {seed} week {week}: its records span {span_s / 86400:.1f} days, over a week"
+            )
+        if week == 0:
+            log.mkdir(parents=True, exist_ok=True)
+            (log / CLUSTER_FILE).write_text(json.dumps(cluster_to_json(cluster.workload.cluster)))
+        write_segment(log, records, int(start_s // records[0].slot_s))
+        start_s += span_s
+        world, calibration = calibrated_world(log)
+        incumbent_in_twin = twin_jcts_h(log, world, scheduler_builder(active, None, Mode.REALISTIC), world.speed,
+                                        args.twin_workloads)  # fmt: skip
+        learned: dict[str, Any] = {}
+        predicted: dict[str, dict[str, float]] = {}
+        made: dict[str, str] = {}
+        for candidate in args.candidates.split(","):
+            out = folder / f"{candidate}-{truth}-{seed}-round{week + 1}"
+            learned[candidate] = LEARNERS[candidate](log, world, calibration, args, out, active)
+            hours = twin_jcts_h(log, world, scheduler_builder(str(out), None, Mode.REALISTIC), world.speed,
+                                args.twin_workloads)  # fmt: skip
+            predicted[candidate] = paired_difference(hours, incumbent_in_twin)
+            made[candidate] = str(out)
+        better = [name for name, difference in predicted.items() if difference["high"] < 0]
+        choice = min(better, key=lambda name: predicted[name]["mean"], default=None)
+        before = play(truth, seed, args.jobs, args.nodes, active)
+        if choice is not None:
+            active = made[choice]
+        after = play(truth, seed, args.jobs, args.nodes, active) if choice is not None else before
+        outcome = {name: play(truth, seed, args.jobs, args.nodes, path) / before - 1 for name, path in made.items()}
+        rounds.append({
+            "round": week + 1,
+            "records": len(records),
+            "records_span_days": span_s / 86400,
+            "learned": learned,
+            "twin_prediction": predicted,
+            "outcome_vs_active": outcome,
+            "promoted": choice,
+            "avg_jct_h": after,
+        })  # fmt: skip
+        print(f"{truth} seed {seed} round {week + 1}: {json.dumps(rounds[-1], default=str)}", flush=True)
+    assert world is not None
+    rows = {CHAMPION_ROW: play(truth, seed, args.jobs, args.nodes, CHAMPION)}
+    rows |= {f"after round {r['round']}": r["avg_jct_h"] for r in rounds}
+    rows |= {name: play(truth, seed, args.jobs, args.nodes, name) for name in BASELINES}
+    rows[CALIBRATED_ROW] = min(play_calibrated(truth, seed, args.jobs, args.nodes, name, world) for name in ORACLES)
+    rows[ORACLE_ROW] = min(play(truth, seed, args.jobs, args.nodes, name, True) for name in ORACLES)
+    return {"truth": truth, "seed": seed, "rounds": rounds, "avg_jct_h": rows}
+
+
+def bars(truth: str, cells: list[dict[str, Any]], rounds: int) -> dict[str, bool]:
+    """The issue's bars on a scenario's seeds (means over seeds of the per-seed ratios); for the no-shift control,
+    that the gate kept the champion and nothing got worse beyond noise (1%)."""
+    final = f"after round {rounds}"
+
+    def ratio(row: str) -> float:
+        return float(np.mean([c["avg_jct_h"][final] / c["avg_jct_h"][row] for c in cells]))
+
+    asked = all(c["avg_jct_h"][final] < c["avg_jct_h"]["asked-sizes"] for c in cells)
+    if truth == "catalogue":
+        return {
+            "the gate keeps the champion": all(r["promoted"] is None for c in cells for r in c["rounds"]),
+            "no worse than the champion (1%)": ratio(CHAMPION_ROW) <= 1.01,
+            "faster than the asked sizes": asked,
+        }
+    heuristics = [row for row in cells[0]["avg_jct_h"] if row in BASELINES or row == CALIBRATED_ROW]
+    return {
+        "10% below the champion": ratio(CHAMPION_ROW) <= 0.9,
+        "below every non-oracle heuristic": all(ratio(row) < 1 for row in heuristics),
+        "within 10% of the oracle": ratio(ORACLE_ROW) <= 1.1,
+        "faster than the asked sizes": asked,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--truths", default=",".join(SCENARIOS), help="scenarios or seed-N, comma-separated")
+    parser.add_argument("--seeds", default="9100,9101,9102", help="workload and simulation seeds")
+    parser.add_argument("--rounds", type=int, default=2, help="loop rounds (a week of records each)")
+    parser.add_argument("--jobs", type=int, default=150, help="first N jobs of each week")
+    parser.add_argument("--nodes", type=int, default=12, help="first N servers of the cluster")
+    parser.add_argument("--candidates", default="rewarm", help="what learns in the twin: rewarm, rl (comma-separated)")
+    parser.add_argument("--twin-workloads", type=int, default=6, help="the twin's workloads the gate compares on")
+    parser.add_argument("--rewarm-episodes", type=int, default=6, help="rewarm: workloads the teacher is recorded on")
+    parser.add_argument("--rewarm-dagger-rounds", type=int, default=1)
+    parser.add_argument("--rewarm-epochs", type=int, default=6)
+    parser.add_argument("--iterations", type=int, default=10, help="rl: iterations in the twin")
+    parser.add_argument("--episodes", type=int, default=2, help="rl: training episodes per iteration")
+    parser.add_argument("--validation-episodes", type=int, default=2, help="rl: twin workloads validated on")
+    parser.add_argument("--validate-every", type=int, default=2)
+    parser.add_argument("--episode-slots", type=int, default=3_000)
+    parser.add_argument("--learning-rate", type=float, default=1e-4)
+    parser.add_argument("--value-warmup", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=2, help="rollout processes")
+    parser.add_argument("--out", default="loop_scenarios.json", help="file name under benchmarks/results/")
+    args = parser.parse_args()
+    truths, seeds = args.truths.split(","), [int(seed) for seed in args.seeds.split(",")]
+    results: dict[str, Any] = {"environment": environment(), "arguments": vars(args), "cells": [], "scenarios": {}}
+    with tempfile.TemporaryDirectory(prefix="dl2-loop-") as scratch:
+        for truth in truths:
+            for seed in seeds:
+                results["cells"].append(run_loop(truth, seed, args, Path(scratch)))
+                write_json(args.out, results)
+    table, gate = [], []
+    for truth in truths:
+        cells = [c for c in results["cells"] if c["truth"] == truth]
+        rows: dict[str, Any] = {}
+        for row in cells[0]["avg_jct_h"]:
+            values = [c["avg_jct_h"][row] for c in cells]
+            mean, half = mean_ci95(values)
+            vs_oracle = float(np.mean([c["avg_jct_h"][row] / c["avg_jct_h"][ORACLE_ROW] - 1 for c in cells]))
+            rows[row] = {"per_seed_h": values, "mean_h": mean, "ci95_h": half, "vs_oracle": vs_oracle}
+            table.append([truth, row, f"{mean:.3f} ± {half:.3f}", f"{vs_oracle:+.1%}"])
+        results["scenarios"][truth] = {"rows": rows, "bars": bars(truth, cells, args.rounds)}
+        for cell in cells:
+            for r in cell["rounds"]:
+                for name, difference in r["twin_prediction"].items():
+                    gate.append([truth, str(cell["seed"]), str(r["round"]), name, f"{difference['mean']:+.1%}",
+                                 f"[{difference['low']:+.1%}, {difference['high']:+.1%}]",
+                                 f"{r['outcome_vs_active'][name]:+.1%}",
+                                 "yes" if r["promoted"] == name else "no"])  # fmt: skip
+    print_table(
+        f"average JCT (h) under the truth, synthetic-philly's first {args.jobs} jobs on {args.nodes} servers, "
+        f"seeds {args.seeds}",
+        ["truth", "scheduler", "avg JCT (h), 95% CI", "vs oracle"],
+        table,
+    )
+    print_table(
+        f"the gate: the twin's prediction ({args.twin_workloads} paired workloads) against the outcome under the truth",
+        ["truth", "seed", "round", "challenger", "twin: vs active", "95% interval", "truth: vs active", "promoted"],
+        gate,
+    )
+    print_table(
+        f"the bars after {args.rounds} rounds (means over seeds)",
+        ["truth", "bar", "met"],
+        [[t, bar, "yes" if ok else "no"] for t, s in results["scenarios"].items() for bar, ok in s["bars"].items()],
+    )
+    print(f"wrote {write_json(args.out, results)}")
+
+
+if __name__ == "__main__":
+    main()
