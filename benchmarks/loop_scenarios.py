@@ -5,8 +5,8 @@ Per scenario (`dl2.truth`; `catalogue` is the no-shift control) and seed, on Phi
 loop runs `--rounds` rounds. Round r:
 
 1. the cluster's week r (the workload of seed + 500 + r under the truth) runs with the policy active then (the
-   champion `models/dl2-philly` in round 0), and its decision records join the cluster's log (each week after
-   the last; at most one simulated week each, checked);
+   champion `models/dl2-philly` in round 0), and the decision records of its first seven days join the cluster's
+   log (each week after the last);
 2. the twin that log calibrates (`dl2.sim.calibrated`) trains a challenger from the active policy, as
    `--candidates` says (`rewarm`: re-warmed by DAgger on the best heuristic reading the calibrated speeds; `rl`:
    fine-tuned by RL; both as `benchmarks/calibrated_twin.py` does them);
@@ -82,6 +82,7 @@ def week_records(
     shifted = [
         replace(r, job_id=f"w{week}-{r.job_id}", time_s=r.time_s + start_s, arrival_s=r.arrival_s + start_s)
         for r in records
+        if r.time_s + r.slot_s <= WEEK_S  # what the controller logged in the week; later slots are next week's
     ]
     return shifted, cluster
 
@@ -95,10 +96,6 @@ def run_loop(truth: str, seed: int, args: argparse.Namespace, folder: Path) -> d
     for week in range(args.rounds):
         records, cluster = week_records(truth, seed, week, active, args.jobs, args.nodes, start_s)
         span_s = max(r.time_s + r.slot_s for r in records) - start_s
-        if span_s > WEEK_S:
-            raise SystemExit(
-                f"{truth} seed {seed} week {week}: its records span {span_s / 86400:.1f} days, over a week"
-            )
         if week == 0:
             log.mkdir(parents=True, exist_ok=True)
             (log / CLUSTER_FILE).write_text(json.dumps(cluster_to_json(cluster.workload.cluster)))
