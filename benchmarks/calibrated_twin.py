@@ -37,17 +37,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from common import environment, print_table, write_json
-from scipy import stats
 from truth_scenarios import CHAMPION, ORACLES, philly_like, previous_week
 
 from dl2.core.log_format import CLUSTER_FILE, cluster_to_json
 from dl2.env.config import EnvConfig
 from dl2.resolve import scheduler_builder
-from dl2.rl.config import RLConfig, SupervisedConfig, WarmUpConfig
-from dl2.rl.training import fine_tune, load_trained, policy_config, save_trained, warm_up
+from dl2.rl.config import RLConfig
+from dl2.rl.in_twin import TwinLearningConfig, learn_in_twin, paired_difference
+from dl2.rl.training import fine_tune, load_trained, policy_config, save_trained
 from dl2.rl.workers import make_pool
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.calibrated import calibrated_world
@@ -136,44 +135,20 @@ def twin_jcts_h(log: Path, world: World, build: SchedulerBuilder, speed_read: An
     return hours
 
 
-def paired_difference(candidate: list[float], champion: list[float]) -> dict[str, float]:
-    """Mean relative difference candidate / champion - 1 over paired workloads, with its 95% t interval."""
-    differences = np.array(candidate) / np.array(champion) - 1
-    mean = float(differences.mean())
-    half = float(stats.t.ppf(0.975, len(differences) - 1) * differences.std(ddof=1) / np.sqrt(len(differences)))
-    return {"mean": mean, "low": mean - half, "high": mean + half}
-
-
 def rewarm_in_twin(
     log: Path, world: World, calibration: Calibration, args: argparse.Namespace, out: Path, origin: str = CHAMPION
 ) -> dict[str, Any]:
     """The policy at `origin` (the champion) re-warmed in the twin on the heuristic that does best there reading
-    the calibrated speeds."""
-    teachers = {
-        name: float(np.mean(twin_jcts_h(log, world, heuristic(name), world.speed, args.twin_workloads)))
-        for name in ORACLES
-    }
-    teacher = min(teachers, key=teachers.__getitem__)
-    start = load_trained(Path(origin))
-    config = WarmUpConfig(
-        teacher=teacher,
-        source=f"records:{log}",
-        mode="realistic",
+    the calibrated speeds (`dl2.rl.in_twin.learn_in_twin`, as the `online` stage does it)."""
+    config = TwinLearningConfig(
+        workloads=args.twin_workloads,
         episodes=args.rewarm_episodes,
         dagger_rounds=args.rewarm_dagger_rounds,
-        dagger_episodes=args.rewarm_episodes // 2 or 1,
-        observation=start.config.observation,
-        placer=start.config.placer,
-        supervised=SupervisedConfig(network=start.config.network, epochs=args.rewarm_epochs),
-        workers=args.workers,
+        epochs=args.rewarm_epochs,
+        seed=TWIN_SEED,
     )
-    started = time.perf_counter()
-    policy, _, facts = warm_up(config, policy=start.policy, world=world)
-    folder = policy_config(config.observation, config.supervised.network, "realistic", config.placer)
-    description = f"{Path(origin).name} re-warmed on {teacher} in a calibrated twin"
-    save_trained(out, folder, policy.state_dict(), None, description, {"calibrated_from": str(log)},
-                 overwrite=True)  # fmt: skip
-    return {"seconds": time.perf_counter() - started, "teachers_in_twin_h": teachers, "teacher": teacher, **facts}
+    title = f"{Path(origin).name} re-warmed in a calibrated twin"
+    return learn_in_twin(log, load_trained(Path(origin)), config, args.workers, out, title).record()
 
 
 def heuristic(name: str) -> SchedulerBuilder:

@@ -41,7 +41,6 @@ from typing import Any
 import numpy as np
 from calibrated_twin import (
     fine_tune_in_twin,
-    paired_difference,
     play,
     play_calibrated,
     rewarm_in_twin,
@@ -54,6 +53,7 @@ from dl2.core import DecisionRecord
 from dl2.core.log_format import CLUSTER_FILE, cluster_to_json
 from dl2.placement.samples import record_run
 from dl2.resolve import scheduler_builder
+from dl2.rl.in_twin import paired_difference
 from dl2.sim.calibrated import calibrated_world
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.decision_log import write_segment
@@ -91,7 +91,7 @@ def run_loop(truth: str, seed: int, args: argparse.Namespace, folder: Path) -> d
     """The rounds of one (truth, seed): what each learned, the gate's call and prediction, and the week played by
     the policy active after each round."""
     log = folder / f"{truth}-{seed}"
-    active, start_s, rounds = CHAMPION, 0.0, []
+    active, start_s, rounds = CHAMPION, 0.0, list[dict[str, Any]]()
     world = None
     for week in range(args.rounds):
         records, cluster = week_records(truth, seed, week, active, args.jobs, args.nodes, start_s)
@@ -134,7 +134,7 @@ def run_loop(truth: str, seed: int, args: argparse.Namespace, folder: Path) -> d
         print(f"{truth} seed {seed} round {week + 1}: {json.dumps(rounds[-1], default=str)}", flush=True)
     assert world is not None
     rows = {CHAMPION_ROW: play(truth, seed, args.jobs, args.nodes, CHAMPION)}
-    rows |= {f"after round {r['round']}": r["avg_jct_h"] for r in rounds}
+    rows |= {f"after round {r['round']}": float(r["avg_jct_h"]) for r in rounds}
     rows |= {name: play(truth, seed, args.jobs, args.nodes, name) for name in BASELINES}
     rows[CALIBRATED_ROW] = min(play_calibrated(truth, seed, args.jobs, args.nodes, name, world) for name in ORACLES)
     rows[ORACLE_ROW] = min(play(truth, seed, args.jobs, args.nodes, name, True) for name in ORACLES)

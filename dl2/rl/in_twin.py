@@ -1,0 +1,163 @@
+"""Learning in a cluster's calibrated twin: a challenger re-warmed on what the cluster's records say, and the twin's
+paired verdict on it against the policy it would replace.
+
+A cluster is never the catalogue. Its decision log calibrates a twin (`dl2.sim.calibrated`: per-type speeds and
+interference fitted to the observed progress); there the heuristics that read speeds (Optimus, `speedup-hull`)
+read the calibrated ones, and the best of them in the twin teaches the running policy by DAgger
+(`dl2.rl.training.warm_up` from that policy), on the cluster's own jobs (`records:<log>`). The challenger is kept
+only if the twin says it is faster: its average JCT on the twin's workloads, paired with the running policy's on
+the same workloads, lower with a 95% interval of the mean relative difference below zero. That interval is the
+gate's prediction, to be set against what the cluster then shows.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from dl2.config import Count, Seed, config
+from dl2.rl.config import SupervisedConfig, WarmUpConfig
+from dl2.rl.learned import LearnedScheduler
+from dl2.rl.training import Trained, save_trained, warm_up
+from dl2.schedulers.registry import make_scheduler
+from dl2.sim.calibrated import calibrated_world
+from dl2.sim.config import SimConfig
+from dl2.sim.metrics import summarize
+from dl2.sim.run import World
+from dl2.sim.simulator import simulate
+from dl2.workload.source import workload
+
+TEACHERS = ("optimus", "speedup-hull")
+"""The heuristics that read speeds, so that calibrated speeds change what they decide."""
+
+
+@config
+class TwinLearningConfig:
+    """How a challenger learns in a cluster's calibrated twin, and how the twin judges it."""
+
+    workloads: Count = 4
+    """The twin's workloads (the cluster's jobs, resampled) every policy is run on: the teachers' trial and the
+    paired comparison of the challenger with the running policy."""
+    episodes: Count = 6
+    """Workloads the teacher is recorded on."""
+    dagger_rounds: Count = 1
+    """DAgger rounds after imitating the teacher's runs."""
+    epochs: Count = 6
+    """Supervised epochs per training."""
+    seed: Seed = 1_000
+    """The first of the twin's workloads compared on (the teacher records from `seed_offset` on, elsewhere)."""
+
+
+@dataclass(frozen=True)
+class TwinVerdict:
+    """What learning in the twin gave: the teacher chosen and how each teacher did there, the running policy's and
+    the challenger's average JCT (h) on the same twin workloads, the paired relative difference with its 95%
+    interval, whether the challenger is kept, and what the warm-up reported."""
+
+    log: str
+    teacher: str
+    teachers_h: dict[str, float]
+    running_h: list[float]
+    challenger_h: list[float]
+    difference: dict[str, float]
+    kept: bool
+    warm_up: dict[str, Any]
+    seconds: float
+
+    def record(self) -> dict[str, Any]:
+        """As stage reports and model metadata hold it."""
+        return {
+            "log": self.log,
+            "teacher": self.teacher,
+            "teachers_in_twin_h": self.teachers_h,
+            "running_in_twin_h": self.running_h,
+            "challenger_in_twin_h": self.challenger_h,
+            "predicted_difference": self.difference,
+            "kept": self.kept,
+            "warm_up": self.warm_up,
+            "seconds": self.seconds,
+        }
+
+
+def paired_difference(candidate: list[float], incumbent: list[float]) -> dict[str, float]:
+    """Mean relative difference candidate / incumbent - 1 over paired workloads, with its 95% t interval (an
+    interval of zero width for a single pair)."""
+    differences = np.array(candidate) / np.array(incumbent) - 1
+    mean = float(differences.mean())
+    if len(differences) < 2:
+        return {"mean": mean, "low": mean, "high": mean}
+    half = float(stats.t.ppf(0.975, len(differences) - 1) * differences.std(ddof=1) / np.sqrt(len(differences)))
+    return {"mean": mean, "low": mean - half, "high": mean + half}
+
+
+def twin_jcts_h(log: Path, world: World, scheduler: Any, config: TwinLearningConfig) -> list[float]:
+    """Average JCT (h) of `scheduler` on each of the twin's compared workloads."""
+    hours = []
+    for seed in range(config.seed, config.seed + config.workloads):
+        result = simulate(workload(f"records:{log}", seed), scheduler, SimConfig.realistic(seed=seed), world.speed,
+                          world.interference)  # fmt: skip
+        hours.append(summarize(result).avg_jct_s / 3600)
+    return hours
+
+
+def learn_in_twin(
+    log: Path, running: Trained, config: TwinLearningConfig, workers: int, out: Path, title: str
+) -> TwinVerdict:
+    """Re-warm `running` (a realistic-mode policy) in the twin `log` calibrates; the challenger is saved at `out`
+    (kept or not: the verdict says which) with the verdict in its metadata."""
+    if running.config.mode != "realistic":
+        raise ValueError("the calibrated twin plays realistic mode: a compat-mode policy cannot learn there")
+    started = time.perf_counter()
+    world, _ = calibrated_world(log)
+    teachers = {
+        name: float(np.mean(twin_jcts_h(log, world, make_scheduler(name, world.speed, False), config)))
+        for name in TEACHERS
+    }
+    teacher = min(teachers, key=teachers.__getitem__)
+    warm = WarmUpConfig(
+        teacher=teacher,
+        source=f"records:{log}",
+        mode="realistic",
+        episodes=config.episodes,
+        dagger_rounds=config.dagger_rounds,
+        dagger_episodes=max(config.episodes // 2, 1),
+        observation=running.config.observation,
+        placer=running.config.placer,
+        supervised=SupervisedConfig(network=running.config.network, epochs=config.epochs),
+        workers=workers,
+    )
+    with tempfile.TemporaryDirectory(prefix="dl2-twin-running-") as scratch:
+        before = Path(scratch) / "running"
+        save_trained(before, running.config, running.policy.state_dict(), None, "the running policy", {}, False)
+        running_h = twin_jcts_h(log, world, LearnedScheduler.from_dir(before, compat=False), config)
+    policy, _, facts = warm_up(warm, policy=_copy_of(running), world=world)
+    metadata = {**running.metadata, "calibrated_from": str(log), "teacher_in_twin": teacher}
+    save_trained(out, running.config, policy.state_dict(), None, title, metadata, overwrite=True)
+    challenger_h = twin_jcts_h(log, world, LearnedScheduler.from_dir(out, compat=False), config)
+    difference = paired_difference(challenger_h, running_h)
+    return TwinVerdict(
+        log=str(log),
+        teacher=teacher,
+        teachers_h=teachers,
+        running_h=running_h,
+        challenger_h=challenger_h,
+        difference=difference,
+        kept=difference["high"] < 0,
+        warm_up=facts,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _copy_of(trained: Trained) -> Any:
+    """A fresh network with `trained`'s weights (the warm-up trains it in place)."""
+    from dl2.rl.networks import PolicyNetwork
+
+    policy = PolicyNetwork(trained.config.observation.shape, trained.config.network)
+    policy.load_state_dict(trained.policy.state_dict())
+    return policy
