@@ -316,10 +316,8 @@ class Controller:
 
     def _decide(self, snap: Snapshot, policy: PolicySpec, slot: int) -> tuple[SlotJournal, str | None]:
         decision = self.runtime.decide(snap.view, policy.incumbent)
-        proposals = [
-            (decision.proposal.get(v.spec.job_id).num_workers, decision.proposal.get(v.spec.job_id).num_ps)
-            for v in snap.view.jobs
-        ]
+        proposed = [decision.proposal.get(v.spec.job_id) for v in snap.view.jobs]
+        proposals = [(allocation.num_workers, allocation.num_ps) for allocation in proposed]
         targets = plan(self._states(snap, policy), proposals, policy.mode, policy.guardrails, slot)
         records = draft_records(
             snap.view, decision.incumbent, decision.proposal, targets, policy.mode.value, decision.proposer,

@@ -99,7 +99,10 @@ def _held(pods: Sequence[dict[str, Any]], node_index: Mapping[str, int]) -> dict
             continue
         job_name, role = owner
         index = _pod_index(metadata.get("name", ""), labels)
-        roles = placed.setdefault((metadata.get("namespace", ""), job_name), {c.WORKER: [], c.PS: []})
+        key = (metadata.get("namespace", ""), job_name)
+        roles = placed.get(key)
+        if roles is None:  # not `setdefault`, which would build the lists for each of thousands of pods
+            roles = placed[key] = {c.WORKER: [], c.PS: []}
         roles[role].append((index, node))
     return {
         key: JobAllocation(tuple(n for _, n in sorted(r[c.WORKER])), tuple(n for _, n in sorted(r[c.PS])))
@@ -118,33 +121,55 @@ def _resized_slot(obj: dict[str, Any]) -> int | None:
 
 
 class SpecCache:
-    """Each job's `JobSpec` as last parsed, by uid: a spec changes with the job's spec or its contract annotations,
-    not with its progress or resize stamp, which change every slot (parsing thousands of quantities each slot is
-    most of what observing a large cluster costs)."""
+    """What observing parses, kept between slots. Each job's `JobSpec` as last parsed, by uid: a spec changes with
+    the job's spec or its contract annotations, not with its progress or resize stamp, which change every slot
+    (parsing thousands of quantities each slot is most of what observing a large cluster costs). And the cluster
+    as last parsed from its nodes, while they are the same objects.
+
+    The objects come from the informers, which never change one in place (a change is a new object): the object
+    last parsed, seen again, needs no check at all."""
 
     VOLATILE = (c.PROGRESS_EPOCHS, RESIZED_SLOT)
 
     def __init__(self) -> None:
-        self._specs: dict[str, tuple[tuple[Any, ...], JobSpec]] = {}
+        self._specs: dict[str, tuple[dict[str, Any], tuple[Any, ...], JobSpec]] = {}
+        """uid -> (the object last seen, what its spec depends on, its spec)."""
+        self._cluster: tuple[tuple[dict[str, Any], ...], str, ClusterSpec, dict[str, int]] | None = None
 
     def spec(self, obj: dict[str, Any]) -> JobSpec:
         metadata = obj.get("metadata") or {}
         uid = metadata.get("uid")
         if not uid:
             return c.job_spec(obj)
+        cached = self._specs.get(uid)
+        if cached is not None and cached[0] is obj:  # a finished job's object stays the same, slot after slot
+            return cached[2]
         annotations = metadata.get("annotations") or {}
         key = (
             metadata.get("generation"),
             metadata.get("name"),
             metadata.get("creationTimestamp"),
-            tuple(sorted((k, v) for k, v in annotations.items() if k not in self.VOLATILE)),
+            {k: v for k, v in annotations.items() if k not in self.VOLATILE},
         )
-        cached = self._specs.get(uid)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        spec = c.job_spec(obj)
-        self._specs[uid] = (key, spec)
+        spec = cached[2] if cached is not None and cached[1] == key else c.job_spec(obj)
+        self._specs[uid] = (obj, key, spec)
         return spec
+
+    def cluster(self, nodes: Sequence[dict[str, Any]], name: str) -> tuple[ClusterSpec, dict[str, int]]:
+        """`cluster_spec(nodes, name)`, the same result while the nodes are the same objects (nodes change
+        rarely; then the decision log's `describe_cluster` knows the cluster at once too). The result is shared:
+        read it, never change it."""
+        last = self._cluster
+        if (
+            last is not None
+            and last[1] == name
+            and len(last[0]) == len(nodes)
+            and all(old is new for old, new in zip(last[0], nodes, strict=True))
+        ):
+            return last[2], last[3]
+        cluster, index = cluster_spec(nodes, name)
+        self._cluster = (tuple(nodes), name, cluster, index)
+        return cluster, index
 
     def keep(self, uids: set[str]) -> None:
         """Forget the jobs that are gone."""
@@ -180,7 +205,10 @@ def snapshot(
     """The view of a slot from one read: active jobs in workload order with the tasks they hold (`specs` keeps
     the parsed job specs between slots; `measured`: (namespace, name) -> epochs from the jobs' own metrics, which
     count where they are ahead of the reported annotation)."""
-    cluster, node_index = cluster_spec(raw.nodes, cluster_name)
+    if specs is not None:
+        cluster, node_index = specs.cluster(raw.nodes, cluster_name)
+    else:
+        cluster, node_index = cluster_spec(raw.nodes, cluster_name)
     held = _held(raw.pods, node_index)
     autoscaled = c.autoscaled_jobs(raw.autoscalers)
     active: list[tuple[float, str, JobView, ManagedJob]] = []

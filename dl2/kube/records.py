@@ -101,6 +101,8 @@ class DecisionLog:
         self._last: SlotJournal | None = None
         """The journal this process last wrote or read (the file is for a restart; this spares parsing it back)."""
         self._described: str | None = None
+        self._described_cluster: ClusterSpec | None = None
+        """The cluster `_described` was made from (observing gives the same object while the nodes stay)."""
 
     @staticmethod
     def _journal_name(slot: int) -> str:
@@ -180,11 +182,12 @@ class DecisionLog:
 
     def describe_cluster(self, cluster: ClusterSpec) -> bool:
         """Write `cluster.json` if it is missing or says something else; whether it was written."""
+        if cluster is self._described_cluster:
+            return False  # the document would be `_described` again (JSON with an indent is slow to make)
         document = json.dumps(cluster_to_json(cluster), indent=2, sort_keys=True) + "\n"
-        if document == self._described:
-            return False
-        self._described = document
-        if self.store.read(CLUSTER_FILE) == document:
-            return False
-        self.store.put(CLUSTER_FILE, document)
-        return True
+        written = document != self._described and self.store.read(CLUSTER_FILE) != document
+        if written:
+            self.store.put(CLUSTER_FILE, document)
+        # remembered once the store holds it: a failed write is tried again next slot
+        self._described, self._described_cluster = document, cluster
+        return written
