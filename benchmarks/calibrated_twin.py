@@ -44,8 +44,8 @@ from truth_scenarios import CHAMPION, ORACLES, philly_like, previous_week
 from dl2.core.log_format import CLUSTER_FILE, cluster_to_json
 from dl2.env.config import EnvConfig
 from dl2.resolve import scheduler_builder
-from dl2.rl.config import RLConfig
-from dl2.rl.in_twin import TwinLearningConfig, learn_in_twin, paired_difference
+from dl2.rl.config import RLConfig, TwinLearningConfig
+from dl2.rl.in_twin import learn_in_twin, paired_difference
 from dl2.rl.training import fine_tune, load_trained, policy_config, save_trained
 from dl2.rl.workers import make_pool
 from dl2.schedulers.registry import make_scheduler

@@ -308,3 +308,20 @@ RL_KEYS = Keys(
 )
 """RL's settings: `dl2 train-rl` flags and params.yaml's `finetune` section (less the workload and network keys,
 which the `workloads` section and the warm-up set)."""
+
+
+@config
+class TwinLearningConfig:
+    """How a challenger learns in a cluster's calibrated twin, and how the twin judges it."""
+
+    workloads: Annotated[int, Ge(1), Le(1_000)] = 4
+    """The twin's workloads (the cluster's jobs, resampled) every policy is run on: the teachers' trial and the
+    paired comparison of the challenger with the running policy."""
+    episodes: Count = 6
+    """Workloads the teacher is recorded on."""
+    dagger_rounds: Count = 1
+    """DAgger rounds after imitating the teacher's runs."""
+    epochs: Annotated[int, Ge(1), Le(1_000)] = 6
+    """Supervised epochs per training."""
+    seed: Seed = 1_000
+    """The first of the twin's workloads compared on (the teacher records from `seed_offset` on, elsewhere)."""

@@ -21,8 +21,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from dl2.config import Count, Seed, config
-from dl2.rl.config import SupervisedConfig, WarmUpConfig
+from dl2.rl.config import SupervisedConfig, TwinLearningConfig, WarmUpConfig
 from dl2.rl.learned import LearnedScheduler
 from dl2.rl.training import Trained, save_trained, warm_up
 from dl2.schedulers.registry import make_scheduler
@@ -35,23 +34,6 @@ from dl2.workload.source import workload
 
 TEACHERS = ("optimus", "speedup-hull")
 """The heuristics that read speeds, so that calibrated speeds change what they decide."""
-
-
-@config
-class TwinLearningConfig:
-    """How a challenger learns in a cluster's calibrated twin, and how the twin judges it."""
-
-    workloads: Count = 4
-    """The twin's workloads (the cluster's jobs, resampled) every policy is run on: the teachers' trial and the
-    paired comparison of the challenger with the running policy."""
-    episodes: Count = 6
-    """Workloads the teacher is recorded on."""
-    dagger_rounds: Count = 1
-    """DAgger rounds after imitating the teacher's runs."""
-    epochs: Count = 6
-    """Supervised epochs per training."""
-    seed: Seed = 1_000
-    """The first of the twin's workloads compared on (the teacher records from `seed_offset` on, elsewhere)."""
 
 
 @dataclass(frozen=True)

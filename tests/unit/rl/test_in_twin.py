@@ -9,7 +9,8 @@ import pytest
 
 from dl2.core.log_format import CLUSTER_FILE, cluster_to_json
 from dl2.placement.samples import record_run
-from dl2.rl.in_twin import TEACHERS, TwinLearningConfig, learn_in_twin, paired_difference, twin_jcts_h
+from dl2.rl.config import TwinLearningConfig
+from dl2.rl.in_twin import TEACHERS, learn_in_twin, paired_difference, twin_jcts_h
 from dl2.rl.learned import LearnedScheduler
 from dl2.rl.training import load_trained
 from dl2.schedulers.registry import make_scheduler
