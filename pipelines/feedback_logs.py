@@ -23,6 +23,7 @@ from pipelines.params import Params
 from pipelines.stage import Layout
 
 if TYPE_CHECKING:
+    from dl2.rl.in_twin import TwinVerdict
     from dl2.rl.refine import FeedbackOutcome
 
 
@@ -178,3 +179,24 @@ def log_feedback(outcome: FeedbackOutcome) -> None:
             "feedback.value_loss": outcome.value_loss,
         }
     )
+
+
+def log_twin(verdicts: Sequence[TwinVerdict]) -> None:
+    """The learning in each cluster's calibrated twin (`dl2.rl.in_twin.TwinVerdict`) as `twin.*` metrics: the
+    gate's prediction (the challenger against the running policy in the twin) and whether it was kept; the last
+    log's when there were several, each as a step."""
+    import mlflow
+
+    for step, verdict in enumerate(verdicts):
+        difference = verdict.difference
+        mlflow.log_metrics(
+            {
+                "twin.predicted_difference": difference["mean"],
+                "twin.predicted_difference_low": difference["low"],
+                "twin.predicted_difference_high": difference["high"],
+                "twin.running_avg_jct_h": sum(verdict.running_h) / len(verdict.running_h),
+                "twin.challenger_avg_jct_h": sum(verdict.challenger_h) / len(verdict.challenger_h),
+                "twin.kept": float(verdict.kept),
+            },
+            step=step,
+        )

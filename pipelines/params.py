@@ -29,7 +29,15 @@ from dl2.core import Dl2Error, InputError
 from dl2.core.inputs import read_text
 from dl2.core.limits import MAX_TASKS_PER_JOB, MAX_TIME_S
 from dl2.env.config import EnvConfig
-from dl2.rl.config import RL_KEYS, WARMUP_KEYS, RLConfig, WarmUpConfig, check_source, check_training
+from dl2.rl.config import (
+    RL_KEYS,
+    WARMUP_KEYS,
+    RLConfig,
+    TwinLearningConfig,
+    WarmUpConfig,
+    check_source,
+    check_training,
+)
 from pipelines.tracking import ROOT
 
 DEFAULT_PATH = ROOT / "params.yaml"
@@ -142,6 +150,17 @@ WARMUP_SECTION_KEYS = WARMUP_KEYS.without("source", "mode")
 
 
 @config
+class OnlineParams:
+    """The `online` stage's learning beyond the feedback steps (`finetune.feedback_steps`)."""
+
+    learn_in_twin: bool = True
+    """Re-warm the policy in each collected cluster log's calibrated twin (`dl2.rl.in_twin`), kept only if the
+    twin finds it faster; realistic-mode policies only (the twin plays realistic mode)."""
+    twin: TwinLearningConfig = field(default_factory=TwinLearningConfig)
+    """How the challenger learns in the twin and how the twin compares it with the running policy."""
+
+
+@config
 class EvaluateParams:
     baselines: tuple[str, ...] = ("drf", "optimus", "srpt-knee")
     """Heuristics the policy is compared with on the test workloads (with the teacher and the incumbents)."""
@@ -206,6 +225,7 @@ SECTIONS: dict[str, type] = {
     "validate": ValidateParams,
     "workloads": WorkloadsParams,
     "feedback": FeedbackParams,
+    "online": OnlineParams,
     "evaluate": EvaluateParams,
     "ablate": AblateParams,
     "promote": PromoteParams,
@@ -224,6 +244,7 @@ class Params:
     warmup: WarmUpConfig = field(default_factory=WarmUpConfig)
     feedback: FeedbackParams = field(default_factory=FeedbackParams)
     finetune: FinetuneParams = field(default_factory=FinetuneParams)
+    online: OnlineParams = field(default_factory=OnlineParams)
     evaluate: EvaluateParams = field(default_factory=EvaluateParams)
     ablate: AblateParams = field(default_factory=AblateParams)
     promote: PromoteParams = field(default_factory=PromoteParams)

@@ -1,10 +1,11 @@
 """Improving a trained policy: RL in a simulated world, then advantage-weighted steps on logged decisions
 (DL2 §4.3), each step kept only if the policy then validates no worse.
 
-The pipeline's `finetune` stage runs both (`fine_tune_with_feedback`), its `online` stage only the second on
-the records clusters logged (`learn_from_records`). Logged behaviour can mislead (the logging policy's
-probabilities are unknown, the cluster may differ from the simulator), which is why the steps on it are
-validated before they are kept.
+The pipeline's `finetune` stage runs both (`fine_tune_with_feedback`), its `online` stage the second on the
+records clusters logged and then, for a realistic-mode policy, a re-warming in each cluster's calibrated twin
+(`learn_online`, `dl2.rl.in_twin`). Logged behaviour can mislead (the logging policy's probabilities are unknown,
+the cluster may differ from the simulator), which is why the steps on it are validated before they are kept, and a
+challenger from the twin is kept only if the twin finds it faster.
 """
 
 from __future__ import annotations
@@ -12,15 +13,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from dl2.env.config import EnvConfig
 from dl2.rl.actor_critic import ActorCritic, IterationStats, TrainingState, learn_from_feedback
-from dl2.rl.config import RLConfig
+from dl2.rl.config import RLConfig, TwinLearningConfig
 from dl2.rl.feedback import FeedbackBatch
-from dl2.rl.training import Trained, rl_with_progress
+from dl2.rl.in_twin import TwinVerdict, learn_in_twin
+from dl2.rl.networks import PolicyNetwork, ValueNetwork
+from dl2.rl.training import Trained, load_trained, rl_with_progress
 from dl2.rl.workers import RolloutPool, make_pool
 
 StateDict = dict[str, torch.Tensor]
@@ -147,6 +151,65 @@ def learn_from_records(
         pool.close()
     assert outcome is not None  # there were batches and steps
     return chosen, outcome
+
+
+@dataclass(frozen=True)
+class LearnedOnline:
+    """What `learn_online` gave: the feedback steps' checkpoint and outcome (None: nothing to learn from), each
+    cluster twin's verdict in order, why there was no learning in a twin (None: there was), and the policy it
+    all ends with (None: nothing was kept, the start stands)."""
+
+    feedback: tuple[Checkpoint, FeedbackOutcome] | None
+    twin: list[TwinVerdict]
+    twin_skipped: str | None
+    final: Trained | None
+
+
+def learn_online(
+    env: EnvConfig,
+    config: RLConfig,
+    start: Trained,
+    batches: Sequence[FeedbackBatch],
+    steps: int,
+    workers: int,
+    validated_jct_s: float | None,
+    twin_logs: Sequence[Path],
+    twin: TwinLearningConfig | None,
+    scratch: Path,
+) -> LearnedOnline:
+    """The feedback steps (`learn_from_records`), then, from what they kept, a re-warming in the calibrated twin of
+    each log of `twin_logs` in turn (None `twin`: none), each challenger kept only on the twin's verdict. The
+    challengers are written under `scratch`."""
+    learned = learn_from_records(env, config, start, batches, steps, workers, validated_jct_s)
+    current = with_weights(start, learned[0]) if learned is not None and learned[1].kept else start
+    changed = current is not start
+    verdicts: list[TwinVerdict] = []
+    skipped = None
+    if twin is None:
+        skipped = "learning in a calibrated twin is off"
+    elif start.config.mode != "realistic":
+        skipped = "a compat-mode policy: a cluster's calibrated twin plays realistic mode"
+    elif not twin_logs:
+        skipped = "no cluster log with its cluster.json"
+    for index, log in enumerate(twin_logs if skipped is None else ()):
+        assert twin is not None
+        out = scratch / f"twin-{index}"
+        verdict = learn_in_twin(log, current, twin, workers, out, f"re-warmed in the calibrated twin of {log.name}")
+        verdicts.append(verdict)
+        if verdict.kept:  # its own value network is none: the one it replaces is the closest start for more RL
+            challenger = load_trained(out)
+            current, changed = replace(challenger, value=current.value, metadata=current.metadata), True
+    return LearnedOnline(learned, verdicts, skipped, current if changed else None)
+
+
+def with_weights(trained: Trained, checkpoint: Checkpoint) -> Trained:
+    """`trained` with the networks of `checkpoint` (fresh modules: `trained`'s are left as they are)."""
+    shape, network = trained.config.observation.shape, trained.config.network
+    policy = PolicyNetwork(shape, network)
+    policy.load_state_dict(checkpoint.policy)
+    value = ValueNetwork(shape, network)
+    value.load_state_dict(checkpoint.value)
+    return replace(trained, policy=policy, value=value)
 
 
 def _copy(module: torch.nn.Module) -> StateDict:

@@ -6,12 +6,15 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from dl2.core.log_format import CLUSTER_FILE, cluster_to_json
+from dl2.env.config import EnvConfig
 from dl2.placement.samples import record_run
-from dl2.rl.config import TwinLearningConfig
+from dl2.rl.config import RLConfig, TwinLearningConfig
 from dl2.rl.in_twin import TEACHERS, learn_in_twin, paired_difference, twin_jcts_h
 from dl2.rl.learned import LearnedScheduler
+from dl2.rl.refine import learn_online
 from dl2.rl.training import load_trained
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.calibrated import calibrated_world
@@ -39,13 +42,19 @@ def test_a_compat_mode_policy_is_refused(tmp_path: Path) -> None:
         learn_in_twin(tmp_path, running, TwinLearningConfig(), 1, tmp_path / "out", "challenger")
 
 
-def test_learning_in_the_twin_of_a_small_log(tmp_path: Path) -> None:
+def _small_log(folder: Path) -> Path:
+    """A decision log of the Philly week's first 12 jobs on 4 nodes under DRF, with its cluster.json."""
     workload = first_jobs(first_nodes(load_workloads("philly", seed=0)[0], 4), 12)
     records = record_run(workload, make_scheduler("drf", catalogue_speed(), False), SimConfig.realistic(seed=0),
                          catalogue_speed(), interference_model())  # fmt: skip
-    log = tmp_path / "log"
+    log = folder / "log"
     write_segment(log, records, 0)
     (log / CLUSTER_FILE).write_text(json.dumps(cluster_to_json(workload.cluster)))
+    return log
+
+
+def test_learning_in_the_twin_of_a_small_log(tmp_path: Path) -> None:
+    log = _small_log(tmp_path)
     champion = ROOT / "models" / "dl2-philly"
     config = TwinLearningConfig(workloads=2, episodes=1, dagger_rounds=0, epochs=1)
     verdict = learn_in_twin(log, load_trained(champion), config, 1, tmp_path / "challenger", "challenger")
@@ -61,3 +70,36 @@ def test_learning_in_the_twin_of_a_small_log(tmp_path: Path) -> None:
     assert saved.metadata["teacher_in_twin"] == verdict.teacher
     assert saved.config == load_trained(champion).config
     assert json.loads(json.dumps(verdict.record()))["kept"] is verdict.kept
+
+
+def test_online_learning_re_warms_in_each_cluster_twin_after_the_feedback_steps(tmp_path: Path) -> None:
+    log = _small_log(tmp_path)
+    start = load_trained(ROOT / "models" / "dl2-philly")
+    config = TwinLearningConfig(workloads=2, episodes=1, dagger_rounds=0, epochs=1)
+    learned = learn_online(EnvConfig(), RLConfig(), start, [], 0, 1, None, [log], config, tmp_path / "scratch")
+
+    assert learned.feedback is None  # no batches: no steps
+    assert learned.twin_skipped is None and len(learned.twin) == 1
+    verdict = learned.twin[0]
+    assert (learned.final is not None) == verdict.kept
+    if learned.final is not None:  # the challenger's policy, the value network of the policy it replaces
+        assert learned.final.value is start.value
+        challenger = load_trained(tmp_path / "scratch" / "twin-0")
+        assert all(torch.equal(a, b) for a, b in zip(learned.final.policy.state_dict().values(),
+                                                     challenger.policy.state_dict().values(), strict=True))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("model", "twin", "why"),
+    [
+        ("dl2-compat-hull", TwinLearningConfig(), "compat-mode"),
+        ("dl2-philly", None, "off"),
+    ],
+)
+def test_online_learning_says_why_it_did_not_use_a_twin(
+    tmp_path: Path, model: str, twin: TwinLearningConfig | None, why: str
+) -> None:
+    start = load_trained(ROOT / "models" / model)
+    learned = learn_online(EnvConfig(), RLConfig(), start, [], 0, 1, None, [tmp_path], twin, tmp_path)
+    assert learned.twin == [] and learned.final is None
+    assert learned.twin_skipped is not None and why in learned.twin_skipped
