@@ -142,26 +142,30 @@ def run_loop(truth: str, seed: int, args: argparse.Namespace, folder: Path) -> d
 
 
 def bars(truth: str, cells: list[dict[str, Any]], rounds: int) -> dict[str, bool]:
-    """The issue's bars on a scenario's seeds (means over seeds of the per-seed ratios); for the no-shift control,
-    that the gate kept the champion and nothing got worse beyond noise (1%)."""
+    """The issue's bars on a scenario's seeds (means over seeds of the per-seed ratios). In every scenario: no
+    challenger the gate promoted was worse under the truth than the policy it replaced (beyond 1%: noise), and
+    the cluster ends faster than with its jobs at their asked sizes. With a shift: 10% below the champion, below
+    every non-oracle heuristic, within 10% of the oracle. Without (the control): no worse than the champion."""
     final = f"after round {rounds}"
 
     def ratio(row: str) -> float:
         return float(np.mean([c["avg_jct_h"][final] / c["avg_jct_h"][row] for c in cells]))
 
-    asked = all(c["avg_jct_h"][final] < c["avg_jct_h"]["asked-sizes"] for c in cells)
+    refused = all(
+        r["promoted"] is None or r["outcome_vs_active"][r["promoted"]] <= 0.01 for c in cells for r in c["rounds"]
+    )
+    common = {
+        "no promoted challenger worse (1%)": refused,
+        "faster than the asked sizes": all(c["avg_jct_h"][final] < c["avg_jct_h"]["asked-sizes"] for c in cells),
+    }
     if truth == "catalogue":
-        return {
-            "the gate keeps the champion": all(r["promoted"] is None for c in cells for r in c["rounds"]),
-            "no worse than the champion (1%)": ratio(CHAMPION_ROW) <= 1.01,
-            "faster than the asked sizes": asked,
-        }
+        return {"no worse than the champion (1%)": ratio(CHAMPION_ROW) <= 1.01, **common}
     heuristics = [row for row in cells[0]["avg_jct_h"] if row in BASELINES or row == CALIBRATED_ROW]
     return {
         "10% below the champion": ratio(CHAMPION_ROW) <= 0.9,
         "below every non-oracle heuristic": all(ratio(row) < 1 for row in heuristics),
         "within 10% of the oracle": ratio(ORACLE_ROW) <= 1.1,
-        "faster than the asked sizes": asked,
+        **common,
     }
 
 
@@ -186,7 +190,13 @@ def main() -> None:
     parser.add_argument("--value-warmup", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2, help="rollout processes")
     parser.add_argument("--out", default="loop_scenarios.json", help="file name under benchmarks/results/")
+    parser.add_argument("--tables-of", metavar="JSON", help="print the tables of an earlier run's file, run nothing")
     args = parser.parse_args()
+    if args.tables_of:
+        earlier = json.loads(Path(args.tables_of).read_text())
+        args = argparse.Namespace(**{**earlier["arguments"], "out": args.tables_of})
+        report(earlier, args)
+        return
     truths, seeds = args.truths.split(","), [int(seed) for seed in args.seeds.split(",")]
     results: dict[str, Any] = {"environment": environment(), "arguments": vars(args), "cells": [], "scenarios": {}}
     with tempfile.TemporaryDirectory(prefix="dl2-loop-") as scratch:
@@ -194,6 +204,13 @@ def main() -> None:
             for seed in seeds:
                 results["cells"].append(run_loop(truth, seed, args, Path(scratch)))
                 write_json(args.out, results)
+    report(results, args)
+
+
+def report(results: dict[str, Any], args: argparse.Namespace) -> None:
+    """The scenario, gate and bars tables of `results`, the scenarios' summaries added, and the file rewritten."""
+    truths = list(dict.fromkeys(c["truth"] for c in results["cells"]))
+    results["scenarios"] = {}
     table, gate = [], []
     for truth in truths:
         cells = [c for c in results["cells"] if c["truth"] == truth]
