@@ -15,7 +15,7 @@ from dl2.rl.config import RLConfig, TwinLearningConfig
 from dl2.rl.in_twin import TEACHERS, learn_in_twin, paired_difference, twin_jcts_h
 from dl2.rl.learned import LearnedScheduler
 from dl2.rl.refine import learn_online
-from dl2.rl.training import load_trained
+from dl2.rl.training import Trained, load_trained
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.calibrated import calibrated_world
 from dl2.sim.config import SimConfig
@@ -103,3 +103,37 @@ def test_online_learning_says_why_it_did_not_use_a_twin(
     learned = learn_online(EnvConfig(), RLConfig(), start, [], 0, 1, None, [tmp_path], twin, tmp_path)
     assert learned.twin == [] and learned.final is None
     assert learned.twin_skipped is not None and why in learned.twin_skipped
+
+
+def test_each_kept_challenger_is_the_next_twin_s_start_and_a_refused_one_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plumbing of `learn_online` with a stand-in learner: log a's challenger is kept, b's refused."""
+    from dl2.rl import refine
+    from dl2.rl.in_twin import TwinVerdict
+    from dl2.rl.training import save_trained
+
+    start = load_trained(ROOT / "models" / "dl2-philly")
+    starts: list[Trained] = []
+
+    def learner(
+        log: Path, running: Trained, config: TwinLearningConfig, workers: int, out: Path, title: str
+    ) -> TwinVerdict:
+        starts.append(running)
+        state = {k: v + (1.0 if log.name == "a" else 2.0) for k, v in running.policy.state_dict().items()}
+        save_trained(out, running.config, state, None, title, {}, overwrite=True)
+        kept = log.name == "a"
+        difference = {"mean": -0.1 if kept else 0.1, "low": -0.2, "high": -0.01 if kept else 0.2}
+        return TwinVerdict(str(log), "speedup-hull", {}, [1.0], [0.9], difference, kept, {}, 0.0)
+
+    monkeypatch.setattr(refine, "learn_in_twin", learner)
+    logs = [tmp_path / "a", tmp_path / "b"]
+    learned = learn_online(EnvConfig(), RLConfig(), start, [], 0, 1, None, logs, TwinLearningConfig(), tmp_path)
+
+    assert [v.kept for v in learned.twin] == [True, False]
+    assert starts[0] is start
+    final = learned.final
+    assert final is not None and starts[1] is final  # b learned from a's challenger
+    plus_one = {k: v + 1.0 for k, v in start.policy.state_dict().items()}
+    assert all(torch.equal(final.policy.state_dict()[k], plus_one[k]) for k in plus_one)  # b's refused
+    assert final.value is start.value and final.metadata == start.metadata
