@@ -74,14 +74,16 @@ class LocalCluster:
     """A cluster twin on a real control plane, and `dl2 serve` as a separate process deciding its slots."""
 
     def __init__(
-        self, workload: Workload, placer: str, folder: Path, decisions: Path, mlflow_uri: str, seed: int
+        self, workload: Workload, placer: str, folder: Path, decisions: Path, mlflow_uri: str, seed: int, truth: str
     ) -> None:
         from dl2.sim.config import SimConfig
+        from dl2.twin import truth_of
         from dl2.twin.local import LocalCluster as Local
 
         folder.mkdir(parents=True, exist_ok=True)
         self.folder = folder
-        self.local = Local(folder / "cluster", workload, SimConfig.realistic(seed=seed), placer).start()
+        config = SimConfig.realistic(seed=seed)
+        self.local = Local(folder / "cluster", workload, config, placer, truth=truth_of(truth)).start()
         assert self.local.twin is not None
         self.twin = self.local.twin
         self.decisions = decisions
@@ -143,9 +145,9 @@ class LocalCluster:
 
 @contextmanager
 def local_cluster(
-    workload: Workload, placer: str, folder: Path, decisions: Path, mlflow_uri: str, seed: int
+    workload: Workload, placer: str, folder: Path, decisions: Path, mlflow_uri: str, seed: int, truth: str = ""
 ) -> Iterator[LocalCluster]:
-    cluster = LocalCluster(workload, placer, folder, decisions, mlflow_uri, seed)
+    cluster = LocalCluster(workload, placer, folder, decisions, mlflow_uri, seed, truth)
     try:
         yield cluster
     finally:
@@ -192,20 +194,24 @@ def decision_lines(records: Sequence[DecisionRecord], incumbent: str, limit: int
 
 
 def simulated(workload: Workload, model_dir: Path, placer: str, cluster: ClusterParams) -> dict[str, float]:
-    """`dl2 simulate` of the same slice: the policy (as the controller runs it) and the incumbent."""
+    """`dl2 simulate` of the same slice under the cluster's truth: the policy (as the controller runs it), the
+    incumbent, and the jobs at their asked sizes (what the shadow pass runs)."""
     from dl2.rl.learned import LearnedScheduler
     from dl2.schedulers.registry import make_scheduler
-    from dl2.sim.config import Mode, SimConfig
+    from dl2.sim.config import SimConfig
     from dl2.sim.metrics import summarize
-    from dl2.sim.run import interference_model, speed_model
-    from dl2.sim.simulator import simulate
+    from dl2.twin import simulated as simulate_slice
+    from dl2.twin import truth_of
 
-    config, speed = SimConfig.realistic(seed=cluster.seed), speed_model(Mode.REALISTIC)
-    policy = LearnedScheduler.from_dir(model_dir, compat=False)
-    incumbent = make_scheduler(cluster.incumbent, speed, False, placer)
+    config, truth = SimConfig.realistic(seed=cluster.seed), truth_of(cluster.truth)
+    builders = {
+        "policy": lambda speed, compat: LearnedScheduler.from_dir(model_dir, compat=False),
+        "incumbent": lambda speed, compat: make_scheduler(cluster.incumbent, speed, False, placer),
+        "asked-sizes": lambda speed, compat: make_scheduler("asked-sizes", speed, False, placer),
+    }
     return {
-        name: summarize(simulate(workload, scheduler, config, speed, interference_model())).avg_jct_s / 3600
-        for name, scheduler in (("policy", policy), ("incumbent", incumbent))
+        name: summarize(simulate_slice(workload, build, config, truth)).avg_jct_s / 3600
+        for name, build in builders.items()
     }
 
 
@@ -240,6 +246,8 @@ def result_lines(report: dict[str, Any]) -> list[str]:
         f"  {'simulator (dl2 simulate), v' + str(active['version']):<{width}} {sim['policy']:>12.2f}",
         f"  {'simulator, ' + report['slice']['incumbent'] + ' (the incumbent)':<{width}} {sim['incumbent']:>12.2f}",
     ]
+    if "asked-sizes" in sim:  # a report of an earlier version may lack it
+        lines.append(f"  {'simulator, jobs at their asked sizes':<{width}} {sim['asked-sizes']:>12.2f}")
     return lines
 
 
@@ -294,8 +302,9 @@ class Passes:
     @contextmanager
     def _cluster(self, name: str) -> Iterator[LocalCluster]:
         with local_cluster(
-            self.workload, self.placer, self.folder / name, self.decisions, self.mlflow_uri, self.cluster.seed
-        ) as cluster:
+            self.workload, self.placer, self.folder / name, self.decisions, self.mlflow_uri, self.cluster.seed,
+            self.cluster.truth,
+        ) as cluster:  # fmt: skip
             yield cluster
 
 
@@ -335,7 +344,8 @@ def run(params: Params, layout: Layout, learn: Learn, say: Callable[[str], None]
         return shown or {}
     workload, decisions = load_slice(params.cluster), layout.root / params.data.incoming
     nodes = len(workload.cluster.nodes)
-    say(f"  {params.cluster.workload} slice: {len(workload.jobs)} jobs on {nodes} nodes (realistic mode)")
+    behaves = f"its jobs as the truth {params.cluster.truth} says" if params.cluster.truth else "as the catalogue"
+    say(f"  {params.cluster.workload} slice: {len(workload.jobs)} jobs on {nodes} nodes (realistic mode, {behaves})")
     with tempfile.TemporaryDirectory(prefix="dl2-loop-", dir=layout.root / "work") as scratch:
         folder = Path(scratch)
         model_dir, placer = model_placer(champion, folder)

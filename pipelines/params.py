@@ -218,6 +218,9 @@ class ClusterParams:
     """Seed of the workload and of the simulated cluster."""
     incumbent: str = "drf"
     """What the cluster runs without dl2: the controller's fallback and the loop's reference."""
+    truth: str = ""
+    """How the cluster's jobs really behave against the catalogue that the policies read (`dl2.truth`: a scenario
+    such as speed-shift, or seed-N); empty: as the catalogue says. Only the cluster twin reads it."""
 
 
 SECTIONS: dict[str, type] = {
@@ -366,6 +369,7 @@ def _build(data: Mapping[str, Any], profile: str, where: str) -> Params:
     except ConfigError as error:
         raise ParamsError(f"{where}: finetune: {error}") from None
     _check_schedulers(sections, warmup, where)
+    _check_truth(sections["cluster"].truth, where)
     flat = {name: _section(data, name, where) for name in (*SECTIONS, "warmup", "finetune")}
     return Params(profile=profile, warmup=warmup, finetune=finetune, raw=flat, **sections)
 
@@ -389,6 +393,18 @@ def _check_schedulers(sections: Mapping[str, Any], warmup: WarmUpConfig, where: 
                 raise ParamsError(f"{where}: {error}") from None
     if warmup.observation.packed and mode != "compat":
         raise ParamsError(f"{where}: {refuse('warmup.packed', True, 'packed requests are a compat-mode option')}")
+
+
+def _check_truth(name: str, where: str) -> None:
+    """The cluster's truth exists (asked of the twin: the lifecycle never reads a truth itself)."""
+    if not name:
+        return
+    from dl2.twin import truth_of
+
+    try:
+        truth_of(name)
+    except ConfigError as error:
+        raise ParamsError(f"{where}: cluster.{error}") from None
 
 
 def _apply_override(raw: dict[str, Any], override: str) -> None:

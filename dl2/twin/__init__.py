@@ -17,9 +17,9 @@ from typing import Any
 from dl2.core import Workload
 from dl2.schedulers.registry import PLACERS, make_scheduler
 from dl2.sim.config import Mode, SimConfig
-from dl2.sim.run import interference_model, speed_model
+from dl2.sim.run import SchedulerBuilder, interference_model, speed_model
 from dl2.sim.simulator import SimResult, simulate
-from dl2.truth import Truth, realise
+from dl2.truth import Truth, realise, truth_named
 from dl2.truth.run import run_on
 from dl2.twin.cluster import ClusterTwin, TwinOptions
 
@@ -52,12 +52,23 @@ def reference_result(
 ) -> SimResult:
     """The same workload and configuration run by the simulator with a heuristic deciding (what `dl2 simulate`
     reports), to compare with the JCTs obtained through the API."""
+    return simulated(workload, lambda speed, compat: make_scheduler(scheduler, speed, compat, placer), config, truth)
+
+
+def truth_of(name: str) -> Truth | None:
+    """The truth a cluster's jobs follow, by name (`dl2.truth.truth_named`: a scenario or `seed-N`); None for ''
+    (the catalogue itself). For what may start a twin but must not read a truth itself (the lifecycle): a name
+    in, an opaque value out, `ConfigError` for an unknown name."""
+    return truth_named(name) if name else None
+
+
+def simulated(workload: Workload, build: SchedulerBuilder, config: SimConfig, truth: Truth | None = None) -> SimResult:
+    """The workload run by the simulator under `truth` (None: the catalogue) with `build`'s scheduler, which reads
+    the catalogue's speeds: what the cluster twin gives the same scheduler, without the API."""
     if truth is not None:
-        return run_on(
-            realise(truth, workload), lambda speed, compat: make_scheduler(scheduler, speed, compat, placer), config
-        )
+        return run_on(realise(truth, workload), build, config)
     speed = speed_model(Mode.REALISTIC)
-    return simulate(workload, make_scheduler(scheduler, speed, False, placer), config, speed, interference_model())
+    return simulate(workload, build(speed, False), config, speed, interference_model())
 
 
-__all__ = ["ClusterTwin", "TwinOptions", "reference_result", "start_twin"]
+__all__ = ["ClusterTwin", "TwinOptions", "reference_result", "simulated", "start_twin", "truth_of"]

@@ -62,7 +62,8 @@ def test_the_loop_records_in_shadow_promotes_through_the_controller_and_runs_act
     from pipelines.promotion.report import outcome_line
 
     models = build_models(tmp_path / "models")
-    params: Params = smoke_params(f"data.incoming={tmp_path / 'incoming'}")
+    # the cluster's jobs as a truth unlike the catalogue says: the twin and `dl2 simulate` both play it
+    params: Params = smoke_params(f"data.incoming={tmp_path / 'incoming'}", "cluster.truth=speed-shift")
     layout = Layout(tmp_path)
     (tmp_path / "work").mkdir()
     champion = registry.register(models["stopper"])[0].version  # slow but safe: the challenger beats it
@@ -93,7 +94,9 @@ def test_the_loop_records_in_shadow_promotes_through_the_controller_and_runs_act
     assert active["resizes"] > 0 and active["records"] > shadow["records"]
     # the simulator's JCTs, up to the progress the job objects report (annotations round it)
     assert active["avg_jct_h"] == pytest.approx(report["simulate"]["policy"], rel=1e-3)
+    assert shadow["avg_jct_h"] == pytest.approx(report["simulate"]["asked-sizes"], rel=1e-3)  # nothing resized
     assert "shadow: jobs at their asked sizes" in text and "simulator, drf (the incumbent)" in text
+    assert "as the truth speed-shift says" in text
     records = list((tmp_path / "incoming" / CLUSTER_NAME).glob("segment-*.jsonl"))
     assert records and json.loads((tmp_path / "reports" / "cluster_loop.json").read_text()) == report
 
