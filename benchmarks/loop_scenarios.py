@@ -207,6 +207,17 @@ def main() -> None:
     report(results, args)
 
 
+def _row_order(row: str) -> tuple[int, str]:
+    """The champion, the rounds, the heuristics as BASELINES lists them, the calibrated row, the oracle."""
+    if row == CHAMPION_ROW:
+        return 0, ""
+    if row.startswith("after round"):
+        return 1, row
+    if row in BASELINES:
+        return 2, f"{BASELINES.index(row):02d}"
+    return (3, "") if row == CALIBRATED_ROW else (4, row)
+
+
 def report(results: dict[str, Any], args: argparse.Namespace) -> None:
     """The scenario, gate and bars tables of `results`, the scenarios' summaries added, and the file rewritten."""
     truths = list(dict.fromkeys(c["truth"] for c in results["cells"]))
@@ -215,7 +226,7 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
     for truth in truths:
         cells = [c for c in results["cells"] if c["truth"] == truth]
         rows: dict[str, Any] = {}
-        for row in cells[0]["avg_jct_h"]:
+        for row in sorted(cells[0]["avg_jct_h"], key=_row_order):
             values = [c["avg_jct_h"][row] for c in cells]
             mean, half = mean_ci95(values)
             vs_oracle = float(np.mean([c["avg_jct_h"][row] / c["avg_jct_h"][ORACLE_ROW] - 1 for c in cells]))
