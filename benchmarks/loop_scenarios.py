@@ -228,6 +228,30 @@ def pooled(files: list[Path]) -> tuple[dict[str, Any], dict[str, Any]]:
     return {**documents[0], "cells": cells}, {**first, "seeds": seeds}
 
 
+def gate_summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """How the gate's calls (the twin's paired interval) fared against the outcomes under the truth: counts of
+    promoted and refused challengers that turned out better or worse than the active policy (beyond 1%), how often
+    the predicted and the real difference had the same sign, and the prediction's mean absolute and signed error."""
+    calls = [
+        (r["twin_prediction"][name]["mean"], r["outcome_vs_active"][name], r["promoted"] == name)
+        for c in cells
+        for r in c["rounds"]
+        for name in r["twin_prediction"]
+    ]
+    errors = np.array([predicted - outcome for predicted, outcome, _ in calls])
+    return {
+        "challengers": len(calls),
+        "promoted": sum(promoted for _, _, promoted in calls),
+        "promoted_better": sum(promoted and outcome < -0.01 for _, outcome, promoted in calls),
+        "promoted_worse": sum(promoted and outcome > 0.01 for _, outcome, promoted in calls),
+        "refused_better": sum(not promoted and outcome < -0.01 for _, outcome, promoted in calls),
+        "refused_not_better": sum(not promoted and outcome >= -0.01 for _, outcome, promoted in calls),
+        "sign_agreement": float(np.mean([np.sign(p) == np.sign(o) for p, o, _ in calls])),
+        "mean_abs_error": float(np.abs(errors).mean()),
+        "mean_error": float(errors.mean()),
+    }
+
+
 def _row_order(row: str) -> tuple[int, str]:
     """The champion, the rounds, the heuristics as BASELINES lists them, the calibrated row, the oracle."""
     if row == CHAMPION_ROW:
@@ -285,6 +309,14 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
         ["truth", "seed", "round", "challenger", "twin: vs active", "95% interval", "truth: vs active", "promoted"],
         gate,
     )
+    results["gate"] = gate_summary(results["cells"])
+    print_table(
+        "the gate's calls against the outcomes (better or worse: beyond 1% under the truth)",
+        ["challengers", "promoted", "promoted, better", "promoted, worse", "refused, better", "refused, not better",
+         "sign agreed", "mean |prediction - outcome|", "prediction - outcome"],
+        [[str(v) if isinstance(v, int) else f"{v:+.1%}" if k == "mean_error" else f"{v:.1%}"
+          for k, v in results["gate"].items()]],
+    )  # fmt: skip
     print_table(
         f"the bars after {args.rounds} rounds (means over seeds)",
         ["truth", "bar", "met"],
