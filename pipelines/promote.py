@@ -7,7 +7,11 @@ test seed's set, its stall guard). It is accepted iff
 
 - it is safe: every run finishes (no allocation the simulator refuses, no stall: a policy that starves a job is
   stopped by the stall guard) and its p99 JCT is at most `promote.max_slowdown_p99` x each reference's, and
-- its average JCT <= (1 - `promote.margin`) x each reference's.
+- its average JCT <= (1 - `promote.margin`) x each reference's, or, against the champion of a realistic-mode
+  lifecycle that collected cluster decision logs (`online.learn_in_twin`): it is faster than the champion in
+  those clusters' calibrated twins (`online.twin`'s workloads, paired; the 95% interval below zero) and its
+  held-out average JCT <= (1 + `promote.margin`) x the champion's. The held-out workloads are the catalogue; the
+  clusters are not, and where they differ what they recorded decides (`pipelines.promotion.gate`).
 
 Every heuristic (`evaluate.baselines`, the policy's teacher and the incumbents) runs too and is reported with the
 challenger's margin against the best of them, so that nobody mistakes imitating a teacher for improving on it.
@@ -48,7 +52,7 @@ from pipelines.params import Params
 from pipelines.promotion import ledger
 from pipelines.promotion.confirmation import CONFIRM_TIMEOUT_S, Confirm, confirm
 from pipelines.promotion.confirmation import cli as confirm_cli
-from pipelines.promotion.gate import decide
+from pipelines.promotion.gate import ClusterEvidence, decide
 from pipelines.promotion.report import (
     decision_document,
     log_gate,
@@ -86,7 +90,7 @@ def run(
     challenger, champion = registry.alias(CHALLENGER), registry.alias(CHAMPION)
     if challenger is None:
         return StageResult("promote", (), summary={"status": "no-challenger"})
-    gate = gate_settings(params)
+    gate = gate_settings(params, layout)
     key = decision_key(challenger, champion, gate)
     previous = read_json_object(decision_path)
     if previous is not None and previous.get("key") == key:
@@ -102,13 +106,15 @@ def run(
         challenger_dir = registry.download(challenger.version, Path(scratch) / "challenger")
         champion_dir = registry.download(champion.version, Path(scratch) / "champion") if champion else None
         scores = evaluate(params, challenger_dir, champion_dir, layout)
+        cluster = cluster_evidence(params, layout, challenger_dir, champion_dir)
     incumbents = {name: scores[name] for name in gate["incumbent"]}
 
     verdict = decide(
         scores["challenger"], scores.get("champion"), incumbents, gate["margin"], gate["max_slowdown_p99"],
-        report_unit(gate["mode"]),
+        report_unit(gate["mode"]), cluster,
     )  # fmt: skip
     decision = decision_document(key, gate, challenger, champion, scores, verdict, score_roles(params, scores))
+    decision["cluster"] = cluster.to_json() if cluster is not None else None
     decision["mlflow_run_id"] = run_id = log_gate(decision, scores, test_dataset(params), layout)
     write_json(decision_path, decision)
     registry.annotate(challenger.version, version_tags(decision))
@@ -118,11 +124,48 @@ def run(
     return _deploy(layout, decision, challenger, check, confirm_timeout_s)
 
 
-def gate_settings(params: Params) -> dict[str, Any]:
-    """The parameters a decision depends on (recorded with it, and logged as the MLflow run's parameters)."""
+def twin_logs(params: Params, layout: Layout) -> list[Path]:
+    """The collected cluster logs whose calibrated twins the gate consults: those with their cluster's description,
+    for a realistic-mode lifecycle that learns in the twin (a compat-mode policy does not play the twin's mode)."""
+    from pipelines.feedback_logs import cluster_file
+    from pipelines.online import cluster_logs
+
+    if params.workloads.mode != "realistic" or not params.online.learn_in_twin:
+        return []
+    return [log for log in cluster_logs(layout) if cluster_file(log).is_file()]
+
+
+def cluster_evidence(
+    params: Params, layout: Layout, challenger_dir: Path, champion_dir: Path | None
+) -> ClusterEvidence | None:
+    """The challenger against the champion in each collected cluster log's calibrated twin, on the same
+    `online.twin` workloads (paired across all the logs); None without a champion or such logs."""
+    from dl2.rl.in_twin import paired_difference, twin_jcts_h
+    from dl2.rl.learned import LearnedScheduler
+    from dl2.sim.calibrated import calibrated_world
+
+    logs = twin_logs(params, layout)
+    if champion_dir is None or not logs:
+        return None
+    challenger_h: list[float] = []
+    champion_h: list[float] = []
+    for log in logs:
+        world, _ = calibrated_world(log)
+        for folder, hours in ((challenger_dir, challenger_h), (champion_dir, champion_h)):
+            hours += twin_jcts_h(log, world, LearnedScheduler.from_dir(folder, compat=False), params.online.twin)
+    difference = paired_difference(challenger_h, champion_h)
+    return ClusterEvidence(tuple(log.name for log in logs), len(champion_h), **difference)
+
+
+def gate_settings(params: Params, layout: Layout | None = None) -> dict[str, Any]:
+    """The parameters a decision depends on (recorded with it, and logged as the MLflow run's parameters), the
+    cluster logs the gate's twins calibrate from among them."""
     from pipelines.evaluate import heuristics
 
+    logs = twin_logs(params, layout or Layout())
     return {
+        "cluster_logs": {log.name: _fingerprint(log) for log in logs},
+        "cluster_twin": {"workloads": params.online.twin.workloads, "seed": params.online.twin.seed} if logs else None,
         "margin": params.promote.margin,
         "max_slowdown_p99": params.promote.max_slowdown_p99,
         "incumbent": list(params.promote.incumbent),
@@ -132,6 +175,12 @@ def gate_settings(params: Params) -> dict[str, Any]:
         "test_seeds": list(params.workloads.test_seeds),
         "mode": params.workloads.mode,
     }
+
+
+def _fingerprint(log: Path) -> str:
+    """A log's contents as far as a decision goes (its files' names and sizes: records are only appended)."""
+    files = sorted((str(path.relative_to(log)), path.stat().st_size) for path in log.rglob("*") if path.is_file())
+    return hashlib.sha256(json.dumps(files).encode()).hexdigest()[:12]
 
 
 def score_roles(params: Params, names: Iterable[str]) -> dict[str, str]:

@@ -2,7 +2,13 @@
 
 The reference is the champion or, when there is none (or it cannot finish any more), the incumbent scheduler(s).
 The challenger is accepted iff every run finishes, its p99 JCT is at most `max_slowdown_p99` x each reference's
-and its average JCT <= (1 - `margin`) x each reference's. Pure: scores in, a verdict out.
+and its average JCT <= (1 - `margin`) x each reference's.
+
+A cluster is never the catalogue the held-out workloads run on. When the reference is the champion and the
+clusters' decision records calibrated a twin (`ClusterEvidence`: the two policies paired on the twin's
+workloads), a challenger the twin finds faster (the 95% interval of the mean relative difference below zero) is
+accepted if it is safe and no worse than the champion on the held-out workloads beyond the margin: what the
+cluster says decides, the catalogue guards. Pure: scores in, a verdict out.
 """
 
 from __future__ import annotations
@@ -40,6 +46,32 @@ class Score:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterEvidence:
+    """The challenger against the champion in the twins calibrated from the clusters' decision records: the mean
+    relative difference of their average JCTs over paired twin workloads (negative: the challenger is faster),
+    with its 95% interval."""
+
+    logs: tuple[str, ...]
+    workloads: int
+    mean: float
+    low: float
+    high: float
+
+    @property
+    def faster(self) -> bool:
+        return self.high < 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "logs": list(self.logs)}
+
+    def text(self) -> str:
+        return (
+            f"{self.mean:+.1%} [{self.low:+.1%}, {self.high:+.1%}] against the champion in the clusters' calibrated "
+            f"twin ({self.workloads} paired workloads)"
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Verdict:
     accepted: bool
     reason: str
@@ -66,9 +98,11 @@ def decide(
     margin: float,
     max_slowdown_p99: float,
     unit: tuple[float, str] = (1.0, "s"),
+    cluster: ClusterEvidence | None = None,
 ) -> Verdict:
-    """The gate, on numbers only: safe, and better than every reference by the margin. `unit` (seconds per unit,
-    its name) is how the reason states the figures, as the report table does."""
+    """The gate, on numbers only: safe, and better than every reference by the margin, or (against the champion,
+    given the `cluster` evidence) faster on the clusters' twin and within the margin on the held-out workloads.
+    `unit` (seconds per unit, its name) is how the reason states the figures, as the report table does."""
     scale, name_of_unit = unit
 
     def f(seconds: float) -> str:
@@ -96,10 +130,25 @@ def decide(
             f"({max_slowdown_p99:g} x {tightest}'s {f(compared[tightest].p99_jct_s)})",
         )
     if challenger.avg_jct_s > threshold:
-        return verdict(
-            False,
+        held_out = (
             f"average JCT {f(challenger.avg_jct_s)} > {f(threshold)} "
-            f"((1 - {margin:g}) x {strictest}'s {f(compared[strictest].avg_jct_s)})",
+            f"((1 - {margin:g}) x {strictest}'s {f(compared[strictest].avg_jct_s)})"
+        )
+        if cluster is None or names != ("champion",):
+            return verdict(False, held_out)
+        guard = (1.0 + margin) * compared["champion"].avg_jct_s
+        if not cluster.faster:
+            return verdict(False, f"{held_out}; not faster on the cluster: {cluster.text()}")
+        if challenger.avg_jct_s > guard:
+            return verdict(
+                False,
+                f"faster on the cluster ({cluster.text()}) but worse on the held-out workloads: average JCT "
+                f"{f(challenger.avg_jct_s)} > {f(guard)} ((1 + {margin:g}) x the champion's)",
+            )
+        return verdict(
+            True,
+            f"faster on the cluster: {cluster.text()}; held-out average JCT {f(challenger.avg_jct_s)} <= "
+            f"{f(guard)} ((1 + {margin:g}) x the champion's), p99 {f(challenger.p99_jct_s)} <= {f(p99_limit)}",
         )
     return verdict(
         True,

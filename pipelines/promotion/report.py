@@ -19,6 +19,9 @@ from pipelines.promotion.ledger import now
 from pipelines.registry import CHALLENGER, CHAMPION, NAME, Version
 from pipelines.stage import Layout, StageResult
 
+TWIN_FIGURES = {"mean": "", "low": "_low", "high": "_high"}
+"""The gate's cluster evidence as metrics: the mean relative difference to the champion and its 95% interval."""
+
 
 def decision_document(
     key: str,
@@ -87,6 +90,13 @@ def report_lines(decision: Mapping[str, Any]) -> list[str]:
         lines.append(
             f"challenger vs best heuristic ({decision['best_heuristic']}): {100 * margin:+.1f}% average JCT"
             " (negative: faster)"
+        )
+    cluster = decision.get("cluster")
+    if cluster:
+        lines.append(
+            f"challenger vs champion on the clusters ({', '.join(cluster['logs'])}): {100 * cluster['mean']:+.1f}% "
+            f"[{100 * cluster['low']:+.1f}%, {100 * cluster['high']:+.1f}%] average JCT in their calibrated twin "
+            f"({cluster['workloads']} paired workloads)"
         )
     lines.append(f"verdict: {decision['status']}: {decision['reason']}")
     return lines
@@ -162,11 +172,15 @@ def log_gate(decision: Mapping[str, Any], scores: Mapping[str, Score], test: Any
                 mlflow.log_metrics(figures, dataset=test)
         if decision["margin_vs_best_heuristic"] is not None:
             mlflow.log_metric("challenger.vs_best_heuristic", decision["margin_vs_best_heuristic"], dataset=test)
+        cluster = decision.get("cluster")
+        twin = {f"cluster_twin.vs_champion{end}": cluster[key] for key, end in TWIN_FIGURES.items()} if cluster else {}
+        mlflow.log_metrics(twin)
         model_id = registry.logged_model_id(decision["challenger"]["version"])
         if model_id and scores["challenger"].finished:
             gate_figures = {
                 "gate.avg_jct_s": scores["challenger"].avg_jct_s,
                 "gate.p99_jct_s": scores["challenger"].p99_jct_s,
+                **{f"gate.{name}": value for name, value in twin.items()},
             }
             mlflow.log_metrics(gate_figures, model_id=model_id, dataset=test)
     return str(run.info.run_id)

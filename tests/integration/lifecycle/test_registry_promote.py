@@ -202,6 +202,32 @@ def test_decide_on_numbers() -> None:
     assert not verdict.accepted and "not every job finished (stalled)" in verdict.reason
 
 
+def test_decide_with_the_clusters_twin() -> None:
+    """Against the champion, the clusters' calibrated twin decides and the held-out workloads guard: faster in
+    the twin (interval below zero) and within (1 + margin) x the champion's held-out average JCT."""
+    from pipelines.promotion.gate import ClusterEvidence, Score, decide
+
+    champion, drf = Score(100.0, 300.0, True, 2), Score(200.0, 600.0, True, 2)
+    faster = ClusterEvidence(("dl2-local",), 4, -0.06, -0.09, -0.03)
+    unsure = ClusterEvidence(("dl2-local",), 4, -0.06, -0.12, +0.01)
+    # 103 s held out: not 5% better than the champion's 100 s, within 5% worse, and faster on the cluster
+    verdict = decide(Score(103.0, 300.0, True, 2), champion, {"drf": drf}, 0.05, 1.5, cluster=faster)
+    assert verdict.accepted and verdict.reason.startswith("faster on the cluster: -6.0% [-9.0%, -3.0%]")
+    assert "103.00 s <= 105.00 s" in verdict.reason
+    verdict = decide(Score(103.0, 300.0, True, 2), champion, {"drf": drf}, 0.05, 1.5, cluster=unsure)
+    assert not verdict.accepted and "not faster on the cluster: -6.0% [-12.0%, +1.0%]" in verdict.reason
+    verdict = decide(Score(106.0, 300.0, True, 2), champion, {"drf": drf}, 0.05, 1.5, cluster=faster)
+    assert not verdict.accepted and "worse on the held-out workloads: average JCT 106.00 s > 105.00 s" in verdict.reason
+    # safety first: a p99 beyond the bound is refused whatever the twin says
+    verdict = decide(Score(90.0, 451.0, True, 2), champion, {"drf": drf}, 0.05, 1.5, cluster=faster)
+    assert not verdict.accepted and verdict.reason.startswith("safety: p99")
+    # better by the margin on the held-out workloads: accepted as before, the twin not needed
+    assert decide(Score(95.0, 300.0, True, 2), champion, {"drf": drf}, 0.05, 1.5, cluster=unsure).accepted
+    # no champion: the incumbents are the reference and the twin (which compares with the champion) is not used
+    verdict = decide(Score(195.0, 600.0, True, 2), None, {"drf": drf}, 0.05, 1.5, cluster=faster)
+    assert not verdict.accepted and "cluster" not in verdict.reason
+
+
 def _start(registry: Any, models: dict[str, Path], champion: str | None, challenger: str) -> tuple[int | None, int]:
     """Set-up only: aliases moved directly (in production only the gate moves `champion`)."""
     champion_version = None

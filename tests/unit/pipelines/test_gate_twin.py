@@ -1,0 +1,81 @@
+"""The gate's evidence from the clusters (`pipelines.promote.cluster_evidence`): the challenger and the champion
+paired in each collected cluster log's calibrated twin, for realistic-mode lifecycles only."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from dl2.core.log_format import CLUSTER_FILE, cluster_to_json
+from dl2.placement.samples import record_run
+from dl2.rl.in_twin import twin_jcts_h
+from dl2.rl.learned import LearnedScheduler
+from dl2.schedulers.registry import make_scheduler
+from dl2.sim.calibrated import calibrated_world
+from dl2.sim.config import SimConfig
+from dl2.sim.decision_log import write_segment
+from dl2.sim.run import catalogue_speed, interference_model
+from dl2.twin.workloads import first_jobs, first_nodes
+from dl2.workload.registry import load_workloads
+from pipelines import params as params_module
+from pipelines.collect import clusters_dir
+from pipelines.promote import cluster_evidence, gate_settings
+from pipelines.stage import Layout
+
+ROOT = Path(__file__).resolve().parents[3]
+CHAMPION = ROOT / "models" / "dl2-philly"
+REALISTIC = ["workloads.mode=realistic", "warmup.packed=false", "finetune.credit=returns", "online.twin.workloads=2"]
+
+
+def _cluster_log(layout: Layout, name: str) -> Path:
+    """A collected log of the Philly week's first 10 jobs on 3 nodes under DRF, with its cluster.json."""
+    workload = first_jobs(first_nodes(load_workloads("philly", seed=0)[0], 3), 10)
+    records = record_run(workload, make_scheduler("drf", catalogue_speed(), False), SimConfig.realistic(seed=0),
+                         catalogue_speed(), interference_model())  # fmt: skip
+    log = clusters_dir(layout) / name
+    write_segment(log, records, 0)
+    (log / CLUSTER_FILE).write_text(json.dumps(cluster_to_json(workload.cluster)))
+    return log
+
+
+def test_the_champion_against_itself_is_not_faster_on_the_cluster(tmp_path: Path) -> None:
+    layout = Layout(tmp_path)
+    params = params_module.load(smoke=True, overrides=REALISTIC)
+    assert cluster_evidence(params, layout, CHAMPION, CHAMPION) is None  # no cluster log yet
+    log = _cluster_log(layout, "dl2-local")
+    assert cluster_evidence(params, layout, CHAMPION, None) is None  # no champion: the incumbents decide
+
+    evidence = cluster_evidence(params, layout, CHAMPION, CHAMPION)
+    assert evidence is not None and evidence.logs == ("dl2-local",) and evidence.workloads == 2
+    assert (evidence.mean, evidence.low, evidence.high) == (0.0, 0.0, 0.0) and not evidence.faster
+    world, _ = calibrated_world(log)
+    hours = twin_jcts_h(log, world, LearnedScheduler.from_dir(CHAMPION, compat=False), params.online.twin)
+    assert len(hours) == 2 and all(h > 0 for h in hours)
+
+    # two logs: their twins' workloads are paired together
+    shutil.copytree(log, clusters_dir(layout) / "other")
+    evidence = cluster_evidence(params, layout, CHAMPION, CHAMPION)
+    assert evidence is not None and evidence.logs == ("dl2-local", "other") and evidence.workloads == 4
+
+
+def test_only_a_realistic_lifecycle_learning_in_the_twin_consults_it(tmp_path: Path) -> None:
+    layout = Layout(tmp_path)
+    _cluster_log(layout, "dl2-local")
+    compat = params_module.load(smoke=True)
+    assert compat.workloads.mode == "compat" and cluster_evidence(compat, layout, CHAMPION, CHAMPION) is None
+    off = params_module.load(smoke=True, overrides=[*REALISTIC, "online.learn_in_twin=false"])
+    assert cluster_evidence(off, layout, CHAMPION, CHAMPION) is None
+    assert gate_settings(off, layout)["cluster_logs"] == {} and gate_settings(off, layout)["cluster_twin"] is None
+
+
+def test_the_decision_key_follows_the_cluster_logs(tmp_path: Path) -> None:
+    """A log that grows is new evidence: the gate's settings (and so its decision key) change with it."""
+    layout = Layout(tmp_path)
+    params = params_module.load(smoke=True, overrides=REALISTIC)
+    log = _cluster_log(layout, "dl2-local")
+    before = gate_settings(params, layout)
+    assert list(before["cluster_logs"]) == ["dl2-local"] and before["cluster_twin"] == {"workloads": 2, "seed": 1000}
+    segment = sorted(log.glob("segment-*.jsonl"))[-1]
+    segment.write_text(segment.read_text() + segment.read_text().splitlines(keepends=True)[-1])
+    assert gate_settings(params, layout)["cluster_logs"] != before["cluster_logs"]
