@@ -173,10 +173,56 @@ def check_weights(state: dict[str, Any], expected: dict[str, tuple[int, ...]], w
 
 
 def model_card(title: str, metadata: dict[str, Any]) -> str:
-    """A model folder's card: its title and the facts of `config.json` (history aside) for people to read."""
+    """A model folder's card: its title, what it learned from (in words), and the facts of `config.json` (history
+    aside) for people to read."""
     summary = {k: v for k, v in metadata.items() if k not in ("history", "initial_metadata")}
     facts = json.dumps(summary, indent=2, default=str)
-    return f"# {title}\n\nWritten by `dl2`; `config.json` holds the same facts as JSON.\n\n```json\n{facts}\n```\n"
+    learned = "".join(f"- {line}\n" for line in learned_from(metadata))
+    lineage = f"## What it learned from\n\n{learned}\n" if learned else ""
+    return (
+        f"# {title}\n\n{lineage}## Facts\n\nWritten by `dl2`; `config.json` holds the same facts as JSON.\n\n"
+        f"```json\n{facts}\n```\n"
+    )
+
+
+def learned_from(metadata: dict[str, Any]) -> list[str]:
+    """What a model learned from, oldest first, as its metadata records it: the warm-up's teacher and workloads,
+    RL, the decision logs of the feedback steps, the cluster records and calibrated twins of the online stage."""
+    lines: list[str] = []
+    initial = metadata.get("initial_metadata")
+    if isinstance(initial, dict):
+        lines += learned_from(initial)
+    warm = metadata.get("warm_up")
+    if isinstance(warm, dict):
+        lines.append(
+            f"warm-up: imitated `{warm.get('teacher')}` on {warm.get('episodes')} `{warm.get('source')}` workloads "
+            f"({warm.get('mode')} mode) and {warm.get('dagger_rounds', 0)} DAgger round(s)"
+        )
+    rl = metadata.get("rl")
+    if metadata.get("kind") == "rl" and isinstance(rl, dict):
+        best = metadata.get("best_iteration", -1)
+        chosen = (
+            f"iteration {best} validated best" if best is not None and best >= 0 else "no checkpoint validated better"
+        )
+        lines.append(
+            f"RL (`{rl.get('credit')}` credit, {rl.get('iterations')} iterations) from "
+            f"`{metadata.get('initialised_from')}`: {chosen}"
+        )
+    for key, what in (("feedback", "feedback steps"), ("online", "steps on cluster records")):
+        steps = metadata.get(key)
+        if isinstance(steps, dict) and steps.get("logs"):
+            logs = ", ".join(f"`{log.get('log')}` ({log.get('decisions')} decisions)" for log in steps["logs"])
+            lines.append(f"{what} on {logs}: {'kept' if steps.get('kept') else 'not kept'}")
+    for verdict in metadata.get("online_twin") or ():
+        if isinstance(verdict, dict):
+            difference = verdict.get("predicted_difference") or {}
+            lines.append(
+                f"re-warmed in the twin calibrated from `{verdict.get('log')}` on `{verdict.get('teacher')}` reading "
+                f"the calibrated speeds: {difference.get('mean', 0):+.1%} [{difference.get('low', 0):+.1%}, "
+                f"{difference.get('high', 0):+.1%}] against the policy it started from in the twin, "
+                f"{'kept' if verdict.get('kept') else 'not kept'}"
+            )
+    return lines
 
 
 def continuing(loaded: PolicyConfig, env: EnvConfig, rl: RLConfig, where: str) -> tuple[EnvConfig, RLConfig]:

@@ -27,3 +27,30 @@ def test_a_model_of_another_mode_is_refused_naming_it():
     model = PolicyConfig(mode="compat")
     with pytest.raises(InputError, match="models/x: a compat-mode model; this training is in realistic mode"):
         continuing(model, EnvConfig(sim=SimConfig.realistic()), RLConfig(), "models/x")
+
+
+def test_the_model_card_says_what_the_model_learned_from() -> None:
+    from dl2.rl.model_io import learned_from, model_card
+
+    warm = {"kind": "warm-up", "warm_up": {"teacher": "optimus", "episodes": 3, "source": "synthetic-philly@200",
+                                           "mode": "realistic", "dagger_rounds": 1}}  # fmt: skip
+    rl = {
+        "kind": "rl",
+        "initial_metadata": warm,
+        "initialised_from": "models/staging/warmup",
+        "rl": {"credit": "returns", "iterations": 2},
+        "best_iteration": -1,
+        "feedback": {"kept": True, "logs": [{"log": "data/feedback/simulated/a", "decisions": 10}]},
+        "online_twin": [{"log": "data/feedback/clusters/dl2-local", "teacher": "speedup-hull", "kept": True,
+                         "predicted_difference": {"mean": -0.05, "low": -0.08, "high": -0.02}}],
+    }  # fmt: skip
+    assert learned_from(rl) == [
+        "warm-up: imitated `optimus` on 3 `synthetic-philly@200` workloads (realistic mode) and 1 DAgger round(s)",
+        "RL (`returns` credit, 2 iterations) from `models/staging/warmup`: no checkpoint validated better",
+        "feedback steps on `data/feedback/simulated/a` (10 decisions): kept",
+        "re-warmed in the twin calibrated from `data/feedback/clusters/dl2-local` on `speedup-hull` reading the "
+        "calibrated speeds: -5.0% [-8.0%, -2.0%] against the policy it started from in the twin, kept",
+    ]
+    card = model_card("a policy", rl)
+    assert card.index("## What it learned from") < card.index("## Facts") and "- RL (`returns` credit" in card
+    assert "## What it learned from" not in model_card("bare", {"kind": "rl"})  # nothing known, nothing said
