@@ -12,7 +12,8 @@ training feedback, the fine-tuned challenger goes through the gate, and the cont
 3. active: the same slice again, the controller running the champion in active mode; the JCTs obtained through
    the API next to `dl2 simulate`'s for the same workload and policy, the incumbent's, and the shadow run's.
 
-The outcome is kept in `reports/cluster_loop.json`; a run whose champion already ran in active mode on the same
+The outcome is kept in `reports/cluster_loop.json` and each version's figures on its logged model in MLflow (the
+champion before the loop and the version active after it, side by side in the registry); a run whose champion already ran in active mode on the same
 slice shows it again and changes nothing.
 
     python -m pipelines.cluster_loop [--json]     # the slice: params.yaml `cluster`
@@ -248,7 +249,50 @@ def result_lines(report: dict[str, Any]) -> list[str]:
     ]
     if "asked-sizes" in sim:  # a report of an earlier version may lack it
         lines.append(f"  {'simulator, jobs at their asked sizes':<{width}} {sim['asked-sizes']:>12.2f}")
+    before = report.get("simulate_before")
+    if before and before["version"] != active["version"]:
+        label = f"simulator, v{before['version']} (the champion before the loop)"
+        lines.append(f"  {label:<{width}} {before['policy']:>12.2f}")
     return lines
+
+
+def cluster_figures(report: dict[str, Any]) -> dict[int, dict[str, float]]:
+    """Per registered version, the slice's figures it earned (average JCT, h): the champion before the loop its
+    shadow pass and its simulated run under the cluster's truth, the version active after the loop (the same one
+    when nothing was promoted) its pass through the API and its simulated run; beside both, the jobs at their
+    asked sizes, which dl2 must beat."""
+    shadow, active, sim = report["shadow"], report["active"], report["simulate"]
+    before = report.get("simulate_before") or {"version": shadow["version"], "policy": sim["policy"]}
+    asked = {"cluster.asked_sizes_avg_jct_h": sim["asked-sizes"]} if "asked-sizes" in sim else {}
+    figures = {
+        shadow["version"]: {
+            "cluster.shadow_avg_jct_h": shadow["avg_jct_h"],
+            "cluster.simulated_avg_jct_h": before["policy"],
+            **asked,
+        }
+    }
+    figures.setdefault(active["version"], dict(asked))
+    figures[active["version"]] |= {
+        "cluster.active_avg_jct_h": active["avg_jct_h"],
+        "cluster.active_p99_jct_h": active["p99_jct_h"],
+        "cluster.simulated_avg_jct_h": sim["policy"],
+    }
+    return figures
+
+
+def log_cluster_figures(report: dict[str, Any], layout: Layout) -> None:
+    """The loop as an MLflow run of its own, and each version's figures on its logged model, so that the registry
+    shows the champion before and after the loop side by side with their test and gate figures."""
+    import mlflow
+
+    from pipelines import registry, tracking
+
+    with tracking.stage_run("cluster_loop", params=report["slice"], root=layout.root):
+        for version, figures in cluster_figures(report).items():
+            mlflow.log_metrics({f"v{version}.{name}": value for name, value in figures.items()})
+            model_id = registry.logged_model_id(version)
+            if model_id:
+                mlflow.log_metrics(figures, model_id=model_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,18 +400,21 @@ def run(params: Params, layout: Layout, learn: Learn, say: Callable[[str], None]
             say(line)
         say("  b. learn: collect the records, dvc repro (the online stage learns from them), register, gate")
         outcome, active = passes.learn_then_active(champion, learn, layout.reports)
+        before = simulated(workload, model_dir, placer, params.cluster)
         if active.version != champion:
             model_dir, _ = model_placer(active.version, folder)
-        reference = simulated(workload, model_dir, placer, params.cluster)
+        reference = simulated(workload, model_dir, placer, params.cluster) if active.version != champion else before
     report = {
         "slice": to_json(params.cluster),
         "shadow": shadow.to_json_dict(),
         "gate": outcome,
         "active": active.to_json_dict(),
         "simulate": reference,
+        "simulate_before": {"version": champion, "policy": before["policy"]},
         "records": layout.relative(decisions / CLUSTER_NAME),
     }
     write_json_atomic(layout.reports / REPORT, report)
+    log_cluster_figures(report, layout)
     for line in result_lines(report):
         say(line)
     return report

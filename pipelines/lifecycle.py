@@ -63,17 +63,40 @@ def step(number: int, title: str) -> float:
     return time.perf_counter()
 
 
-def registry_lines() -> list[str]:
-    """Versions of dl2-policy, their aliases and the figures their logged models carry."""
+REGISTRY_FIGURES = {
+    "test.avg_jct_s": "test avg",
+    "test.p99_jct_s": "p99",
+    "gate.cluster_twin.vs_champion": "in the cluster's twin vs the champion",
+    "cluster.shadow_avg_jct_h": "cluster: shadow",
+    "cluster.active_avg_jct_h": "active",
+    "cluster.simulated_avg_jct_h": "simulated",
+    "cluster.asked_sizes_avg_jct_h": "asked sizes",
+}
+"""The figures of each version's logged model the last step shows (test: the held-out workloads; cluster: the
+loop's slice), in this order."""
+
+
+def registry_lines(mode: str) -> list[str]:
+    """Versions of dl2-policy, their aliases and the figures their logged models carry, in the report unit."""
+    from dl2.sim.metrics import report_unit
     from pipelines import registry
 
     versions = registry.list_versions()
     if not versions:
         return ["  (no registered versions)"]
+    scale, unit = report_unit(mode)
     lines = []
     for v in versions:
         figures = registry.model_metrics(v.version)
-        shown = ", ".join(f"{k} {figures[k]:.0f}" for k in ("test.avg_jct_s", "test.p99_jct_s") if k in figures)
+        shown = ", ".join(
+            f"{label} {figures[key] / scale:.2f} {unit}"
+            if key.endswith("_s")
+            else f"{label} {figures[key]:.2f} h"
+            if key.endswith("_h")
+            else f"{label} {figures[key]:+.1%}"
+            for key, label in REGISTRY_FIGURES.items()
+            if key in figures
+        )
         lines.append(f"  v{v.version}  aliases: {', '.join(v.aliases) or '-'}  {shown or 'no evaluation'}")
     return lines
 
@@ -85,10 +108,10 @@ def store_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Layout().relative(store_dir())}/mlflow.db"
 
 
-def finish(layout: Layout, started: float, store: str) -> None:
+def finish(layout: Layout, started: float, store: str, mode: str) -> None:
     step(7, "Where things stand")
     say("Registry (dl2-policy):")
-    for line in registry_lines():
+    for line in registry_lines(mode):
         say(line)
     say("\nWhere to look:")
     say(f"  mlflow ui --backend-store-uri {store}   # runs, ablation child runs, datasets, the registry")
@@ -120,7 +143,7 @@ def full(params: Params) -> None:
     gate(params, layout)
     step(6, "The loop on a local Kubernetes cluster: shadow, learn from its records, gate, active")
     cluster_loop.run(params, layout, learn_from_cluster(params, layout))
-    finish(layout, started, store)
+    finish(layout, started, store, params.workloads.mode)
 
 
 def smoke() -> int:

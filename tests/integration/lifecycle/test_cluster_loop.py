@@ -99,6 +99,14 @@ def test_the_loop_records_in_shadow_promotes_through_the_controller_and_runs_act
     assert "as the truth speed-shift says" in text
     records = list((tmp_path / "incoming" / CLUSTER_NAME).glob("segment-*.jsonl"))
     assert records and json.loads((tmp_path / "reports" / "cluster_loop.json").read_text()) == report
+    # the champion before and after the loop, side by side in the registry with what each did on the slice
+    before_loop, after_loop = registry.model_metrics(champion), registry.model_metrics(active["version"])
+    assert before_loop["cluster.shadow_avg_jct_h"] == shadow["avg_jct_h"]
+    assert before_loop["cluster.simulated_avg_jct_h"] == report["simulate_before"]["policy"]
+    assert after_loop["cluster.active_avg_jct_h"] == active["avg_jct_h"]
+    assert after_loop["cluster.simulated_avg_jct_h"] == report["simulate"]["policy"]
+    assert before_loop["cluster.asked_sizes_avg_jct_h"] == after_loop["cluster.asked_sizes_avg_jct_h"]
+    assert f"simulator, v{champion} (the champion before the loop)" in text
 
     again: list[str] = []
     assert cluster_loop.run(params, layout, learn, say=again.append) == report  # nothing runs again

@@ -196,7 +196,7 @@ def test_warm_up_parameters_are_the_librarys_configuration() -> None:
         params_module.load(overrides=["warmup.label_smoothing=1.0"])
     with pytest.raises(ParamsError, match=r"warmup: packed: True is not allowed \(packed requests are a compat"):
         params_module.load(overrides=["warmup.packed=true", "workloads.mode=realistic", "finetune.credit=returns"])
-    with pytest.raises(ParamsError, match=r"warmup: teacher: 'bogus' is not allowed \(compat-mode schedulers"):
+    with pytest.raises(ParamsError, match=r"warmup: teacher: 'bogus' is not allowed \(realistic-mode schedulers"):
         params_module.load(overrides=["warmup.teacher=bogus"])
 
 
