@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable
 
@@ -70,7 +71,8 @@ def online_line(layout: Layout, mode: str) -> str:
     from dl2.sim.metrics import report_unit
     from pipelines.online import RECORD
 
-    online = json.loads((layout.reports / RECORD).read_text()).get("online")
+    record = json.loads((layout.reports / RECORD).read_text())
+    online = record.get("online")
     if not online:
         return "  online: no cluster records collected yet: the candidate is the fine-tuned model"
     scale, unit = report_unit(mode)
@@ -78,10 +80,26 @@ def online_line(layout: Layout, mode: str) -> str:
     after = _figure(online["validation_avg_jct_s_after"], scale, unit)
     decisions = sum(log["decisions"] for log in online["logs"])
     verdict = "kept" if online["kept"] else "not kept: it validated worse"
-    return (
+    line = (
         f"  online: steps on {decisions} decisions from {len(online['logs'])} cluster logs; validation "
         f"{after} after, {before} before ({verdict})"
     )
+    return "\n".join([line, *twin_lines(record.get("twin"))])
+
+
+def twin_lines(twin: object) -> list[str]:
+    """What re-warming in each cluster log's calibrated twin gave (`reports/online.json`'s `twin`), or why not."""
+    if isinstance(twin, dict):
+        return [f"  online, in the calibrated twin: skipped ({twin.get('skipped')})"] if twin.get("skipped") else []
+    lines = []
+    for verdict in twin if isinstance(twin, list) else []:
+        d = verdict["predicted_difference"]
+        lines.append(
+            f"  online, in the twin calibrated from {verdict['log'].rsplit('/', 1)[-1]}: re-warmed on "
+            f"{verdict['teacher']}, {d['mean']:+.1%} [{d['low']:+.1%}, {d['high']:+.1%}] average JCT against the "
+            f"running policy ({'kept' if verdict['kept'] else 'not kept: the interval is not below zero'})"
+        )
+    return lines
 
 
 def register_challenger(params: Params, layout: Layout) -> None:
@@ -128,7 +146,7 @@ def learn_from_cluster(params: Params, layout: Layout) -> Callable[[Confirm], st
         clock = time.perf_counter()
         dvc("repro", "-q", TARGET)
         say(f"    dvc repro done in {time.perf_counter() - clock:.0f} s; dvc push")
-        say("  " + online_line(layout, params.workloads.mode))
+        say(textwrap.indent(online_line(layout, params.workloads.mode), "  "))
         dvc("push", "-q")
         register_challenger(params, layout)
         return gate(params, layout, confirmation)

@@ -79,3 +79,18 @@ def test_the_decision_key_follows_the_cluster_logs(tmp_path: Path) -> None:
     segment = sorted(log.glob("segment-*.jsonl"))[-1]
     segment.write_text(segment.read_text() + segment.read_text().splitlines(keepends=True)[-1])
     assert gate_settings(params, layout)["cluster_logs"] != before["cluster_logs"]
+
+
+def test_the_lifecycle_says_what_the_twin_gave() -> None:
+    from pipelines.steps import twin_lines
+
+    verdict = {"log": "/r/data/feedback/clusters/dl2-local", "teacher": "speedup-hull", "kept": False,
+               "predicted_difference": {"mean": -0.032, "low": -0.081, "high": 0.017}}  # fmt: skip
+    assert twin_lines([verdict]) == [
+        "  online, in the twin calibrated from dl2-local: re-warmed on speedup-hull, -3.2% [-8.1%, +1.7%] average "
+        "JCT against the running policy (not kept: the interval is not below zero)"
+    ]
+    assert twin_lines({"skipped": "a compat-mode policy"}) == [
+        "  online, in the calibrated twin: skipped (a compat-mode policy)"
+    ]
+    assert twin_lines(None) == []
