@@ -106,7 +106,7 @@ def run(
         challenger_dir = registry.download(challenger.version, Path(scratch) / "challenger")
         champion_dir = registry.download(champion.version, Path(scratch) / "champion") if champion else None
         scores = evaluate(params, challenger_dir, champion_dir, layout)
-        cluster = cluster_evidence(params, layout, challenger_dir, champion_dir)
+        cluster = cluster_evidence(gate, layout, challenger_dir, champion_dir)
     incumbents = {name: scores[name] for name in gate["incumbent"]}
 
     verdict = decide(
@@ -136,35 +136,40 @@ def twin_logs(params: Params, layout: Layout) -> list[Path]:
 
 
 def cluster_evidence(
-    params: Params, layout: Layout, challenger_dir: Path, champion_dir: Path | None
+    gate: Mapping[str, Any], layout: Layout, challenger_dir: Path, champion_dir: Path | None
 ) -> ClusterEvidence | None:
-    """The challenger against the champion in each collected cluster log's calibrated twin, on the same
-    `online.twin` workloads (paired across all the logs); None without a champion or such logs."""
+    """The challenger against the champion in the calibrated twin of each cluster log the gate's settings name, on
+    the same twin workloads (paired across all the logs); None without a champion or such logs. It reads the
+    decision's recorded settings, so that what the decision key covers is what the evidence comes from."""
+    from dl2.rl.config import TwinLearningConfig
     from dl2.rl.in_twin import paired_difference, twin_jcts_h
     from dl2.rl.learned import LearnedScheduler
     from dl2.sim.calibrated import calibrated_world
+    from pipelines.collect import clusters_dir
 
-    logs = twin_logs(params, layout)
-    if champion_dir is None or not logs:
+    if champion_dir is None or not gate["cluster_logs"]:
         return None
+    config = TwinLearningConfig(**gate["cluster_twin"])
     challenger_h: list[float] = []
     champion_h: list[float] = []
-    for log in logs:
+    for name in gate["cluster_logs"]:
+        log = clusters_dir(layout) / name
         world, _ = calibrated_world(log)
         for folder, hours in ((challenger_dir, challenger_h), (champion_dir, champion_h)):
-            hours += twin_jcts_h(log, world, LearnedScheduler.from_dir(folder, compat=False), params.online.twin)
+            hours += twin_jcts_h(log, world, LearnedScheduler.from_dir(folder, compat=False), config)
     difference = paired_difference(challenger_h, champion_h)
-    return ClusterEvidence(tuple(log.name for log in logs), len(champion_h), **difference)
+    return ClusterEvidence(tuple(gate["cluster_logs"]), len(champion_h), **difference)
 
 
 def gate_settings(params: Params, layout: Layout | None = None) -> dict[str, Any]:
     """The parameters a decision depends on (recorded with it, and logged as the MLflow run's parameters), the
     cluster logs the gate's twins calibrate from among them."""
+    from pipelines.collect import clusters_dir
     from pipelines.evaluate import heuristics
 
     logs = twin_logs(params, layout or Layout())
     return {
-        "cluster_logs": {log.name: _fingerprint(log) for log in logs},
+        "cluster_logs": {str(log.relative_to(clusters_dir(layout or Layout()))): _fingerprint(log) for log in logs},
         "cluster_twin": {"workloads": params.online.twin.workloads, "seed": params.online.twin.seed} if logs else None,
         "margin": params.promote.margin,
         "max_slowdown_p99": params.promote.max_slowdown_p99,

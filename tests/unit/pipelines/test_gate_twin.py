@@ -20,12 +20,19 @@ from dl2.twin.workloads import first_jobs, first_nodes
 from dl2.workload.registry import load_workloads
 from pipelines import params as params_module
 from pipelines.collect import clusters_dir
+from pipelines.params import Params
 from pipelines.promote import cluster_evidence, gate_settings
+from pipelines.promotion.gate import ClusterEvidence
 from pipelines.stage import Layout
 
 ROOT = Path(__file__).resolve().parents[3]
 CHAMPION = ROOT / "models" / "dl2-philly"
 REALISTIC = ["workloads.mode=realistic", "warmup.packed=false", "finetune.credit=returns", "online.twin.workloads=2"]
+
+
+def _evidence(params: Params, layout: Layout, challenger: Path, champion: Path | None) -> ClusterEvidence | None:
+    """What the gate finds, from its settings as the decision records them."""
+    return cluster_evidence(gate_settings(params, layout), layout, challenger, champion)
 
 
 def _cluster_log(layout: Layout, name: str) -> Path:
@@ -42,11 +49,11 @@ def _cluster_log(layout: Layout, name: str) -> Path:
 def test_the_champion_against_itself_is_not_faster_on_the_cluster(tmp_path: Path) -> None:
     layout = Layout(tmp_path)
     params = params_module.load(smoke=True, overrides=REALISTIC)
-    assert cluster_evidence(params, layout, CHAMPION, CHAMPION) is None  # no cluster log yet
+    assert _evidence(params, layout, CHAMPION, CHAMPION) is None  # no cluster log yet
     log = _cluster_log(layout, "dl2-local")
-    assert cluster_evidence(params, layout, CHAMPION, None) is None  # no champion: the incumbents decide
+    assert _evidence(params, layout, CHAMPION, None) is None  # no champion: the incumbents decide
 
-    evidence = cluster_evidence(params, layout, CHAMPION, CHAMPION)
+    evidence = _evidence(params, layout, CHAMPION, CHAMPION)
     assert evidence is not None and evidence.logs == ("dl2-local",) and evidence.workloads == 2
     assert (evidence.mean, evidence.low, evidence.high) == (0.0, 0.0, 0.0) and not evidence.faster
     world, _ = calibrated_world(log)
@@ -55,7 +62,7 @@ def test_the_champion_against_itself_is_not_faster_on_the_cluster(tmp_path: Path
 
     # two logs: their twins' workloads are paired together
     shutil.copytree(log, clusters_dir(layout) / "other")
-    evidence = cluster_evidence(params, layout, CHAMPION, CHAMPION)
+    evidence = _evidence(params, layout, CHAMPION, CHAMPION)
     assert evidence is not None and evidence.logs == ("dl2-local", "other") and evidence.workloads == 4
 
 
@@ -63,9 +70,9 @@ def test_only_a_realistic_lifecycle_learning_in_the_twin_consults_it(tmp_path: P
     layout = Layout(tmp_path)
     _cluster_log(layout, "dl2-local")
     compat = params_module.load(smoke=True)
-    assert compat.workloads.mode == "compat" and cluster_evidence(compat, layout, CHAMPION, CHAMPION) is None
+    assert compat.workloads.mode == "compat" and _evidence(compat, layout, CHAMPION, CHAMPION) is None
     off = params_module.load(smoke=True, overrides=[*REALISTIC, "online.learn_in_twin=false"])
-    assert cluster_evidence(off, layout, CHAMPION, CHAMPION) is None
+    assert _evidence(off, layout, CHAMPION, CHAMPION) is None
     assert gate_settings(off, layout)["cluster_logs"] == {} and gate_settings(off, layout)["cluster_twin"] is None
 
 
