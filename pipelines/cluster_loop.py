@@ -13,8 +13,8 @@ training feedback, the fine-tuned challenger goes through the gate, and the cont
    the API next to `dl2 simulate`'s for the same workload and policy, the incumbent's, and the shadow run's.
 
 The outcome is kept in `reports/cluster_loop.json` and each version's figures on its logged model in MLflow (the
-champion before the loop and the version active after it, side by side in the registry); a run whose champion already ran in active mode on the same
-slice shows it again and changes nothing.
+champion before the loop and the version active after it, side by side in the registry); a run whose champion
+already ran in active mode on the same slice shows it again and changes nothing.
 
     python -m pipelines.cluster_loop [--json]     # the slice: params.yaml `cluster`
 """
