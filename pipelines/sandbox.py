@@ -22,8 +22,12 @@ from pipelines.environment import QUIET
 from pipelines.environment import environment as environment_of_commands
 from pipelines.tracking import ROOT
 
-OUTPUTS = ("dvc.lock", "reports/", "data/ingested/", "data/workloads/", "data/feedback/simulated/", "data/deployments/")
-"""What the pipeline writes: left out of the copy, so that it starts from nothing."""
+OUTPUTS = (
+    "dvc.lock", "reports/", "data/ingested/", "data/workloads/", "data/feedback/simulated/", "data/deployments/",
+    "data/feedback/clusters/", "data/feedback/clusters.dvc",
+)  # fmt: skip
+"""What the pipeline writes (the cluster loop's collected records and their DVC file too): left out of the copy,
+so that it starts from nothing, also in a checkout where `make demo` ran."""
 GIT_IDENTITY = ("-c", "user.name=dl2 lifecycle", "-c", "user.email=dl2@localhost")
 
 
