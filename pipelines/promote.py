@@ -167,9 +167,10 @@ def gate_settings(params: Params, layout: Layout | None = None) -> dict[str, Any
     from pipelines.collect import clusters_dir
     from pipelines.evaluate import heuristics
 
-    logs = twin_logs(params, layout or Layout())
+    layout = layout or Layout()
+    logs = twin_logs(params, layout)
     return {
-        "cluster_logs": {str(log.relative_to(clusters_dir(layout or Layout()))): _fingerprint(log) for log in logs},
+        "cluster_logs": {str(log.relative_to(clusters_dir(layout))): _fingerprint(log) for log in logs},
         "cluster_twin": {"workloads": params.online.twin.workloads, "seed": params.online.twin.seed} if logs else None,
         "margin": params.promote.margin,
         "max_slowdown_p99": params.promote.max_slowdown_p99,

@@ -92,11 +92,12 @@ def twin_lines(twin: object) -> list[str]:
     if isinstance(twin, dict):
         return [f"  online, in the calibrated twin: skipped ({twin.get('skipped')})"] if twin.get("skipped") else []
     lines = []
+    from dl2.sim.metrics import interval_text
+
     for verdict in twin if isinstance(twin, list) else []:
-        d = verdict["predicted_difference"]
         lines.append(
             f"  online, in the twin calibrated from {verdict['log'].rsplit('/', 1)[-1]}: re-warmed on "
-            f"{verdict['teacher']}, {d['mean']:+.1%} [{d['low']:+.1%}, {d['high']:+.1%}] average JCT against the "
+            f"{verdict['teacher']}, {interval_text(verdict['predicted_difference'])} average JCT against the "
             f"running policy ({'kept' if verdict['kept'] else 'not kept: the interval is not below zero'})"
         )
     return lines

@@ -21,6 +21,7 @@ from dl2.io import to_json
 from dl2.nn.state_io import load_weights, write_model_dir
 from dl2.rl.config import NetworkConfig, RLConfig
 from dl2.schedulers.registry import check_placer
+from dl2.sim.metrics import interval_text
 
 FORMAT = "dl2-policy/1"
 
@@ -214,13 +215,11 @@ def learned_from(metadata: dict[str, Any]) -> list[str]:
             logs = ", ".join(f"`{log.get('log')}` ({log.get('decisions')} decisions)" for log in steps["logs"])
             lines.append(f"{what} on {logs}: {'kept' if steps.get('kept') else 'not kept'}")
     for verdict in metadata.get("online_twin") or ():
-        if isinstance(verdict, dict):
-            difference = verdict.get("predicted_difference") or {}
+        if isinstance(verdict, dict) and isinstance(verdict.get("predicted_difference"), dict):
             lines.append(
                 f"re-warmed in the twin calibrated from `{verdict.get('log')}` on `{verdict.get('teacher')}` reading "
-                f"the calibrated speeds: {difference.get('mean', 0):+.1%} [{difference.get('low', 0):+.1%}, "
-                f"{difference.get('high', 0):+.1%}] against the policy it started from in the twin, "
-                f"{'kept' if verdict.get('kept') else 'not kept'}"
+                f"the calibrated speeds: {interval_text(verdict['predicted_difference'])} against the policy it "
+                f"started from in the twin, {'kept' if verdict.get('kept') else 'not kept'}"
             )
     return lines
 

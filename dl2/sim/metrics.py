@@ -8,6 +8,7 @@ rho <= 1 means the job did at least as well as on a private cluster.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +101,12 @@ def report_unit(mode: str) -> tuple[float, str]:
     """(seconds per unit, unit) in which JCTs are reported: slots of 1200 s in compatibility mode (the authors'
     unit), hours otherwise."""
     return (1200.0, "slots") if mode == "compat" else (3600.0, "h")
+
+
+def interval_text(difference: Mapping[str, float]) -> str:
+    """A relative difference (`mean`, `low`, `high`: a mean and its 95% interval) as reports write it:
+    '-3.2% [-8.1%, +1.7%]'."""
+    return f"{difference['mean']:+.1%} [{difference['low']:+.1%}, {difference['high']:+.1%}]"
 
 
 def mean_ci95(values: list[float]) -> tuple[float, float]:

@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from dl2.sim.metrics import report_unit
+from dl2.sim.metrics import interval_text, report_unit
 from pipelines import registry, tracking
 from pipelines.promotion.gate import Score, Verdict, best_heuristic, finite, margin_against
 from pipelines.promotion.ledger import now
@@ -94,9 +94,8 @@ def report_lines(decision: Mapping[str, Any]) -> list[str]:
     cluster = decision.get("cluster")
     if cluster:
         lines.append(
-            f"challenger vs champion on the clusters ({', '.join(cluster['logs'])}): {100 * cluster['mean']:+.1f}% "
-            f"[{100 * cluster['low']:+.1f}%, {100 * cluster['high']:+.1f}%] average JCT in their calibrated twin "
-            f"({cluster['workloads']} paired workloads)"
+            f"challenger vs champion on the clusters ({', '.join(cluster['logs'])}): {interval_text(cluster)} "
+            f"average JCT in their calibrated twin ({cluster['workloads']} paired workloads)"
         )
     lines.append(f"verdict: {decision['status']}: {decision['reason']}")
     return lines
