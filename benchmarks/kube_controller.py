@@ -26,6 +26,7 @@ manager, kube-scheduler, kwok) with the cluster twin (`dl2.twin`), the controlle
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -42,6 +43,7 @@ from typing import Any
 
 import numpy as np
 from common import environment, print_table, write_json
+from controller_cpu import GcClock
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # tests.kube_fixtures: the kill harness the slow test uses too
@@ -137,7 +139,7 @@ def load_size(
         controller = Controller(api, config, directory_loader(models_root(folder / "models")))
         admin = Rest(kube_config.new_client_from_config(started["admin"]))  # the bench's reads, not the controller's
         controller.refresh_policy(admin.get(POLICIES, None, "default"))
-        walls, calls, decide, jobs, resizes, phases, twin_s = [], [], [], [], [], [], []
+        walls, calls, decide, jobs, resizes, phases, twin_s, gc_s = [], [], [], [], [], [], [], []
         model = controller.runtime.current.scheduler
         original = model.schedule
 
@@ -148,9 +150,13 @@ def load_size(
             return allocation
 
         model.schedule = timed  # type: ignore[method-assign]
+        collector = GcClock()
+        gc.callbacks.append(collector)
         for _ in range(slots):
             now = clock(admin)
+            collector.seconds = 0.0
             report = controller.run_slot(now.slot, now.time_s, now.slot_s, dict(now.resource_versions))
+            gc_s.append(collector.seconds)
             walls.append(report.seconds)
             calls.append(report.api_calls)
             jobs.append(report.jobs)
@@ -162,6 +168,7 @@ def load_size(
             twin_s.append(advanced["twin_s"])
             if advanced["done"]:
                 break
+        gc.callbacks.remove(collector)
         controller.cache.stop()
         controller.events.stop()
     finally:
@@ -180,10 +187,16 @@ def load_size(
         "p99_slot_s": float(np.percentile(walls[steady], 99)),
         "median_policy_s": float(np.median(decide[steady])),
         **{f"median_{name}_s": float(np.median([p[name] for p in phases[steady]])) for name in phases[0]},
+        "median_gc_s": float(np.median(gc_s[steady])),
+        "max_gc_s": float(max(gc_s[steady])),
         "median_api_calls_per_slot": float(np.median(calls[steady])),
         "max_api_calls_per_slot": int(max(calls[steady])),
         "first_slot_api_calls": calls[0],
         "median_resizes_per_slot": float(np.median(resizes[steady])),
+        "per_slot": [
+            {"seconds": wall, "api_calls": call, "resizes": resized, "gc_s": collected, **phase}
+            for wall, call, resized, collected, phase in zip(walls, calls, resizes, gc_s, phases, strict=True)
+        ],
         "twin_start_s": started["start_s"],
         "median_twin_slot_s": float(np.median(twin_s)),
     }
@@ -500,13 +513,16 @@ def main() -> None:
             print_table(
                 f"slot latency: Philly's first N jobs at once on 352 nodes, dl2-philly active ({args.slots} slots)",
                 ["jobs", "guardrails", "cores", "active", "first slot (s)", "median (ms)", "p99 (ms)", "observe",
-                 "decide", "of it policy", "record", "act", "API calls/slot", "max", "resizes/slot"],
+                 "of it wait", "decide", "of it policy", "record", "act", "gc", "API calls/slot", "max",
+                 "resizes/slot"],
                 [[str(s["jobs"]), "shipped" if s["guardrails"] else "none", s["cores"],
                   f"{s['active_jobs_median']:.0f}", f"{s['first_slot_s']:.2f}",
                   f"{1000 * s['median_slot_s']:.1f}", f"{1000 * s['p99_slot_s']:.1f}",
-                  f"{1000 * s['median_observe_s']:.0f}", f"{1000 * s['median_decide_s']:.0f}",
+                  f"{1000 * s['median_observe_s']:.0f}", f"{1000 * s['median_wait_s']:.0f}",
+                  f"{1000 * s['median_decide_s']:.0f}",
                   f"{1000 * s['median_policy_s']:.0f}", f"{1000 * s['median_record_s']:.0f}",
-                  f"{1000 * s['median_act_s']:.0f}", f"{s['median_api_calls_per_slot']:.0f}",
+                  f"{1000 * s['median_act_s']:.0f}", f"{1000 * s['median_gc_s']:.0f}",
+                  f"{s['median_api_calls_per_slot']:.0f}",
                   str(s["max_api_calls_per_slot"]), f"{s['median_resizes_per_slot']:.0f}"] for s in sizes],
             )  # fmt: skip
         if "kills" in parts:

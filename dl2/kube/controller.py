@@ -71,8 +71,8 @@ class SlotReport:
     """Requests of the slot (retries included): its resizes and the status; the reads come from the caches."""
     targets: tuple[Target, ...] = ()
     phases: dict[str, float] = field(default_factory=dict)
-    """Seconds spent per phase: observe (the reads), decide (incumbent and policy), record (records and journal),
-    act (the resizes)."""
+    """Seconds spent per phase: observe (the reads; `wait` of it for the caches to reach the slot's versions),
+    decide (incumbent and policy), record (records and journal), act (the resizes)."""
 
 
 @dataclass(slots=True)
@@ -232,10 +232,13 @@ class Controller:
         wanted = dict(self.rest.written)
         for resource, version in (barrier or {}).items():
             wanted[resource] = max(wanted.get(resource, 0), version)
-        raw = self.cache.read(wanted, self.config.cache_timeout_s)
+        self.cache.start()
+        self.cache.wait_for(wanted, self.config.cache_timeout_s)
+        waited = time.perf_counter() - started
+        raw = self.cache.read()
         measured = self._measured_progress(raw)
         snap = snapshot(raw, time_s, slot, slot_s, self.config.cluster_name, self.specs, measured)
-        phases = {"observe": time.perf_counter() - started, "decide": 0.0}
+        phases = {"observe": time.perf_counter() - started, "wait": waited, "decide": 0.0}
         mark = time.perf_counter()
         self.last_snapshot = snap
         self._crash("observed", slot)
