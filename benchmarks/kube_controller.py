@@ -139,7 +139,7 @@ def load_size(
         controller = Controller(api, config, directory_loader(models_root(folder / "models")))
         admin = Rest(kube_config.new_client_from_config(started["admin"]))  # the bench's reads, not the controller's
         controller.refresh_policy(admin.get(POLICIES, None, "default"))
-        walls, calls, decide, jobs, resizes, phases, twin_s, gc_s = [], [], [], [], [], [], [], []
+        walls, calls, decide, jobs, resizes, phases, twin_s, gc_s, watches = [], [], [], [], [], [], [], [], []
         model = controller.runtime.current.scheduler
         original = model.schedule
 
@@ -157,6 +157,7 @@ def load_size(
             collector.seconds = 0.0
             report = controller.run_slot(now.slot, now.time_s, now.slot_s, dict(now.resource_versions))
             gc_s.append(collector.seconds)
+            watches.append({i.resource.key: [i.restarts, i.relists] for i in controller.cache.informers})
             walls.append(report.seconds)
             calls.append(report.api_calls)
             jobs.append(report.jobs)
@@ -194,8 +195,17 @@ def load_size(
         "first_slot_api_calls": calls[0],
         "median_resizes_per_slot": float(np.median(resizes[steady])),
         "per_slot": [
-            {"seconds": wall, "api_calls": call, "resizes": resized, "gc_s": collected, **phase}
-            for wall, call, resized, collected, phase in zip(walls, calls, resizes, gc_s, phases, strict=True)
+            {
+                "seconds": wall,
+                "api_calls": call,
+                "resizes": resized,
+                "gc_s": collected,
+                **phase,
+                "watch_restarts_relists": watched,
+            }
+            for wall, call, resized, collected, phase, watched in zip(
+                walls, calls, resizes, gc_s, phases, watches, strict=True
+            )
         ],
         "twin_start_s": started["start_s"],
         "median_twin_slot_s": float(np.median(twin_s)),

@@ -8,9 +8,13 @@ empty cache, listed again every few seconds; any other failure backs off exponen
 objects are the API's JSON, never mutated (a reader may hold one while the cache moves on).
 
 `version` is the newest resourceVersion the cache reflects; `wait_for(version)` blocks until it reaches one (the
-simulated clock's barrier, `dl2.kube.clock`). A resourceVersion is opaque to clients in general; here it is
-compared as a number, which is what etcd revisions of one API server are, and only against versions this same
-server returned.
+simulated clock's barrier, `dl2.kube.clock`). `changed_version` is the newest version of a change it applied (an
+object added, modified or deleted): a bookmark moves `version` on, not `changed_version`. A barrier for another
+informer of the same selection names `changed_version`: that informer sees the same changes, but a bookmark only
+when the server sends it one (about once a minute), so a bookmark's version would hold it that long.
+
+A resourceVersion is opaque to clients in general; here it is compared as a number, which is what etcd revisions
+of one API server are, and only against versions this same server returned.
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ class Informer:
         """False while the resource is not served (404 on its list): the cache is then empty."""
         self._objects: dict[str, dict[str, Any]] = {}
         self._version = 0
+        self._changed_version = 0
         self._synced = threading.Event()
         self._stop = threading.Event()
         self._changed = threading.Condition()
@@ -106,6 +111,11 @@ class Informer:
         with self._changed:
             return self._version
 
+    @property
+    def changed_version(self) -> int:
+        with self._changed:
+            return self._changed_version
+
     def wait_for(self, version: int, timeout_s: float) -> bool:
         """Block until the cache reflects `version` (or a later one); False on timeout."""
         deadline = time.monotonic() + timeout_s
@@ -133,6 +143,7 @@ class Informer:
         with self._changed:
             self._objects = {object_key(obj): obj for obj in items}
             self._version = max(self._version, int(version) if version.isdigit() else 0)
+            self._changed_version = max([self._changed_version, *map(_version, items)])
             self._changed.notify_all()
         self._synced.set()
         if self.on_change is not None:
@@ -154,6 +165,8 @@ class Informer:
             elif kind in ("ADDED", "MODIFIED"):
                 self._objects[object_key(obj)] = obj
             self._version = max(self._version, version)
+            if kind != "BOOKMARK":
+                self._changed_version = max(self._changed_version, version)
             self._changed.notify_all()
         if kind != "BOOKMARK" and self.on_change is not None:
             self.on_change()

@@ -474,8 +474,9 @@ class ClusterTwin:
                 raise
 
     def _settle(self) -> dict[str, int]:
-        """Wait until each pod cache reflects the twin's writes and kwok has every bound pod Running; each cache's
-        version then, by barrier key (none without settling)."""
+        """Wait until each pod cache reflects the twin's writes and kwok has every bound pod Running; the version
+        of each cache's newest change then, by barrier key (none without settling). Not the cache's version: that
+        may be a bookmark's, which the controller's informer would only reach with its own bookmark."""
         if not self._pods:
             return {}
         for resource, informer in self._pods.items():
@@ -499,7 +500,7 @@ class ClusterTwin:
             bound = pending
             informer = self._pods[pending[0][0]]
             informer.wait_for(informer.version + 1, 0.2)
-        return {resource.key: informer.version for resource, informer in self._pods.items()}
+        return {resource.key: informer.changed_version for resource, informer in self._pods.items()}
 
     def _publish_clock(self) -> None:
         status = self.status()
