@@ -123,16 +123,18 @@ def fine_tune_in_twin(
     }
 
 
+def twin_jct_h(log: Path, world: World, build: SchedulerBuilder, speed_read: Any, index: int) -> float:
+    """Average JCT (h) on the twin's workload `index` (from 0) of `build`'s scheduler handed `speed_read`."""
+    seed = TWIN_SEED + index
+    result = simulate(workload(f"records:{log}", seed), build(speed_read, False), SimConfig.realistic(seed=seed),
+                      world.speed, world.interference)  # fmt: skip
+    return summarize(result).avg_jct_s / 3600
+
+
 def twin_jcts_h(log: Path, world: World, build: SchedulerBuilder, speed_read: Any, workloads: int) -> list[float]:
     """Average JCT (h) on each of the twin's first `workloads` workloads of `build`'s scheduler handed
     `speed_read`."""
-    hours = []
-    for seed in range(TWIN_SEED, TWIN_SEED + workloads):
-        config = SimConfig.realistic(seed=seed)
-        result = simulate(workload(f"records:{log}", seed), build(speed_read, False), config, world.speed,
-                          world.interference)  # fmt: skip
-        hours.append(summarize(result).avg_jct_s / 3600)
-    return hours
+    return [twin_jct_h(log, world, build, speed_read, index) for index in range(workloads)]
 
 
 def rewarm_in_twin(

@@ -10,9 +10,11 @@ loop runs `--rounds` rounds. Round r:
 2. the twin that log calibrates (`dl2.sim.calibrated`) trains a challenger from the active policy, as
    `--candidates` says (`rewarm`: re-warmed by DAgger on the best heuristic reading the calibrated speeds; `rl`:
    fine-tuned by RL; both as `benchmarks/calibrated_twin.py` does them);
-3. the gate: the challenger replaces the active policy only if its average JCT on `--twin-workloads` of the twin's
-   workloads, paired with the active policy's, is lower with a 95% interval of the mean relative difference
-   below zero;
+3. the gate: the challenger replaces the active policy only if its average JCT on the twin's workloads, paired
+   with the active policy's, is lower with a 95% interval of the mean relative difference below zero; the
+   workloads come in batches of `--twin-workloads`, another while the interval straddles zero with the
+   challenger ahead, at most `--twin-max-workloads` (`dl2.rl.in_twin.sequential_difference`: the interval is
+   widened for the planned looks);
 4. this week (the workload of the seed, never learned from) is played under the truth by the policy active
    after the round: the cluster's average JCT as its users see it.
 
@@ -44,7 +46,7 @@ from calibrated_twin import (
     play,
     play_calibrated,
     rewarm_in_twin,
-    twin_jcts_h,
+    twin_jct_h,
 )
 from common import environment, print_table, write_json
 from truth_scenarios import CHAMPION, ORACLES, philly_like
@@ -53,7 +55,7 @@ from dl2.core import DecisionRecord
 from dl2.core.log_format import CLUSTER_FILE, cluster_to_json
 from dl2.placement.samples import record_run
 from dl2.resolve import scheduler_builder
-from dl2.rl.in_twin import paired_difference
+from dl2.rl.in_twin import sequential_difference
 from dl2.sim.calibrated import calibrated_world
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.decision_log import write_segment
@@ -102,17 +104,14 @@ def run_loop(truth: str, seed: int, args: argparse.Namespace, folder: Path) -> d
         write_segment(log, records, int(start_s // records[0].slot_s))
         start_s += span_s
         world, calibration = calibrated_world(log)
-        incumbent_in_twin = twin_jcts_h(log, world, scheduler_builder(active, None, Mode.REALISTIC), world.speed,
-                                        args.twin_workloads)  # fmt: skip
+        incumbent_in_twin: dict[int, float] = {}  # the active policy's hours per twin workload, run once
         learned: dict[str, Any] = {}
         predicted: dict[str, dict[str, float]] = {}
         made: dict[str, str] = {}
         for candidate in args.candidates.split(","):
             out = folder / f"{candidate}-{truth}-{seed}-round{week + 1}"
             learned[candidate] = LEARNERS[candidate](log, world, calibration, args, out, active)
-            hours = twin_jcts_h(log, world, scheduler_builder(str(out), None, Mode.REALISTIC), world.speed,
-                                args.twin_workloads)  # fmt: skip
-            predicted[candidate] = paired_difference(hours, incumbent_in_twin)
+            predicted[candidate] = twin_call(log, world, str(out), active, incumbent_in_twin, args)
             made[candidate] = str(out)
         better = [name for name, difference in predicted.items() if difference["high"] < 0]
         choice = min(better, key=lambda name: predicted[name]["mean"], default=None)
@@ -177,7 +176,16 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=150, help="first N jobs of each week")
     parser.add_argument("--nodes", type=int, default=12, help="first N servers of the cluster")
     parser.add_argument("--candidates", default="rewarm", help="what learns in the twin: rewarm, rl (comma-separated)")
-    parser.add_argument("--twin-workloads", type=int, default=6, help="the twin's workloads the gate compares on")
+    parser.add_argument(
+        "--twin-workloads", type=int, default=6, help="the twin's workloads the gate compares on, a batch"
+    )
+    parser.add_argument(
+        "--twin-max-workloads",
+        type=int,
+        default=24,
+        help="the most the gate compares on: batches are added while its interval straddles zero with the "
+        "challenger ahead (6: the fixed-size gate)",
+    )
     parser.add_argument("--rewarm-episodes", type=int, default=6, help="rewarm: workloads the teacher is recorded on")
     parser.add_argument("--rewarm-dagger-rounds", type=int, default=1)
     parser.add_argument("--rewarm-epochs", type=int, default=6)
@@ -226,6 +234,22 @@ def pooled(files: list[Path]) -> tuple[dict[str, Any], dict[str, Any]]:
     cells = [cell for document in documents for cell in document["cells"]]
     seeds = ",".join(dict.fromkeys(str(cell["seed"]) for cell in cells))
     return {**documents[0], "cells": cells}, {**first, "seeds": seeds}
+
+
+def twin_call(
+    log: Path, world: Any, challenger: str, active: str, active_h: dict[int, float], args: argparse.Namespace
+) -> dict[str, float]:
+    """The gate's paired call in the twin: `challenger` against `active` on the twin's workloads, batches added
+    while undecided; `active_h` keeps the active policy's hours per workload across its challengers."""
+    challenger_builder = scheduler_builder(challenger, None, Mode.REALISTIC)
+    active_builder = scheduler_builder(active, None, Mode.REALISTIC)
+
+    def pair(index: int) -> tuple[float, float]:
+        if index not in active_h:
+            active_h[index] = twin_jct_h(log, world, active_builder, world.speed, index)
+        return twin_jct_h(log, world, challenger_builder, world.speed, index), active_h[index]
+
+    return sequential_difference(pair, args.twin_workloads, args.twin_max_workloads)
 
 
 def gate_summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
@@ -294,8 +318,10 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
         for cell in cells:
             for r in cell["rounds"]:
                 for name, difference in r["twin_prediction"].items():
-                    gate.append([truth, str(cell["seed"]), str(r["round"]), name, f"{difference['mean']:+.1%}",
-                                 f"[{difference['low']:+.1%}, {difference['high']:+.1%}]",
+                    # a run of the fixed-size gate did not record its workloads: they were --twin-workloads
+                    workloads = int(difference.get("workloads", args.twin_workloads))
+                    gate.append([truth, str(cell["seed"]), str(r["round"]), name, str(workloads),
+                                 f"{difference['mean']:+.1%}", f"[{difference['low']:+.1%}, {difference['high']:+.1%}]",
                                  f"{r['outcome_vs_active'][name]:+.1%}",
                                  "yes" if r["promoted"] == name else "no"])  # fmt: skip
     print_table(
@@ -305,8 +331,18 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
         table,
     )
     print_table(
-        f"the gate: the twin's prediction ({args.twin_workloads} paired workloads) against the outcome under the truth",
-        ["truth", "seed", "round", "challenger", "twin: vs active", "95% interval", "truth: vs active", "promoted"],
+        "the gate: the twin's prediction (paired workloads, added while undecided) against the outcome under the truth",
+        [
+            "truth",
+            "seed",
+            "round",
+            "challenger",
+            "workloads",
+            "twin: vs active",
+            "interval",
+            "truth: vs active",
+            "promoted",
+        ],
         gate,
     )
     results["gate"] = gate_summary(results["cells"])

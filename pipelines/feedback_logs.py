@@ -194,6 +194,7 @@ def log_twin(verdicts: Sequence[TwinVerdict]) -> None:
                 "twin.predicted_difference": difference["mean"],
                 "twin.predicted_difference_low": difference["low"],
                 "twin.predicted_difference_high": difference["high"],
+                "twin.workloads": len(verdict.running_h),
                 "twin.running_avg_jct_h": sum(verdict.running_h) / len(verdict.running_h),
                 "twin.challenger_avg_jct_h": sum(verdict.challenger_h) / len(verdict.challenger_h),
                 "twin.kept": float(verdict.kept),

@@ -142,7 +142,7 @@ def cluster_evidence(
     the same twin workloads (paired across all the logs); None without a champion or such logs. It reads the
     decision's recorded settings, so that what the decision key covers is what the evidence comes from."""
     from dl2.rl.config import TwinLearningConfig
-    from dl2.rl.in_twin import paired_difference, twin_jcts_h
+    from dl2.rl.in_twin import sequential_difference, twin_jct_h
     from dl2.rl.learned import LearnedScheduler
     from dl2.sim.calibrated import calibrated_world
     from pipelines.collect import clusters_dir
@@ -150,15 +150,24 @@ def cluster_evidence(
     if champion_dir is None or not gate["cluster_logs"]:
         return None
     config = TwinLearningConfig(**gate["cluster_twin"])
-    challenger_h: list[float] = []
-    champion_h: list[float] = []
-    for name in gate["cluster_logs"]:
-        log = clusters_dir(layout) / name
-        world, _ = calibrated_world(log)
-        for folder, hours in ((challenger_dir, challenger_h), (champion_dir, champion_h)):
-            hours += twin_jcts_h(log, world, LearnedScheduler.from_dir(folder, compat=False), config)
-    difference = paired_difference(challenger_h, champion_h)
-    return ClusterEvidence(tuple(gate["cluster_logs"]), len(champion_h), **difference)
+    logs = [clusters_dir(layout) / name for name in gate["cluster_logs"]]
+    worlds = [calibrated_world(log)[0] for log in logs]
+    challenger = LearnedScheduler.from_dir(challenger_dir, compat=False)
+    champion = LearnedScheduler.from_dir(champion_dir, compat=False)
+
+    def pair(index: int) -> tuple[float, float]:
+        # workload i of every log, then workload i + 1 of every log: each batch covers every cluster alike
+        which, seed = index % len(logs), config.seed + index // len(logs)
+        log, world = logs[which], worlds[which]
+        return twin_jct_h(log, world, challenger, seed), twin_jct_h(log, world, champion, seed)
+
+    difference = sequential_difference(
+        pair, config.workloads * len(logs), max(config.max_workloads, config.workloads) * len(logs)
+    )
+    return ClusterEvidence(
+        tuple(gate["cluster_logs"]), int(difference["workloads"]), difference["mean"], difference["low"],
+        difference["high"],
+    )  # fmt: skip
 
 
 def gate_settings(params: Params, layout: Layout | None = None) -> dict[str, Any]:
@@ -171,7 +180,15 @@ def gate_settings(params: Params, layout: Layout | None = None) -> dict[str, Any
     logs = twin_logs(params, layout)
     return {
         "cluster_logs": {str(log.relative_to(clusters_dir(layout))): _fingerprint(log) for log in logs},
-        "cluster_twin": {"workloads": params.online.twin.workloads, "seed": params.online.twin.seed} if logs else None,
+        "cluster_twin": (
+            {
+                "workloads": params.online.twin.workloads,
+                "max_workloads": params.online.twin.max_workloads,
+                "seed": params.online.twin.seed,
+            }
+            if logs
+            else None
+        ),
         "margin": params.promote.margin,
         "max_slowdown_p99": params.promote.max_slowdown_p99,
         "incumbent": list(params.promote.incumbent),

@@ -98,7 +98,8 @@ def twin_lines(twin: object) -> list[str]:
         lines.append(
             f"  online, in the twin calibrated from {verdict['log'].rsplit('/', 1)[-1]}: re-warmed on "
             f"{verdict['teacher']}, {interval_text(verdict['predicted_difference'])} average JCT against the "
-            f"running policy ({'kept' if verdict['kept'] else 'not kept: the interval is not below zero'})"
+            f"running policy on {len(verdict['running_in_twin_h'])} workloads "
+            f"({'kept' if verdict['kept'] else 'not kept: the interval is not below zero'})"
         )
     return lines
 

@@ -12,8 +12,10 @@ gate's prediction, to be set against what the cluster then shows.
 
 from __future__ import annotations
 
+import math
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,25 +69,72 @@ class TwinVerdict:
         }
 
 
-def paired_difference(candidate: list[float], incumbent: list[float]) -> dict[str, float]:
-    """Mean relative difference candidate / incumbent - 1 over paired workloads, with its 95% t interval (an
-    interval of zero width for a single pair)."""
+def paired_difference(candidate: list[float], incumbent: list[float], level: float = 0.05) -> dict[str, float]:
+    """Mean relative difference candidate / incumbent - 1 over paired workloads, with its (1 - `level`) t interval
+    (an interval of zero width for a single pair)."""
     differences = np.array(candidate) / np.array(incumbent) - 1
     mean = float(differences.mean())
     if len(differences) < 2:
         return {"mean": mean, "low": mean, "high": mean}
-    half = float(stats.t.ppf(0.975, len(differences) - 1) * differences.std(ddof=1) / np.sqrt(len(differences)))
+    spread = differences.std(ddof=1) / np.sqrt(len(differences))
+    half = float(stats.t.ppf(1 - level / 2, len(differences) - 1) * spread)
     return {"mean": mean, "low": mean - half, "high": mean + half}
 
 
+def sequential_difference(
+    pair: Callable[[int], tuple[float, float]], first: int, most: int, level: float = 0.05
+) -> dict[str, float]:
+    """`paired_difference` over workloads added in batches of `first` until it is decided, at most `most`.
+
+    `pair(i)` gives the candidate's and the incumbent's average JCT on workload i. After each batch: the candidate
+    is faster if the interval's upper end is below zero; it is not (and no more workloads are run) if the mean is
+    not negative; else another batch. Every look's interval is at `level` / looks (Bonferroni over the planned
+    looks), so the chance of calling a candidate that is not faster "faster" stays below `level` / 2 however many
+    looks are taken. With `most` == `first` this is the fixed-size `paired_difference`. The result also says how
+    many workloads were run (`workloads`) and at how many looks (`looks`)."""
+    first, most = max(first, 1), max(most, first, 1)
+    planned = math.ceil(most / first)
+    candidate: list[float] = []
+    incumbent: list[float] = []
+    while True:
+        for index in range(len(candidate), min(len(candidate) + first, most)):
+            ours, theirs = pair(index)
+            candidate.append(ours)
+            incumbent.append(theirs)
+        difference = paired_difference(candidate, incumbent, level / planned)
+        looks = math.ceil(len(candidate) / first)
+        if difference["high"] < 0 or difference["mean"] >= 0 or len(candidate) >= most:
+            return {**difference, "workloads": len(candidate), "looks": looks}
+
+
+def twin_jct_h(log: Path, world: World, scheduler: Any, seed: int) -> float:
+    """Average JCT (h) of `scheduler` on the twin's workload `seed` (the cluster's jobs, resampled)."""
+    result = simulate(workload(f"records:{log}", seed), scheduler, SimConfig.realistic(seed=seed), world.speed,
+                      world.interference)  # fmt: skip
+    return summarize(result).avg_jct_s / 3600
+
+
 def twin_jcts_h(log: Path, world: World, scheduler: Any, config: TwinLearningConfig) -> list[float]:
-    """Average JCT (h) of `scheduler` on each of the twin's compared workloads."""
-    hours = []
-    for seed in range(config.seed, config.seed + config.workloads):
-        result = simulate(workload(f"records:{log}", seed), scheduler, SimConfig.realistic(seed=seed), world.speed,
-                          world.interference)  # fmt: skip
-        hours.append(summarize(result).avg_jct_s / 3600)
-    return hours
+    """Average JCT (h) of `scheduler` on each of the twin's first compared workloads."""
+    return [twin_jct_h(log, world, scheduler, seed) for seed in range(config.seed, config.seed + config.workloads)]
+
+
+def twin_verdict(
+    log: Path, world: World, candidate: Any, incumbent: Any, config: TwinLearningConfig
+) -> tuple[dict[str, float], list[float], list[float]]:
+    """`sequential_difference` of `candidate` against `incumbent` on the twin's workloads (`config.workloads` a
+    batch, at most `config.max_workloads`), with their average JCTs (h) on the workloads it ran."""
+    candidate_h: list[float] = []
+    incumbent_h: list[float] = []
+
+    def pair(index: int) -> tuple[float, float]:
+        seed = config.seed + index
+        candidate_h.append(twin_jct_h(log, world, candidate, seed))
+        incumbent_h.append(twin_jct_h(log, world, incumbent, seed))
+        return candidate_h[-1], incumbent_h[-1]
+
+    difference = sequential_difference(pair, config.workloads, config.max_workloads)
+    return difference, candidate_h, incumbent_h
 
 
 def learn_in_twin(
@@ -114,15 +163,16 @@ def learn_in_twin(
         supervised=SupervisedConfig(network=running.config.network, epochs=config.epochs),
         workers=workers,
     )
-    with tempfile.TemporaryDirectory(prefix="dl2-twin-running-") as scratch:
-        before = Path(scratch) / "running"
-        save_trained(before, running.config, running.policy.state_dict(), None, "the running policy", {}, False)
-        running_h = twin_jcts_h(log, world, LearnedScheduler.from_dir(before, compat=False), config)
     policy, _, facts = warm_up(warm, policy=_copy_of(running), world=world)
     metadata = {**running.metadata, "calibrated_from": str(log), "teacher_in_twin": teacher}
     save_trained(out, running.config, policy.state_dict(), None, title, metadata, overwrite=True)
-    challenger_h = twin_jcts_h(log, world, LearnedScheduler.from_dir(out, compat=False), config)
-    difference = paired_difference(challenger_h, running_h)
+    with tempfile.TemporaryDirectory(prefix="dl2-twin-running-") as scratch:
+        before = Path(scratch) / "running"
+        save_trained(before, running.config, running.policy.state_dict(), None, "the running policy", {}, False)
+        difference, challenger_h, running_h = twin_verdict(
+            log, world, LearnedScheduler.from_dir(out, compat=False),
+            LearnedScheduler.from_dir(before, compat=False), config,
+        )  # fmt: skip
     return TwinVerdict(
         log=str(log),
         teacher=teacher,

@@ -49,7 +49,7 @@ class Score:
 class ClusterEvidence:
     """The challenger against the champion in the twins calibrated from the clusters' decision records: the mean
     relative difference of their average JCTs over paired twin workloads (negative: the challenger is faster),
-    with its 95% interval."""
+    with its interval (95% over the comparison's planned looks: workloads are added while it is undecided)."""
 
     logs: tuple[str, ...]
     workloads: int

@@ -82,7 +82,11 @@ def test_the_decision_key_follows_the_cluster_logs(tmp_path: Path) -> None:
     params = params_module.load(smoke=True, overrides=REALISTIC)
     log = _cluster_log(layout, "dl2-local")
     before = gate_settings(params, layout)
-    assert list(before["cluster_logs"]) == ["dl2-local"] and before["cluster_twin"] == {"workloads": 2, "seed": 1000}
+    assert list(before["cluster_logs"]) == ["dl2-local"] and before["cluster_twin"] == {
+        "workloads": 2,
+        "max_workloads": 2,
+        "seed": 1000,
+    }
     segment = sorted(log.glob("segment-*.jsonl"))[-1]
     segment.write_text(segment.read_text() + segment.read_text().splitlines(keepends=True)[-1])
     assert gate_settings(params, layout)["cluster_logs"] != before["cluster_logs"]
@@ -92,10 +96,11 @@ def test_the_lifecycle_says_what_the_twin_gave() -> None:
     from pipelines.steps import twin_lines
 
     verdict = {"log": "/r/data/feedback/clusters/dl2-local", "teacher": "speedup-hull", "kept": False,
-               "predicted_difference": {"mean": -0.032, "low": -0.081, "high": 0.017}}  # fmt: skip
+               "predicted_difference": {"mean": -0.032, "low": -0.081, "high": 0.017},
+               "running_in_twin_h": [3.1, 2.9, 3.4, 3.0, 2.8, 3.3]}  # fmt: skip
     assert twin_lines([verdict]) == [
         "  online, in the twin calibrated from dl2-local: re-warmed on speedup-hull, -3.2% [-8.1%, +1.7%] average "
-        "JCT against the running policy (not kept: the interval is not below zero)"
+        "JCT against the running policy on 6 workloads (not kept: the interval is not below zero)"
     ]
     assert twin_lines({"skipped": "a compat-mode policy"}) == [
         "  online, in the calibrated twin: skipped (a compat-mode policy)"

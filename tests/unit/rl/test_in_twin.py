@@ -12,7 +12,7 @@ from dl2.core.log_format import CLUSTER_FILE, cluster_to_json
 from dl2.env.config import EnvConfig
 from dl2.placement.samples import record_run
 from dl2.rl.config import RLConfig, TwinLearningConfig
-from dl2.rl.in_twin import TEACHERS, learn_in_twin, paired_difference, twin_jcts_h
+from dl2.rl.in_twin import TEACHERS, learn_in_twin, paired_difference, sequential_difference, twin_jcts_h
 from dl2.rl.learned import LearnedScheduler
 from dl2.rl.refine import learn_online
 from dl2.rl.training import Trained, load_trained
@@ -36,6 +36,37 @@ def test_paired_difference_by_hand() -> None:
     assert paired_difference([9.0], [10.0]) == pytest.approx({"mean": -0.1, "low": -0.1, "high": -0.1})
 
 
+def test_a_sequential_comparison_adds_batches_only_while_undecided() -> None:
+    def pairs(differences: list[float]):
+        asked: list[int] = []
+
+        def pair(index: int) -> tuple[float, float]:
+            asked.append(index)
+            return 10.0 * (1 + differences[index]), 10.0
+
+        return pair, asked
+
+    # clearly faster in the first batch: decided there, at the level of 4 planned looks (0.05 / 4)
+    pair, asked = pairs([-0.10, -0.11, -0.09, -0.10] + [0.5] * 12)
+    verdict = sequential_difference(pair, 4, 16)
+    assert asked == [0, 1, 2, 3] and (verdict["workloads"], verdict["looks"]) == (4, 1)
+    # mean -0.1, sd 0.008165, t(1 - 0.0125 / 2, 3) = 5.3919 (scipy): half 5.3919 * 0.008165 / 2
+    assert verdict["high"] == pytest.approx(-0.1 + 5.3919 * 0.008165 / 2, abs=1e-4)
+    # the challenger behind after a batch: no more workloads
+    pair, asked = pairs([0.02, -0.01, 0.03, 0.0] + [-0.5] * 12)
+    assert sequential_difference(pair, 4, 16)["workloads"] == 4 and len(asked) == 4
+    # ahead but undecided: a batch at a time, up to the most
+    noisy = [-0.08, 0.06, -0.07, 0.05] * 4
+    pair, asked = pairs(noisy)
+    verdict = sequential_difference(pair, 4, 16)
+    assert asked == list(range(16)) and (verdict["workloads"], verdict["looks"]) == (16, 4)
+    assert verdict["mean"] == pytest.approx(-0.01) and verdict["low"] < 0 < verdict["high"]
+    # with the most at the first batch it is the fixed-size comparison
+    pair, _ = pairs(noisy)
+    fixed = paired_difference([10.0 * (1 + d) for d in noisy[:4]], [10.0] * 4)
+    assert sequential_difference(pair, 4, 4) == pytest.approx({**fixed, "workloads": 4, "looks": 1})
+
+
 def test_a_compat_mode_policy_is_refused(tmp_path: Path) -> None:
     running = load_trained(ROOT / "models" / "dl2-compat-hull")
     with pytest.raises(ValueError, match="realistic"):
@@ -56,12 +87,13 @@ def _small_log(folder: Path) -> Path:
 def test_learning_in_the_twin_of_a_small_log(tmp_path: Path) -> None:
     log = _small_log(tmp_path)
     champion = ROOT / "models" / "dl2-philly"
-    config = TwinLearningConfig(workloads=2, episodes=1, dagger_rounds=0, epochs=1)
+    config = TwinLearningConfig(workloads=2, max_workloads=2, episodes=1, dagger_rounds=0, epochs=1)
     verdict = learn_in_twin(log, load_trained(champion), config, 1, tmp_path / "challenger", "challenger")
 
     assert verdict.teacher == min(TEACHERS, key=verdict.teachers_h.__getitem__)
     assert len(verdict.running_h) == len(verdict.challenger_h) == 2
-    assert verdict.difference == pytest.approx(paired_difference(verdict.challenger_h, verdict.running_h))
+    fixed = paired_difference(verdict.challenger_h, verdict.running_h)
+    assert verdict.difference == pytest.approx({**fixed, "workloads": 2, "looks": 1})
     assert verdict.kept is (verdict.difference["high"] < 0)
     # the running policy, saved and reloaded for the twin, plays as its own folder does
     world, _ = calibrated_world(log)
@@ -75,7 +107,7 @@ def test_learning_in_the_twin_of_a_small_log(tmp_path: Path) -> None:
 def test_online_learning_re_warms_in_each_cluster_twin_after_the_feedback_steps(tmp_path: Path) -> None:
     log = _small_log(tmp_path)
     start = load_trained(ROOT / "models" / "dl2-philly")
-    config = TwinLearningConfig(workloads=2, episodes=1, dagger_rounds=0, epochs=1)
+    config = TwinLearningConfig(workloads=2, max_workloads=2, episodes=1, dagger_rounds=0, epochs=1)
     learned = learn_online(EnvConfig(), RLConfig(), start, [], 0, 1, None, [log], config, tmp_path / "scratch")
 
     assert learned.feedback is None  # no batches: no steps
