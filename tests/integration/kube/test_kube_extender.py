@@ -276,6 +276,8 @@ def test_pods_of_managed_jobs_land_on_the_node_the_extender_ranks_first(kube, tw
     assert ranked, "the extender never discriminated between nodes"
     bound = [(name, pod["spec"]["nodeName"]) for name, pod in pods.items() if pod["spec"].get("nodeName")]
     checked = [(name, node) for name, node in bound if name in ranked]
+    for name, node in checked:  # `pytest -s`: each pod, the node kube-scheduler bound it to, the extender's scores
+        print(f"{name} -> {node}  extender: {dict(sorted(ranked[name].items(), key=lambda kv: -kv[1]))}")
     assert checked and all(node in best_hosts(host_priorities(ranked[name])) for name, node in checked)
     placed = {name for name, _ in bound}
     assert placed and placed <= set(extender.scores) | {n for n in placed if n not in extender.scores}

@@ -110,10 +110,12 @@ def test_kubectl_installs_dl2_and_shows_its_policy(fresh, tmp_path):
         controller.cache.stop()
         controller.events.stop()
     table = run(kubeconfig, "get", "dl2p").stdout.splitlines()
+    print("\n".join(table))
     assert table[0].split() == ["NAME", "MODE", "WANTED", "LOADED", "READY", "SLOT", "AGE"]
     row = table[1].split()
     assert row[:5] == ["default", "shadow", "1", "1", "True"] and row[5] == str(now.slot) and len(row) == 7
     described = run(kubeconfig, "describe", "dl2p", "default").stdout
+    print(described)
     for expected in ("Conditions:", "SpecValid", "ModelLoaded", "Fallback", "Events:", "serving dl2-policy v1"):
         assert expected in described, described
     kinds = [line.split()[-1] for line in described.splitlines() if line.strip().startswith("Type:")]
