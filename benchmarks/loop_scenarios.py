@@ -182,9 +182,9 @@ def main() -> None:
     parser.add_argument(
         "--twin-max-workloads",
         type=int,
-        default=24,
+        default=6,
         help="the most the gate compares on: batches are added while its interval straddles zero with the "
-        "challenger ahead (6: the fixed-size gate)",
+        "challenger ahead (at --twin-workloads, the default: a fixed-size gate)",
     )
     parser.add_argument("--rewarm-episodes", type=int, default=6, help="rewarm: workloads the teacher is recorded on")
     parser.add_argument("--rewarm-dagger-rounds", type=int, default=1)

@@ -317,10 +317,11 @@ class TwinLearningConfig:
     workloads: Annotated[int, Ge(1), Le(1_000)] = 4
     """The twin's workloads (the cluster's jobs, resampled) every policy is run on: the teachers' trial and the
     first batch of the paired comparison of the challenger with the running policy."""
-    max_workloads: Annotated[int, Ge(1), Le(1_000)] = 16
+    max_workloads: Annotated[int, Ge(1), Le(1_000)] = 4
     """The most workloads the paired comparison runs (`dl2.rl.in_twin.sequential_difference`): while its interval
-    straddles zero with the challenger ahead, another batch of `workloads`; a value below `workloads` counts as
-    `workloads` (a fixed-size comparison)."""
+    straddles zero with the challenger ahead, another batch of `workloads`. At `workloads` or below (the default)
+    the comparison has a fixed size: more workloads made the twin's verdicts less favourable to challengers that
+    the truth then found faster (docs/results.md, "A sequential gate")."""
     episodes: Count = 6
     """Workloads the teacher is recorded on."""
     dagger_rounds: Count = 1
