@@ -52,7 +52,13 @@ def load(workload: Workload) -> dict[str, float]:
     }
 
 
-def cell(truth: str, seed: int, num_jobs: int, num_nodes: int, folder: Path) -> dict[str, Any]:
+SCHEDULERS = {"champion": "champion dl2-philly", "optimus": "optimus", "speedup-hull": "speedup-hull"}
+"""What `--schedulers` may name, and the rows' names for them."""
+
+
+def cell(
+    truth: str, seed: int, num_jobs: int, num_nodes: int, folder: Path, names: tuple[str, ...] = ("champion", "optimus")
+) -> dict[str, Any]:
     log = previous_week_log(truth, seed, num_jobs, num_nodes, folder)
     world, _ = calibrated_world(log)
     previous, _ = previous_week(truth, seed, num_jobs, num_nodes)
@@ -63,8 +69,8 @@ def cell(truth: str, seed: int, num_jobs: int, num_nodes: int, folder: Path) -> 
         "next week": (philly_like(seed, num_jobs, num_nodes), seed),
     }
     schedulers = {
-        "champion dl2-philly": scheduler_builder(CHAMPION, None, Mode.REALISTIC),
-        "optimus": heuristic("optimus"),
+        SCHEDULERS[name]: scheduler_builder(CHAMPION, None, Mode.REALISTIC) if name == "champion" else heuristic(name)
+        for name in names
     }
     rows = []
     for name, build in schedulers.items():
@@ -79,19 +85,43 @@ def cell(truth: str, seed: int, num_jobs: int, num_nodes: int, folder: Path) -> 
     return {"truth": truth, "seed": seed, "rows": rows}
 
 
+def paired_bias(cell: dict[str, Any], scheduler: str) -> list[dict[str, Any]]:
+    """Per workload of `cell`: `scheduler`'s average JCT relative to the champion's, under the truth and in the twin,
+    and the twin's bias (its relative difference less the truth's): what a gate that compares the two in the twin
+    gets wrong on that workload."""
+    champion = {r["workload"]: r for r in cell["rows"] if r["scheduler"] == SCHEDULERS["champion"]}
+    rows = []
+    for row in (r for r in cell["rows"] if r["scheduler"] == scheduler):
+        base = champion[row["workload"]]
+        truth, twin = row["truth_h"] / base["truth_h"] - 1, row["twin_h"] / base["twin_h"] - 1
+        rows.append({"truth": cell["truth"], "seed": cell["seed"], "scheduler": scheduler, "workload": row["workload"],
+                     "truth_vs_champion": truth, "twin_vs_champion": twin, "bias": twin - truth})  # fmt: skip
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--truths", default="speed-shift,catalogue", help="scenarios, comma-separated")
     parser.add_argument("--seeds", default="9100,9101", help="seeds of the next week (the previous is seed + 500)")
     parser.add_argument("--jobs", type=int, default=300)
     parser.add_argument("--nodes", type=int, default=24)
+    parser.add_argument(
+        "--schedulers",
+        default="champion,optimus",
+        help=f"comma-separated, of {', '.join(SCHEDULERS)}; with the champion and another, the table of the twin's "
+        "paired comparison against the truth's follows",
+    )
     parser.add_argument("--out", default="twin_fidelity.json", help="file name under benchmarks/results/")
     args = parser.parse_args()
+    names = tuple(args.schedulers.split(","))
+    unknown = [name for name in names if name not in SCHEDULERS]
+    if unknown:
+        parser.error(f"--schedulers: unknown {', '.join(unknown)} (expected some of {', '.join(SCHEDULERS)})")
     cells = []
     with tempfile.TemporaryDirectory(prefix="dl2-twin-") as scratch:
         for truth in args.truths.split(","):
             for seed in (int(s) for s in args.seeds.split(",")):
-                cells.append(cell(truth, seed, args.jobs, args.nodes, Path(scratch)))
+                cells.append(cell(truth, seed, args.jobs, args.nodes, Path(scratch), names))
                 print(f"{truth} {seed} done", file=sys.stderr, flush=True)
     print_table(
         "the twin's fidelity: average JCT under the truth and in the calibrated twin, per workload",
@@ -100,7 +130,17 @@ def main() -> None:
           f"{r['truth_h']:.2f}", f"{r['twin_h']:.2f}", f"{r['twin_h'] / r['truth_h']:.3f}"]
          for c in cells for r in c["rows"]],
     )  # fmt: skip
-    path = write_json(args.out, {"environment": environment(), "arguments": vars(args), "cells": cells})
+    others = [SCHEDULERS[name] for name in names if name != "champion"] if "champion" in names else []
+    paired = [row for c in cells for other in others for row in paired_bias(c, other)]
+    if paired:
+        print_table(
+            "the twin's paired comparison against the truth's: each scheduler against the champion, same workload",
+            ["truth", "seed", "scheduler", "workload", "truth: vs champion", "twin: vs champion", "twin's bias"],
+            [[p["truth"], str(p["seed"]), p["scheduler"], p["workload"], f"{p['truth_vs_champion']:+.1%}",
+              f"{p['twin_vs_champion']:+.1%}", f"{p['bias']:+.1%}"] for p in paired],
+        )  # fmt: skip
+    results = {"environment": environment(), "arguments": vars(args), "cells": cells, "paired": paired}
+    path = write_json(args.out, results)
     print(f"wrote {path}")
 
 
