@@ -44,6 +44,7 @@ from truth_scenarios import CHAMPION, ORACLES, philly_like, previous_week
 from dl2.core.log_format import CLUSTER_FILE, cluster_to_json
 from dl2.env.config import EnvConfig
 from dl2.resolve import scheduler_builder
+from dl2.rl import in_twin
 from dl2.rl.config import RLConfig, TwinLearningConfig
 from dl2.rl.in_twin import learn_in_twin, paired_difference
 from dl2.rl.training import fine_tune, load_trained, policy_config, save_trained
@@ -58,7 +59,6 @@ from dl2.sim.simulator import simulate
 from dl2.truth import realise, truth_named
 from dl2.truth.run import run_on
 from dl2.workload.calibration import Calibration
-from dl2.workload.source import workload
 
 BASELINES = ("drf", "optimus", "speedup-hull", "optimus-fitted")
 TWIN_SEED = 1_000
@@ -125,10 +125,7 @@ def fine_tune_in_twin(
 
 def twin_jct_h(log: Path, world: World, build: SchedulerBuilder, speed_read: Any, index: int) -> float:
     """Average JCT (h) on the twin's workload `index` (from 0) of `build`'s scheduler handed `speed_read`."""
-    seed = TWIN_SEED + index
-    result = simulate(workload(f"records:{log}", seed), build(speed_read, False), SimConfig.realistic(seed=seed),
-                      world.speed, world.interference)  # fmt: skip
-    return summarize(result).avg_jct_s / 3600
+    return in_twin.twin_jct_h(log, world, build(speed_read, False), TWIN_SEED + index)
 
 
 def twin_jcts_h(log: Path, world: World, build: SchedulerBuilder, speed_read: Any, workloads: int) -> list[float]:

@@ -161,9 +161,7 @@ def cluster_evidence(
         log, world = logs[which], worlds[which]
         return twin_jct_h(log, world, challenger, seed), twin_jct_h(log, world, champion, seed)
 
-    difference = sequential_difference(
-        pair, config.workloads * len(logs), max(config.max_workloads, config.workloads) * len(logs)
-    )
+    difference = sequential_difference(pair, config.workloads * len(logs), config.max_workloads * len(logs))
     return ClusterEvidence(
         tuple(gate["cluster_logs"]), int(difference["workloads"]), difference["mean"], difference["low"],
         difference["high"],
