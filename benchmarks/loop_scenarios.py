@@ -18,6 +18,10 @@ loop runs `--rounds` rounds. Round r:
 4. this week (the workload of the seed, never learned from) is played under the truth by the policy active
    after the round: the cluster's average JCT as its users see it.
 
+With `--explore EPSILON` the weeks are logged with canary exploration (`dl2.schedulers.exploring`), and each
+challenger is also estimated off-policy from the log before the gate (`dl2.rl.off_policy`, doubly robust over the
+logged propensities), beside the twin's prediction; the gate itself stays the twin's.
+
 Beside the rounds, on the same week: the jobs at their asked sizes (`asked-sizes`: dl2 off, the shadow pass),
 the heuristics a deployment has (DRF, Tiresias, Optimus and `speedup-hull` on the catalogue, `optimus-fitted`),
 the best of Optimus and `speedup-hull` reading the speeds calibrated from the last round's log, and the oracle
@@ -52,10 +56,12 @@ from common import environment, print_table, write_json
 from truth_scenarios import CHAMPION, ORACLES, philly_like
 
 from dl2.core import DecisionRecord
-from dl2.core.log_format import CLUSTER_FILE, cluster_to_json
+from dl2.core.log_format import CLUSTER_FILE, cluster_to_json, read_cluster, read_log
 from dl2.placement.samples import record_run
 from dl2.resolve import scheduler_builder
 from dl2.rl.in_twin import sequential_difference
+from dl2.rl.off_policy import off_policy_difference
+from dl2.schedulers.exploring import ExplorationScope, ExploringScheduler
 from dl2.sim.calibrated import calibrated_world
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.decision_log import write_segment
@@ -73,13 +79,23 @@ LEARNERS = {"rewarm": rewarm_in_twin, "rl": fine_tune_in_twin}
 
 
 def week_records(
-    truth: str, seed: int, week: int, policy: str, num_jobs: int, num_nodes: int, start_s: float
+    truth: str,
+    seed: int,
+    week: int,
+    policy: str,
+    num_jobs: int,
+    num_nodes: int,
+    start_s: float,
+    scope: ExplorationScope | None = None,
 ) -> tuple[list[DecisionRecord], Any]:
-    """The decision records of the cluster's week `week` with `policy` active, shifted to begin at `start_s` and
-    with the week in each job's name (jobs of different weeks are different jobs); and the week's cluster."""
+    """The decision records of the cluster's week `week` with `policy` active (explored within `scope`, if
+    given), shifted to begin at `start_s` and with the week in each job's name (jobs of different weeks are
+    different jobs); and the week's cluster."""
     cluster = realise(truth_named(truth), philly_like(seed + 500 + week, num_jobs, num_nodes))
     config = cluster.config(SimConfig.realistic(seed=seed + 500 + week))
     scheduler = scheduler_builder(policy, None, Mode.REALISTIC)(catalogue_speed(), False)
+    if scope is not None:
+        scheduler = ExploringScheduler(scheduler, scope, seed=seed + week)
     records = record_run(cluster.workload, scheduler, config, cluster.speed, cluster.interference)
     shifted = [
         replace(r, job_id=f"w{week}-{r.job_id}", time_s=r.time_s + start_s, arrival_s=r.arrival_s + start_s)
@@ -95,8 +111,9 @@ def run_loop(truth: str, seed: int, args: argparse.Namespace, folder: Path) -> d
     log = folder / f"{truth}-{seed}"
     active, start_s, rounds = CHAMPION, 0.0, list[dict[str, Any]]()
     world = None
+    scope = ExplorationScope(args.explore, args.explore_fraction) if args.explore > 0 else None
     for week in range(args.rounds):
-        records, cluster = week_records(truth, seed, week, active, args.jobs, args.nodes, start_s)
+        records, cluster = week_records(truth, seed, week, active, args.jobs, args.nodes, start_s, scope)
         span_s = max(r.time_s + r.slot_s for r in records) - start_s
         if week == 0:
             log.mkdir(parents=True, exist_ok=True)
@@ -107,11 +124,14 @@ def run_loop(truth: str, seed: int, args: argparse.Namespace, folder: Path) -> d
         incumbent_in_twin: dict[int, float] = {}  # the active policy's hours per twin workload, run once
         learned: dict[str, Any] = {}
         predicted: dict[str, dict[str, float]] = {}
+        off_policy: dict[str, dict[str, float]] = {}
         made: dict[str, str] = {}
         for candidate in args.candidates.split(","):
             out = folder / f"{candidate}-{truth}-{seed}-round{week + 1}"
             learned[candidate] = LEARNERS[candidate](log, world, calibration, args, out, active)
             predicted[candidate] = twin_call(log, world, str(out), active, incumbent_in_twin, args)
+            if scope is not None:
+                off_policy[candidate] = off_policy_call(log, world, str(out), active)
             made[candidate] = str(out)
         better = [name for name, difference in predicted.items() if difference["high"] < 0]
         choice = min(better, key=lambda name: predicted[name]["mean"], default=None)
@@ -126,6 +146,7 @@ def run_loop(truth: str, seed: int, args: argparse.Namespace, folder: Path) -> d
             "records_span_days": span_s / 86400,
             "learned": learned,
             "twin_prediction": predicted,
+            "off_policy": off_policy,
             "outcome_vs_active": outcome,
             "promoted": choice,
             "avg_jct_h": after,
@@ -196,6 +217,14 @@ def main() -> None:
     parser.add_argument("--episode-slots", type=int, default=3_000)
     parser.add_argument("--learning-rate", type=float, default=1e-4)
     parser.add_argument("--value-warmup", type=int, default=2)
+    parser.add_argument(
+        "--explore",
+        type=float,
+        default=0.0,
+        help="canary exploration while a week is logged (dl2.schedulers.exploring: the probability a job of the "
+        "scope has its worker count moved by one); above 0, each challenger is also estimated off-policy from the log",
+    )
+    parser.add_argument("--explore-fraction", type=float, default=0.5, help="share of the jobs in the scope")
     parser.add_argument("--workers", type=int, default=2, help="rollout processes")
     parser.add_argument(
         "--out", help="file name under benchmarks/results/ (default: loop_scenarios.json; with --tables-of: none)"
@@ -250,6 +279,19 @@ def twin_call(
         return twin_jct_h(log, world, challenger_builder, world.speed, index), active_h[index]
 
     return sequential_difference(pair, args.twin_workloads, args.twin_max_workloads)
+
+
+def off_policy_call(log: Path, world: Any, challenger: str, active: str) -> dict[str, float]:
+    """`challenger` against `active` off-policy on the whole log (`dl2.rl.off_policy`: doubly robust over the
+    propensities the exploration logged; the reward model's speeds are the twin's)."""
+    build = scheduler_builder(challenger, None, Mode.REALISTIC), scheduler_builder(active, None, Mode.REALISTIC)
+    records = read_log(log)
+    estimate = off_policy_difference(
+        records, read_cluster(log / CLUSTER_FILE), build[0](catalogue_speed(), False),
+        build[1](catalogue_speed(), False), world.speed,
+    )  # fmt: skip
+    return {"difference": estimate.difference, "low": estimate.low, "high": estimate.high,
+            "direct_difference": estimate.direct_difference, "matched": estimate.matched}  # fmt: skip
 
 
 def gate_summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
@@ -320,8 +362,11 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
                 for name, difference in r["twin_prediction"].items():
                     # a run of the fixed-size gate did not record its workloads: they were --twin-workloads
                     workloads = int(difference.get("workloads", args.twin_workloads))
+                    off = r.get("off_policy", {}).get(name)  # runs without --explore have none
+                    off_text = f"{off['difference']:+.1%} [{off['low']:+.1%}, {off['high']:+.1%}]" if off else ""
                     gate.append([truth, str(cell["seed"]), str(r["round"]), name, str(workloads),
                                  f"{difference['mean']:+.1%}", f"[{difference['low']:+.1%}, {difference['high']:+.1%}]",
+                                 off_text,
                                  f"{r['outcome_vs_active'][name]:+.1%}",
                                  "yes" if r["promoted"] == name else "no"])  # fmt: skip
     print_table(
@@ -340,6 +385,7 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
             "workloads",
             "twin: vs active",
             "interval",
+            "off-policy: progress vs active",
             "truth: vs active",
             "promoted",
         ],

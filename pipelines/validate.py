@@ -84,6 +84,7 @@ def log_expectations(config: ValidateParams) -> list[Any]:
         *(gxe.ExpectColumnValuesToBeBetween(column=name, min_value=0) for name in numeric),
         gxe.ExpectColumnValuesToBeBetween(column="slot_s", min_value=0, strict_min=True),
         gxe.ExpectColumnValuesToBeBetween(column="declared_epochs", min_value=0, strict_min=True),
+        gxe.ExpectColumnValuesToBeBetween(column="applied_propensity", min_value=0, strict_min=True, max_value=1),
         # the first record of a job has no step (null), which column expectations skip
         gxe.ExpectColumnValuesToBeBetween(column="time_step_s", min_value=0, strict_min=True),
         gxe.ExpectColumnValuesToBeBetween(column="progress_step_epochs", min_value=0),
@@ -127,7 +128,7 @@ def log_frames(location: Path) -> tuple[Any, Any]:
     import pandas as pd
 
     from dl2.core.inputs import parse_json, read_lines
-    from dl2.core.log_format import NODE_FIELDS, record_problem, segments
+    from dl2.core.log_format import OPTIONAL_FIELDS, record_problem, segments
 
     rows: list[dict[str, Any]] = []
     for path in segments(location):
@@ -142,9 +143,9 @@ def log_frames(location: Path) -> tuple[Any, Any]:
         raise InputError(str(location), "the decision log has no records")
     raw = pd.DataFrame(rows)
     raw.insert(0, RECORD, range(1, len(raw) + 1))
-    for name in NODE_FIELDS:  # optional in the format: a log without placement has none
+    for name, default in OPTIONAL_FIELDS.items():  # optional in the format: no placement; deterministic
         if name not in raw:
-            raw[name] = [[] for _ in range(len(raw))]
+            raw[name] = [default for _ in range(len(raw))]
     typed = raw.copy()
     kinds = DecisionRecord.field_kinds()
     problems: list[str | None] = [None] * len(rows)
@@ -152,14 +153,14 @@ def log_frames(location: Path) -> tuple[Any, Any]:
         if name not in typed:
             continue
         # the parsed JSON values, not the frame's (pandas turns a column of ints into numpy integers)
-        values = [row.get(name, [] if kind == "nodes" else None) for row in rows]
+        values = [row.get(name, OPTIONAL_FIELDS.get(name)) for row in rows]
         wrong = [record_problem(value, kind) if value is not None else None for value in values]
         for index, problem in enumerate(wrong):
             if problem is not None and problems[index] is None:
                 problems[index] = f"{name}: {problem}"
         kept = [None if problem is not None else value for value, problem in zip(values, wrong, strict=True)]
         typed[name] = pd.Series(kept, index=typed.index, dtype=object)
-        if kind in ("integer", "real"):  # only values of the right JSON type reach the numeric checks
+        if kind in ("integer", "real", "probability"):  # only values of the right JSON type reach the numeric checks
             typed[name] = pd.to_numeric(typed[name], errors="coerce")
     typed["type_problem"] = pd.Series(problems, index=typed.index, dtype=object)
     if {"cluster", "job_id", "time_s", "progress_epochs", "declared_epochs"} <= set(typed.columns):

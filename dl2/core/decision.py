@@ -17,8 +17,11 @@ from typing import Any, Literal
 from dl2.core.job import Architecture, JobSpec
 from dl2.core.resources import Resources
 
-FieldKind = Literal["text", "integer", "real", "nodes"]
-"""'nodes': a list of node indices, optional (a log written without placement leaves it out)."""
+FieldKind = Literal["text", "integer", "real", "nodes", "probability"]
+"""'nodes': a list of node indices, optional (a log written without placement leaves it out); 'probability': a
+number in (0, 1], optional (a log written without it was deterministic: 1)."""
+Probability = float
+"""A field's annotation for a probability (its kind is 'probability', not 'real')."""
 JOB_STATE_FIELDS = (
     "job_id",
     "model",
@@ -92,6 +95,9 @@ class DecisionRecord:
     unknown, as in logs written before placement was recorded)."""
     applied_ps_nodes: tuple[int, ...] = ()
     """Nodes of the applied parameter servers, one entry per PS."""
+    applied_propensity: Probability = 1.0
+    """Probability with which the applied (workers, PS) was drawn, given what was decided: below 1 where canary
+    exploration moved or could have moved it (`dl2.schedulers.exploring`), what off-policy evaluation weighs by."""
 
     def to_json_dict(self) -> dict[str, Any]:
         # the fields as they are (JSON writes the node tuples as lists): `asdict`'s recursive copy costs ten times
@@ -137,5 +143,6 @@ def _kinds() -> dict[str, FieldKind]:
         "int": "integer",
         "float": "real",
         "tuple[int, ...]": "nodes",
+        "Probability": "probability",
     }
     return {f.name: by_annotation[str(f.type)] for f in fields(DecisionRecord)}

@@ -28,6 +28,12 @@ MAX_COUNT = MAX_TASKS_PER_JOB
 
 NODE_FIELDS = tuple(name for name, kind in DecisionRecord.field_kinds().items() if kind == "nodes")
 """Lists of node indices; optional (a log written without placement leaves them out)."""
+OPTIONAL_FIELDS: dict[str, Any] = {
+    **{name: [] for name in NODE_FIELDS},
+    **{name: 1.0 for name, kind in DecisionRecord.field_kinds().items() if kind == "probability"},
+}
+"""Fields a record may leave out, with the value that stands for them (no placement known; a deterministic
+decision)."""
 CLUSTER_FILE = "cluster.json"
 """Next to a log's segments: the cluster its records come from (records name it, but fine-tuning needs its
 nodes)."""
@@ -37,6 +43,18 @@ def segment_name(slot: int) -> str:
     """The segment of one slot's records, written once (the controller's log, in any store): a writer that
     restarts and writes the same slot again adds nothing."""
     return f"segment-{slot:09d}-000000.jsonl"
+
+
+def records_by_slot(records: Sequence[DecisionRecord]) -> dict[float, list[DecisionRecord]]:
+    """One cluster's records grouped by their slot's start, in log order (records of several clusters are an
+    error: a slot is one cluster's)."""
+    clusters = {r.cluster for r in records}
+    if len(clusters) > 1:
+        raise ValueError(f"records from several clusters ({sorted(clusters)}): split the log by cluster first")
+    by_slot: dict[float, list[DecisionRecord]] = {}
+    for record in records:
+        by_slot.setdefault(record.time_s, []).append(record)
+    return by_slot
 
 
 def records_text(records: Sequence[DecisionRecord]) -> str:
@@ -122,6 +140,8 @@ def record_problem(value: Any, kind: str) -> str | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
         return f"expected a finite non-negative number, got {value!r:.80}"
+    if kind == "probability" and not 0 < value <= 1:
+        return f"expected a probability in (0, 1], got {value!r:.80}"
     return None
 
 
@@ -134,12 +154,12 @@ def parse_record(line: str, where: str, number: int) -> DecisionRecord:
         raise InputError(where, "unknown field", row=number, field=str(unknown[0])[:80])
     values: dict[str, Any] = {}
     for name, kind in DecisionRecord.field_kinds().items():
-        if kind == "nodes":  # optional: a log written without placement has none
-            value = data.get(name, [])
+        if name in OPTIONAL_FIELDS:  # no placement known; a deterministic decision
+            value = data.get(name, OPTIONAL_FIELDS[name])
             problem = record_problem(value, kind)
             if problem is not None:
                 raise InputError(where, problem, row=number, field=name)
-            values[name] = tuple(value)
+            values[name] = tuple(value) if kind == "nodes" else value
             continue
         if name not in data:
             raise InputError(where, "missing", row=number, field=name)

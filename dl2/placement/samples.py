@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dl2.core import Allocation, ClusterSpec, DecisionRecord, JobAllocation, Scheduler, Workload
+from dl2.core import Allocation, ClusterSpec, DecisionRecord, JobAllocation, Scheduler, Workload, drawn_propensities
 from dl2.placement.features import Encoded, Placed, SlotPlacement
 from dl2.schedulers.placement import Placer
 from dl2.sim.config import SimConfig
@@ -77,6 +77,7 @@ def record_run(
         view = simulation.begin_slot()
         allocation = scheduler.schedule(view)
         outcome = simulation.apply(allocation)
+        drawn = drawn_propensities(scheduler)
         for job in view.jobs:
             placed = allocation.get(job.spec.job_id)
             records.append(
@@ -92,6 +93,7 @@ def record_run(
                     outcome.progress_epochs.get(job.spec.job_id, 0.0),
                     worker_nodes=placed.worker_nodes,
                     ps_nodes=placed.ps_nodes,
+                    propensity=drawn.get(job.spec.job_id, 1.0),
                 )
             )
         if on_slot is not None:

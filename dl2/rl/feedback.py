@@ -11,13 +11,13 @@ slots. `ActorCritic.learn_from_feedback` then takes advantage-weighted steps on 
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from dl2.core import EMPTY_JOB_ALLOCATION, Allocation, ClusterSpec, ClusterView, DecisionRecord, JobAllocation, JobView
+from dl2.core.log_format import records_by_slot
 from dl2.env.decision import SlotDecision
 from dl2.env.observation import ObservationConfig, Observer
 from dl2.rl.demonstrations import replay_targets
@@ -70,12 +70,7 @@ def feedback_batch(
     reward_scale: float = 10.0,
 ) -> FeedbackBatch:
     """Samples of one cluster's log (records of other clusters are an error)."""
-    clusters = {r.cluster for r in records}
-    if len(clusters) > 1:
-        raise ValueError(f"records from several clusters ({sorted(clusters)}): split the log by cluster first")
-    by_slot: dict[float, list[DecisionRecord]] = defaultdict(list)
-    for record in records:
-        by_slot[record.time_s].append(record)
+    by_slot = records_by_slot(records)
     observer = Observer(observation)
     observations, masks, actions, slot_of, rewards = [], [], [], [], []
     for index, time_s in enumerate(sorted(by_slot)):

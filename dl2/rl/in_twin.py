@@ -31,7 +31,7 @@ from dl2.sim.calibrated import calibrated_world
 from dl2.sim.config import SimConfig
 from dl2.sim.metrics import summarize
 from dl2.sim.run import World
-from dl2.sim.simulator import simulate
+from dl2.sim.simulator import SimulationError, simulate
 from dl2.workload.source import workload
 
 TEACHERS = ("optimus", "speedup-hull")
@@ -71,8 +71,14 @@ class TwinVerdict:
 
 def paired_difference(candidate: list[float], incumbent: list[float], level: float = 0.05) -> dict[str, float]:
     """Mean relative difference candidate / incumbent - 1 over paired workloads, with its (1 - `level`) t interval
-    (an interval of zero width for a single pair)."""
-    differences = np.array(candidate) / np.array(incumbent) - 1
+    (an interval of zero width for a single pair). A run that could not finish has an infinite JCT: where the
+    candidate's could not, the difference is +inf (it is refused); where only the incumbent's could not, that
+    pair's difference is -1; where neither could, NaN (no verdict)."""
+    with np.errstate(invalid="ignore"):
+        differences = np.array(candidate) / np.array(incumbent) - 1
+    if not np.isfinite(differences).all():
+        worst = math.nan if np.isnan(differences).any() else math.inf
+        return {"mean": worst, "low": worst, "high": worst}
     mean = float(differences.mean())
     if len(differences) < 2:
         return {"mean": mean, "low": mean, "high": mean}
@@ -103,14 +109,19 @@ def sequential_difference(
             incumbent.append(theirs)
         difference = paired_difference(candidate, incumbent, level / planned)
         looks = math.ceil(len(candidate) / first)
-        if difference["high"] < 0 or difference["mean"] >= 0 or len(candidate) >= most:
+        decided = difference["high"] < 0 or not difference["mean"] < 0  # NaN: a run could not finish
+        if decided or len(candidate) >= most:
             return {**difference, "workloads": len(candidate), "looks": looks}
 
 
 def twin_jct_h(log: Path, world: World, scheduler: Any, seed: int) -> float:
-    """Average JCT (h) of `scheduler` on the twin's workload `seed` (the cluster's jobs, resampled)."""
-    result = simulate(workload(f"records:{log}", seed), scheduler, SimConfig.realistic(seed=seed), world.speed,
-                      world.interference)  # fmt: skip
+    """Average JCT (h) of `scheduler` on the twin's workload `seed` (the cluster's jobs, resampled); infinite
+    where it starves the jobs (the run cannot finish), so that a comparison refuses it rather than fails."""
+    try:
+        result = simulate(workload(f"records:{log}", seed), scheduler, SimConfig.realistic(seed=seed), world.speed,
+                          world.interference)  # fmt: skip
+    except SimulationError:
+        return math.inf
     return summarize(result).avg_jct_s / 3600
 
 

@@ -24,6 +24,7 @@ from dl2.core import (
     JobView,
     Scheduler,
     Workload,
+    drawn_propensities,
 )
 from dl2.core.inputs import decode
 from dl2.core.log_format import parse_record, records_text
@@ -120,6 +121,8 @@ def log_run(
             except InvalidAllocationError:  # the two halves collide on some node: this slot stays with the incumbent
                 applied = usual
         outcome = simulation.apply(applied)
+        # what the proposer drew counts only where its proposal was applied
+        drawn = drawn_propensities(proposer) if applied is proposed or mode == "canary" else {}
         for job in view.jobs:
             job_id = job.spec.job_id
             placed = applied.get(job_id)
@@ -136,6 +139,7 @@ def log_run(
                     outcome.progress_epochs.get(job_id, 0.0),
                     worker_nodes=placed.worker_nodes,
                     ps_nodes=placed.ps_nodes,
+                    propensity=drawn.get(job_id, 1.0) if placed.same_placement(proposed.get(job_id)) else 1.0,
                 )
             )
         if simulation.slot - first_slot >= slots_per_segment or simulation.done:
@@ -159,9 +163,11 @@ def decision_record(
     cluster: str | None = None,
     worker_nodes: tuple[int, ...] = (),
     ps_nodes: tuple[int, ...] = (),
+    propensity: float = 1.0,
 ) -> DecisionRecord:
-    """One job's record of a slot: its state in `view`, the three decisions, the progress observed and, where
-    known, the nodes of the applied workers and PS (`applied_worker_nodes`, `applied_ps_nodes`)."""
+    """One job's record of a slot: its state in `view`, the three decisions, the progress observed, where known
+    the nodes of the applied workers and PS (`applied_worker_nodes`, `applied_ps_nodes`), and the probability
+    with which the applied decision was drawn (`drawn_propensities`)."""
     spec = job.spec
     return DecisionRecord(
         time_s=view.time_s,
@@ -195,6 +201,7 @@ def decision_record(
         observed_epochs=observed_epochs,
         applied_worker_nodes=worker_nodes,
         applied_ps_nodes=ps_nodes,
+        applied_propensity=propensity,
     )
 
 

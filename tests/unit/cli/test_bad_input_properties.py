@@ -305,6 +305,8 @@ def _bad_value(kind: str, name: str) -> st.SearchStrategy[Any]:
             st.floats(allow_nan=False, allow_infinity=False).filter(lambda v: not v.is_integer()),
             st.integers(min_value=MAX_TASKS_PER_JOB + 1),
         )
+    if kind == "probability":  # (0, 1]: zero and above one are refused too
+        return st.one_of(numbers, st.just(0), st.floats(min_value=1.0, exclude_min=True, allow_infinity=False))
     return numbers
 
 

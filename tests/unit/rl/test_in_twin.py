@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -12,7 +14,14 @@ from dl2.core.log_format import CLUSTER_FILE, cluster_to_json
 from dl2.env.config import EnvConfig
 from dl2.placement.samples import record_run
 from dl2.rl.config import RLConfig, TwinLearningConfig
-from dl2.rl.in_twin import TEACHERS, learn_in_twin, paired_difference, sequential_difference, twin_jcts_h
+from dl2.rl.in_twin import (
+    TEACHERS,
+    learn_in_twin,
+    paired_difference,
+    sequential_difference,
+    twin_jct_h,
+    twin_jcts_h,
+)
 from dl2.rl.learned import LearnedScheduler
 from dl2.rl.refine import learn_online
 from dl2.rl.training import Trained, load_trained
@@ -65,6 +74,37 @@ def test_a_sequential_comparison_adds_batches_only_while_undecided() -> None:
     pair, _ = pairs(noisy)
     fixed = paired_difference([10.0 * (1 + d) for d in noisy[:4]], [10.0] * 4)
     assert sequential_difference(pair, 4, 4) == pytest.approx({**fixed, "workloads": 4, "looks": 1})
+
+
+def test_a_run_that_cannot_finish_is_refused_not_an_error() -> None:
+    # the candidate starved the jobs of one workload (its JCT is infinite): refused at once, whatever the others
+    assert paired_difference([8.0, math.inf], [10.0, 10.0]) == {"mean": math.inf, "low": math.inf, "high": math.inf}
+    verdict = sequential_difference(lambda index: (math.inf, 10.0), 4, 16)
+    assert verdict["mean"] == math.inf and verdict["workloads"] == 4
+    # only the incumbent could not finish: the candidate is as much faster as can be; neither: no verdict (NaN)
+    assert paired_difference([9.0], [math.inf])["mean"] == -1.0
+    verdict = sequential_difference(lambda index: (math.inf, math.inf), 4, 16)
+    assert math.isnan(verdict["high"]) and verdict["workloads"] == 4
+
+
+class Starving:
+    """Gives no job anything: the simulator stops the run after `SimConfig.stall_slots` idle slots."""
+
+    name = "starving"
+
+    def reset(self) -> None:
+        pass
+
+    def schedule(self, view: Any) -> Any:
+        from dl2.core import Allocation
+
+        return Allocation()
+
+
+def test_a_scheduler_that_starves_the_twin_s_jobs_has_an_infinite_jct(tmp_path: Path) -> None:
+    log = _small_log(tmp_path)
+    world, _ = calibrated_world(log)
+    assert twin_jct_h(log, world, Starving(), 0) == math.inf
 
 
 def test_a_compat_mode_policy_is_refused(tmp_path: Path) -> None:
