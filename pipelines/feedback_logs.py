@@ -183,8 +183,9 @@ def log_feedback(outcome: FeedbackOutcome) -> None:
 
 def log_twin(verdicts: Sequence[TwinVerdict]) -> None:
     """The learning in each cluster's calibrated twin (`dl2.rl.in_twin.TwinVerdict`) as `twin.*` metrics: the
-    gate's prediction (the challenger against the running policy in the twin) and whether it was kept; the last
-    log's when there were several, each as a step."""
+    gate's prediction (the challenger against the running policy in the twin) and whether it was kept, with the
+    off-policy estimate from the same records as `off_policy.*`; the last log's when there were several, each as a
+    step."""
     import mlflow
 
     for step, verdict in enumerate(verdicts):
@@ -198,6 +199,7 @@ def log_twin(verdicts: Sequence[TwinVerdict]) -> None:
                 "twin.running_avg_jct_h": sum(verdict.running_h) / len(verdict.running_h),
                 "twin.challenger_avg_jct_h": sum(verdict.challenger_h) / len(verdict.challenger_h),
                 "twin.kept": float(verdict.kept),
+                **{f"off_policy.{name}": value for name, value in verdict.off_policy.items()},
             },
             step=step,
         )

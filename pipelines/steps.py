@@ -101,7 +101,17 @@ def twin_lines(twin: object) -> list[str]:
             f"running policy on {len(verdict['running_in_twin_h'])} workloads "
             f"({'kept' if verdict['kept'] else 'not kept: the interval is not below zero'})"
         )
+        if off_policy := verdict.get("off_policy"):
+            lines.append(
+                f"  online, off-policy from the same records: {off_policy_text(off_policy)} progress per slot "
+                "against the running policy (evidence, not the gate)"
+            )
     return lines
+
+
+def off_policy_text(estimate: dict[str, float]) -> str:
+    """`+2.1% [-3.0%, +7.2%]`: an off-policy estimate's relative difference and its interval."""
+    return f"{estimate['difference']:+.1%} [{estimate['low']:+.1%}, {estimate['high']:+.1%}]"
 
 
 def register_challenger(params: Params, layout: Layout) -> None:

@@ -35,6 +35,7 @@ from dl2.kube import clock as slot_clock
 from dl2.kube.actuate import Actuator, ApiCaller
 from dl2.kube.cache import ClusterCache
 from dl2.kube.events import EventRecorder, ObjectRef
+from dl2.kube.exploration import explore, slot_draws
 from dl2.kube.leader import LeaseElector
 from dl2.kube.metrics import Health, Metrics
 from dl2.kube.models import Loader, PolicyRuntime
@@ -321,10 +322,15 @@ class Controller:
         decision = self.runtime.decide(snap.view, policy.incumbent)
         proposed = [decision.proposal.get(v.spec.job_id) for v in snap.view.jobs]
         proposals = [(allocation.num_workers, allocation.num_ps) for allocation in proposed]
-        targets = plan(self._states(snap, policy), proposals, policy.mode, policy.guardrails, slot)
+        states = self._states(snap, policy)
+        targets = plan(states, proposals, policy.mode, policy.guardrails, slot)
+        propensities: dict[str, float] = {}
+        if policy.mode is Mode.CANARY and policy.canary.explore > 0 and not decision.fallback:
+            draws = slot_draws(self.config.cluster_name, slot, len(targets))
+            targets, propensities = explore(states, targets, policy.guardrails, policy.canary.explore, draws)
         records = draft_records(
             snap.view, decision.incumbent, decision.proposal, targets, policy.mode.value, decision.proposer,
-            policy.incumbent, self.config.cluster_name,
+            policy.incumbent, self.config.cluster_name, propensities,
         )  # fmt: skip
         entries = tuple(
             JournalEntry(record, job.namespace, job.name, target)

@@ -6,7 +6,7 @@ One object (`default`) configures the controller; everything a promotion changes
       mode: shadow                      # "off" | shadow | canary | active
       model: {name: dl2-policy, version: "3"}   # a pinned MLflow version, never an alias
       incumbent: drf                    # the heuristic the cluster falls back to (DL2 §7)
-      canary: {namespaces: [team-a], jobSelector: {matchLabels: {dl2.io/canary: "true"}}}
+      canary: {namespaces: [team-a], jobSelector: {matchLabels: {dl2.io/canary: "true"}}, explore: 0.1}
       guardrails: {minReplicas: 0, maxReplicas: 64, maxStepPerSlot: 4, cooldownSlots: 0, maxJobsChangedPerSlot: 50}
 
 `parse_policy` refuses a malformed spec with `PolicyError`, naming the field (the controller reports it as a
@@ -80,6 +80,9 @@ class CanaryScope:
 
     namespaces: tuple[str, ...] = ()
     match_labels: Mapping[str, str] = field(default_factory=dict)
+    explore: float = 0.0
+    """Probability that a canary job's worker count is moved by one around the policy's, for off-policy
+    evaluation from the records (`dl2.kube.exploration`); 0: none."""
 
     def contains(self, namespace: str, labels: Mapping[str, str]) -> bool:
         if namespace in self.namespaces:
@@ -107,6 +110,8 @@ class PolicySpec:
 OFF = PolicySpec(Mode.OFF, DEFAULT_MODEL, None, "drf", CanaryScope(), Guardrails(), 0)
 """What the controller runs before it has read any valid policy."""
 
+MAX_EXPLORE = 0.5
+"""The most of canary jobs' decisions exploration may move (the CRD's bound too)."""
 _SPEC_FIELDS = {"mode", "model", "incumbent", "canary", "guardrails"}
 _GUARDRAIL_FIELDS = {
     "minReplicas": "min_replicas",
@@ -205,7 +210,7 @@ def _guardrails(spec: Mapping[str, Any]) -> Guardrails:
 
 
 def _canary(spec: Mapping[str, Any]) -> CanaryScope:
-    raw = _mapping(spec, "canary", {"namespaces", "jobSelector"})
+    raw = _mapping(spec, "canary", {"namespaces", "jobSelector", "explore"})
     namespaces = raw.get("namespaces", [])
     if not isinstance(namespaces, list) or not all(isinstance(n, str) and n for n in namespaces):
         raise PolicyError("canary.namespaces", f"expected a list of namespace names, got {namespaces!r}")
@@ -218,4 +223,7 @@ def _canary(spec: Mapping[str, Any]) -> CanaryScope:
     mode = spec.get("mode")
     if mode == Mode.CANARY and not namespaces and not labels:
         raise PolicyError("canary", "canary mode needs namespaces or a jobSelector")
-    return CanaryScope(tuple(namespaces), dict(labels))
+    explore = raw.get("explore", 0.0)
+    if isinstance(explore, bool) or not isinstance(explore, int | float) or not 0 <= explore <= MAX_EXPLORE:
+        raise PolicyError("canary.explore", f"expected a probability from 0 to {MAX_EXPLORE}, got {explore!r}")
+    return CanaryScope(tuple(namespaces), dict(labels), float(explore))

@@ -64,8 +64,10 @@ def draft_records(
     proposer: str,
     incumbent_name: str,
     cluster: str,
+    propensities: Mapping[str, float] | None = None,
 ) -> list[DecisionRecord]:
-    """The slot's records before its outcome is known (`observed_epochs` 0), one per job of the view."""
+    """The slot's records before its outcome is known (`observed_epochs` 0), one per job of the view, with the
+    probability of each applied size where exploration drew it (`dl2.kube.exploration`)."""
     return [
         decision_record(
             view,
@@ -78,6 +80,7 @@ def draft_records(
             mode,
             0.0,
             cluster,
+            propensity=(propensities or {}).get(job.spec.job_id, 1.0),
         )
         for job, target in zip(view.jobs, targets, strict=True)
     ]

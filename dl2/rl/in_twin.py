@@ -16,15 +16,17 @@ import math
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from scipy import stats
 
+from dl2.core.log_format import CLUSTER_FILE, read_cluster, read_log
 from dl2.rl.config import SupervisedConfig, TwinLearningConfig, WarmUpConfig
 from dl2.rl.learned import LearnedScheduler
+from dl2.rl.off_policy import off_policy_difference
 from dl2.rl.training import Trained, save_trained, warm_up
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.calibrated import calibrated_world
@@ -53,6 +55,9 @@ class TwinVerdict:
     kept: bool
     warm_up: dict[str, Any]
     seconds: float
+    off_policy: dict[str, float] = field(default_factory=dict)
+    """The challenger against the running policy off-policy from the log's records (`dl2.rl.off_policy`): evidence
+    beside the twin's, not the gate's (what it is worth: docs/results.md, off-policy evaluation)."""
 
     def record(self) -> dict[str, Any]:
         """As stage reports and model metadata hold it."""
@@ -66,6 +71,7 @@ class TwinVerdict:
             "kept": self.kept,
             "warm_up": self.warm_up,
             "seconds": self.seconds,
+            "off_policy": self.off_policy,
         }
 
 
@@ -184,6 +190,10 @@ def learn_in_twin(
             log, world, LearnedScheduler.from_dir(out, compat=False),
             LearnedScheduler.from_dir(before, compat=False), config,
         )  # fmt: skip
+        estimate = off_policy_difference(
+            read_log(log), read_cluster(log / CLUSTER_FILE), LearnedScheduler.from_dir(out, compat=False),
+            LearnedScheduler.from_dir(before, compat=False), world.speed,
+        )  # fmt: skip
     return TwinVerdict(
         log=str(log),
         teacher=teacher,
@@ -194,6 +204,7 @@ def learn_in_twin(
         kept=difference["high"] < 0,
         warm_up=facts,
         seconds=time.perf_counter() - started,
+        off_policy=estimate.summary(),
     )
 
 

@@ -221,6 +221,12 @@ def learned_from(metadata: dict[str, Any]) -> list[str]:
                 f"the calibrated speeds: {interval_text(verdict['predicted_difference'])} against the policy it "
                 f"started from in the twin, {'kept' if verdict.get('kept') else 'not kept'}"
             )
+            off_policy = verdict.get("off_policy")
+            if isinstance(off_policy, dict) and "difference" in off_policy:
+                lines.append(
+                    f"off-policy from the same records (doubly robust, progress per slot): "
+                    f"{off_policy['difference']:+.1%} [{off_policy['low']:+.1%}, {off_policy['high']:+.1%}]"
+                )
     return lines
 
 

@@ -68,6 +68,18 @@ class OffPolicyEstimate:
     outcome corrects the model)."""
     blocks: int
 
+    def summary(self) -> dict[str, float]:
+        """The figures a report or a registry keeps."""
+        return {
+            "difference": self.difference,
+            "low": self.low,
+            "high": self.high,
+            "direct_difference": self.direct_difference,
+            "matched": self.matched,
+            "explored": float(self.explored),
+            "slots": float(self.slots),
+        }
+
 
 def logged_slots(records: Sequence[DecisionRecord], cluster: ClusterSpec) -> list[LoggedSlot]:
     """The log's slots in time order, each rebuilt as the view its scheduler had (records of other clusters are an

@@ -63,7 +63,6 @@ class ExploringScheduler:
             return decided
         state = _state_after(view, decided)
         jobs = dict(decided.jobs)
-        half = self.scope.epsilon / 2
         for job in view.jobs:
             spec = job.spec
             placed = jobs.get(spec.job_id)
@@ -77,21 +76,28 @@ class ExploringScheduler:
             if room and grow_node < 0:
                 fitting = state.fitting_nodes(demand)
                 grow_node = int(fitting[0]) if len(fitting) else -1
-            draw = self.rng.random()
-            move = -1 if draw < half else 1 if draw < 2 * half else 0
-            if move == -1 and can_shrink:
+            move, self.propensities[spec.job_id] = drawn_move(
+                self.rng.random(), self.scope.epsilon, can_shrink, grow_node >= 0
+            )
+            if move == -1:
                 state.give(workers[-1], demand)
                 jobs[spec.job_id] = JobAllocation(workers[:-1], placed.ps_nodes)
-                self.propensities[spec.job_id] = half
-            elif move == 1 and grow_node >= 0:
+            elif move == 1:
                 state.take(grow_node, demand)
                 jobs[spec.job_id] = JobAllocation((*workers, grow_node), placed.ps_nodes)
-                self.propensities[spec.job_id] = half
-            else:  # unmoved: drawn as 0, or as a move that was not possible
-                kept = 1.0 - self.scope.epsilon
-                kept += half * (not can_shrink) + half * (grow_node < 0)
-                self.propensities[spec.job_id] = kept
         return Allocation(jobs)
+
+
+def drawn_move(draw: float, epsilon: float, can_shrink: bool, can_grow: bool) -> tuple[int, float]:
+    """A job's worker move for a uniform `draw` in [0, 1): -1 with probability epsilon / 2, +1 with epsilon / 2,
+    where possible, else 0; and the probability of the move made (a move that is not possible leaves the count
+    as it is, so its probability adds to staying)."""
+    half = epsilon / 2
+    if draw < half and can_shrink:
+        return -1, half
+    if half <= draw < epsilon and can_grow:
+        return 1, half
+    return 0, 1.0 - epsilon + half * (not can_shrink) + half * (not can_grow)
 
 
 def _state_after(view: ClusterView, allocation: Allocation) -> NodeState:

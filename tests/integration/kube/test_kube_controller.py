@@ -190,6 +190,30 @@ def test_canary_stays_in_scope_and_the_guardrails_hold(setup, run_slot, tmp_path
     assert writes and {w.namespace for w in writes} == {"team-a"}
 
 
+def test_canary_exploration_moves_canary_jobs_only_and_records_its_propensities(setup, run_slot, tmp_path):
+    workload = tiny_workload(num_jobs=10, num_nodes=2)
+    workload, controller = setup.start(
+        mode="canary", workload=workload, canary={"namespaces": ["team-a"], "explore": 0.5},
+        loader=heuristic_loader("optimus"),
+    )  # fmt: skip
+    namespace: dict[str, str] = {}
+    for _ in range(16):
+        run_slot(controller)
+        namespace |= {job.job_id: job.namespace for job in controller.last_snapshot.jobs}
+        if setup.cluster.done:
+            break
+        setup.cluster.advance()
+    records = read_log(tmp_path / "decisions" / "dl2-local")
+    explored = [r for r in records if r.applied_propensity < 1]
+    assert explored and {namespace[r.job_id] for r in explored} == {"team-a"}
+    # a move (0.25); staying where both moves were possible (0.5), or one was not (0.75)
+    assert {r.applied_propensity for r in explored} <= {0.25, 0.5, 0.75}
+    moved = [r for r in explored if r.applied_propensity == 0.25]
+    assert moved and all(abs(r.applied_workers - r.proposed_workers) <= 1 for r in moved)
+    assert all(r.applied_propensity == 1 for r in records if namespace[r.job_id] != "team-a")
+    assert {w.namespace for w in setup.writes_to_jobs()} <= {"team-a"}
+
+
 def test_kueue_jobs_are_left_alone_and_reported(setup, policies, tmp_path):
     options = TwinOptions(kueue_fraction=0.5, seed=2)
     _, controller = setup.start(options=options)

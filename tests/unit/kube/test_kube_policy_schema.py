@@ -35,6 +35,10 @@ from tests.builders import policy_object
             "maxReplicas must be at least minReplicas",
         ),
         ({"mode": "shadow", "model": {"version": "1"}, "incumbent": "lottery"}, "spec.incumbent: Unsupported value"),
+        (
+            {"mode": "canary", "model": {"version": "1"}, "canary": {"namespaces": ["a"], "explore": 0.8}},
+            "spec.canary.explore: Invalid value",
+        ),
     ],
 )
 def test_the_api_server_refuses_a_bad_policy_with_422(kube, spec, message):
@@ -52,6 +56,8 @@ def test_defaults_are_filled_in_and_the_controller_reads_the_result(kube, polici
     off = kube.rest().patch(POLICIES, None, "default", {"spec": {"mode": "off", "model": None}})
     assert off["spec"]["mode"] == "off" and "model" not in off["spec"]  # off needs no version
     assert parse_policy(off).mode is Mode.OFF
+    explored = kube.rest().patch(POLICIES, None, "default", {"spec": {"canary": {"namespaces": ["a"], "explore": 0.1}}})
+    assert explored["spec"]["canary"]["explore"] == 0.1 and parse_policy(explored).canary.explore == 0.1
 
 
 def test_unknown_fields_are_pruned_with_a_warning_or_refused_when_strict(kube):

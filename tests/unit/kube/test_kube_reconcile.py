@@ -174,6 +174,10 @@ def test_off_needs_no_model_and_yaml_s_false_is_off():
         ({"mode": "active", "model": {"version": "1"}, "guardrails": {"cooldown": 1}},
          "spec.guardrails.cooldown: unknown field"),
         ({"mode": "canary", "model": {"version": "1"}}, "spec.canary: canary mode needs namespaces"),
+        ({"mode": "canary", "model": {"version": "1"}, "canary": {"namespaces": ["a"], "explore": 0.8}},
+         "spec.canary.explore: expected a probability from 0 to 0.5"),
+        ({"mode": "canary", "model": {"version": "1"}, "canary": {"namespaces": ["a"], "explore": True}},
+         "spec.canary.explore: expected a probability"),
         ({"mode": "active", "model": {"version": "1"}, "incumbent": "magic"}, "spec.incumbent: unknown heuristic"),
         ({"mode": "active", "model": {"version": "1"}, "slotSeconds": 60}, "spec.slotSeconds: unknown field"),
     ],
@@ -200,7 +204,8 @@ SPECS = st.fixed_dictionaries(
             ),
         ),
         "canary": st.one_of(
-            ODD, st.fixed_dictionaries({}, optional={"namespaces": ODD, "jobSelector": ODD, "labels": ODD})
+            ODD,
+            st.fixed_dictionaries({}, optional={"namespaces": ODD, "jobSelector": ODD, "labels": ODD, "explore": ODD}),
         ),
         "slotSeconds": ODD,
     },

@@ -142,6 +142,9 @@ def test_learning_in_the_twin_of_a_small_log(tmp_path: Path) -> None:
     assert saved.metadata["teacher_in_twin"] == verdict.teacher
     assert saved.config == load_trained(champion).config
     assert json.loads(json.dumps(verdict.record()))["kept"] is verdict.kept
+    # the same records estimate the challenger off-policy, beside the twin
+    off = verdict.off_policy
+    assert off["low"] <= off["difference"] <= off["high"] and off["slots"] > 0
 
 
 def test_online_learning_re_warms_in_each_cluster_twin_after_the_feedback_steps(tmp_path: Path) -> None:
