@@ -111,8 +111,9 @@ def logged_slots(records: Sequence[DecisionRecord], cluster: ClusterSpec) -> lis
                     rescales[record.job_id],
                 )
             )
-        first = ordered[0]
-        slots.append(LoggedSlot(ClusterView(time_s, index, first.slot_s, cluster, tuple(jobs), Allocation()), ordered))
+        held_before = Allocation({job.spec.job_id: job.allocation for job in jobs if not job.allocation.is_empty})
+        view = ClusterView(time_s, index, ordered[0].slot_s, cluster, tuple(jobs), held_before)
+        slots.append(LoggedSlot(view, ordered))
         for record in ordered:
             before = previous.get(record.job_id)
             if record.applied_workers:

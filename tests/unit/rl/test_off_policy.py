@@ -70,6 +70,7 @@ def test_views_rebuilt_from_records_hold_the_tasks_where_they_were_applied() -> 
             assert job.spec.job_id == record.job_id
             if record.job_id in applied and record.held_workers:
                 assert (job.allocation.worker_nodes, job.allocation.ps_nodes) == applied[record.job_id]
+                assert slot.view.previous.get(record.job_id) == job.allocation  # what a sticky placer keeps
             applied[record.job_id] = (record.applied_worker_nodes, record.applied_ps_nodes)
 
 
