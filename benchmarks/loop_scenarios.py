@@ -130,8 +130,10 @@ def run_loop(truth: str, seed: int, args: argparse.Namespace, folder: Path) -> d
             out = folder / f"{candidate}-{truth}-{seed}-round{week + 1}"
             learned[candidate] = LEARNERS[candidate](log, world, calibration, args, out, active)
             predicted[candidate] = twin_call(log, world, str(out), active, incumbent_in_twin, args)
-            if scope is not None:
-                off_policy[candidate] = off_policy_call(log, world, str(out), active)
+            if scope is not None:  # the re-warming estimates its challenger itself (`TwinVerdict.off_policy`)
+                off_policy[candidate] = learned[candidate].get("off_policy") or off_policy_call(
+                    log, world, str(out), active
+                )
             made[candidate] = str(out)
         better = [name for name, difference in predicted.items() if difference["high"] < 0]
         choice = min(better, key=lambda name: predicted[name]["mean"], default=None)

@@ -140,10 +140,11 @@ def agreement(cells: list[dict[str, Any]]) -> dict[str, Any]:
             outcome.append(entry["outcome_vs_champion"])
     decided = [i for i, value in enumerate(outcome) if abs(value) > 0.01]
 
-    def summary(predictions: list[dict[str, float]], better_if_positive: bool) -> dict[str, Any]:
+    def summary(predictions: list[dict[str, float]], key: str, better_if_positive: bool) -> dict[str, Any]:
+        """`key`: the prediction's point estimate; `better_if_positive`: its sign when the challenger is faster."""
         sign = 1.0 if better_if_positive else -1.0
-        agreed = [np.sign(sign * predictions[i]["difference" if "difference" in predictions[i] else "mean"])
-                  == np.sign(-outcome[i]) for i in decided]  # fmt: skip
+        point = [sign * p[key] for p in predictions]  # positive: says the challenger is faster
+        agreed = [np.sign(point[i]) == np.sign(-outcome[i]) for i in decided]
         right = wrong = 0
         for i in decided:
             low, high = sign * predictions[i]["low"], sign * predictions[i]["high"]
@@ -153,7 +154,6 @@ def agreement(cells: list[dict[str, Any]]) -> dict[str, Any]:
             elif max(low, high) < 0:  # says it is worse
                 right += outcome[i] > 0
                 wrong += outcome[i] < 0
-        point = [sign * p.get("difference", p.get("mean", 0.0)) for p in predictions]
         ranks = np.argsort(np.argsort(point)), np.argsort(np.argsort([-o for o in outcome]))
         return {
             "sign_agreed": float(np.mean(agreed)) if agreed else float("nan"),
@@ -165,8 +165,8 @@ def agreement(cells: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "comparisons": len(outcome),
         "outcome_beyond_1pct": len(decided),
-        "off_policy": summary(off, True),
-        "twin": summary(twin, False),
+        "off_policy": summary(off, "difference", True),
+        "twin": summary(twin, "mean", False),
     }
 
 
