@@ -154,9 +154,19 @@ def heuristic(name: str) -> SchedulerBuilder:
     return lambda speed, compat: make_scheduler(name, speed, compat)
 
 
-def play(truth: str, seed: int, num_jobs: int, num_nodes: int, scheduler: str, oracle: bool = False) -> float:
+def play(
+    truth: str,
+    seed: int,
+    num_jobs: int,
+    num_nodes: int,
+    scheduler: str,
+    oracle: bool = False,
+    placer: str | None = None,
+) -> float:
+    """Average JCT (h) of `scheduler` (placing with `placer`; None: its own default) under the truth."""
     cluster = realise(truth_named(truth), philly_like(seed, num_jobs, num_nodes))
-    result = run_on(cluster, scheduler_builder(scheduler, None, Mode.REALISTIC), SimConfig.realistic(seed=seed), oracle)
+    build = scheduler_builder(scheduler, placer, Mode.REALISTIC)
+    result = run_on(cluster, build, SimConfig.realistic(seed=seed), oracle)
     return summarize(result).avg_jct_s / 3600
 
 

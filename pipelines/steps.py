@@ -87,6 +87,12 @@ def online_line(layout: Layout, mode: str) -> str:
     return "\n".join([line, *twin_lines(record.get("twin"))])
 
 
+def placement_text(verdict: dict[str, object]) -> str:
+    """How the challenger places, where the twin chose a placement other than the running policy's."""
+    placer, running = verdict.get("placer"), verdict.get("running_placer")
+    return f" placing with {placer} (the running policy: {running})" if placer and placer != running else ""
+
+
 def twin_lines(twin: object) -> list[str]:
     """What re-warming in each cluster log's calibrated twin gave (`reports/online.json`'s `twin`), or why not."""
     if isinstance(twin, dict):
@@ -97,7 +103,8 @@ def twin_lines(twin: object) -> list[str]:
     for verdict in twin if isinstance(twin, list) else []:
         lines.append(
             f"  online, in the twin calibrated from {verdict['log'].rsplit('/', 1)[-1]}: re-warmed on "
-            f"{verdict['teacher']}, {interval_text(verdict['predicted_difference'])} average JCT against the "
+            f"{verdict['teacher']}{placement_text(verdict)}, {interval_text(verdict['predicted_difference'])} "
+            "average JCT against the "
             f"running policy on {len(verdict['running_in_twin_h'])} workloads "
             f"({'kept' if verdict['kept'] else 'not kept: the interval is not below zero'})"
         )

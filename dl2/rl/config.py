@@ -330,3 +330,12 @@ class TwinLearningConfig:
     """Supervised epochs per training."""
     seed: Seed = 1_000
     """The first of the twin's workloads compared on (the teacher records from `seed_offset` on, elsewhere)."""
+    placers: tuple[str, ...] = ("load-balance", "tetris", "binpack", "isolate", "isolate-strict")
+    """Placements tried in the twin with each teacher, beside the running policy's own (`PLACERS` names): the
+    challenger learns from the best teacher-and-placement pair there and places as it does (the cluster places
+    alike). Placement, not allocation, is most of what a cluster's interference makes worth changing
+    (docs/results.md, "Placement against allocation")."""
+
+    def __post_init__(self) -> None:
+        for name in self.placers:
+            check_placer("placers", name)

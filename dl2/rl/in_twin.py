@@ -4,7 +4,10 @@ paired verdict on it against the policy it would replace.
 A cluster is never the catalogue. Its decision log calibrates a twin (`dl2.sim.calibrated`: per-type speeds and
 interference fitted to the observed progress); there the heuristics that read speeds (Optimus, `speedup-hull`)
 read the calibrated ones, and the best of them in the twin teaches the running policy by DAgger
-(`dl2.rl.training.warm_up` from that policy), on the cluster's own jobs (`records:<log>`). The challenger is kept
+(`dl2.rl.training.warm_up` from that policy), on the cluster's own jobs (`records:<log>`). The twin also picks the
+placement: each teacher is tried with the running policy's placer and those `TwinLearningConfig.placers` names, and
+the challenger learns and places with the best pair's (interference in the twin is the calibrated one, so it is
+the cluster's records that decide whether packing or isolating jobs pays). The challenger is kept
 only if the twin says it is faster: its average JCT on the twin's workloads, paired with the running policy's on
 the same workloads, lower with a 95% interval of the mean relative difference below zero. That interval is the
 gate's prediction, to be set against what the cluster then shows.
@@ -16,7 +19,7 @@ import math
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +45,10 @@ TEACHERS = ("optimus", "speedup-hull")
 
 @dataclass(frozen=True)
 class TwinVerdict:
-    """What learning in the twin gave: the teacher chosen and how each teacher did there, the running policy's and
-    the challenger's average JCT (h) on the same twin workloads, the paired relative difference with its 95%
-    interval, whether the challenger is kept, and what the warm-up reported."""
+    """What learning in the twin gave: the teacher and placement chosen and how each pair did there (keyed
+    `teacher / placer`), the running policy's and the challenger's average JCT (h) on the same twin workloads, the
+    paired relative difference with its 95% interval, whether the challenger is kept, and what the warm-up
+    reported."""
 
     log: str
     teacher: str
@@ -55,6 +59,9 @@ class TwinVerdict:
     kept: bool
     warm_up: dict[str, Any]
     seconds: float
+    placer: str = ""
+    """The placement the challenger learned with and places with (the running policy's when unchanged)."""
+    running_placer: str = ""
     off_policy: dict[str, float] = field(default_factory=dict)
     """The challenger against the running policy off-policy from the log's records (`dl2.rl.off_policy`): evidence
     beside the twin's, not the gate's (what it is worth: docs/results.md, off-policy evaluation)."""
@@ -64,6 +71,8 @@ class TwinVerdict:
         return {
             "log": self.log,
             "teacher": self.teacher,
+            "placer": self.placer,
+            "running_placer": self.running_placer,
             "teachers_in_twin_h": self.teachers_h,
             "running_in_twin_h": self.running_h,
             "challenger_in_twin_h": self.challenger_h,
@@ -163,11 +172,13 @@ def learn_in_twin(
         raise ValueError("the calibrated twin plays realistic mode: a compat-mode policy cannot learn there")
     started = time.perf_counter()
     world, _ = calibrated_world(log)
+    placers = tuple(dict.fromkeys((running.config.placer, *config.placers)))
+    pairs = {(name, placer): pair_key(name, placer) for name in TEACHERS for placer in placers}
     teachers = {
-        name: float(np.mean(twin_jcts_h(log, world, make_scheduler(name, world.speed, False), config)))
-        for name in TEACHERS
+        key: float(np.mean(twin_jcts_h(log, world, make_scheduler(name, world.speed, False, placer), config)))
+        for (name, placer), key in pairs.items()
     }
-    teacher = min(teachers, key=teachers.__getitem__)
+    teacher, placer = min(pairs, key=lambda pair: teachers[pairs[pair]])
     warm = WarmUpConfig(
         teacher=teacher,
         source=f"records:{log}",
@@ -176,13 +187,15 @@ def learn_in_twin(
         dagger_rounds=config.dagger_rounds,
         dagger_episodes=max(config.episodes // 2, 1),
         observation=running.config.observation,
-        placer=running.config.placer,
+        placer=placer,
         supervised=SupervisedConfig(network=running.config.network, epochs=config.epochs),
         workers=workers,
     )
     policy, _, facts = warm_up(warm, policy=_copy_of(running), world=world)
-    metadata = {**running.metadata, "calibrated_from": str(log), "teacher_in_twin": teacher}
-    save_trained(out, running.config, policy.state_dict(), None, title, metadata, overwrite=True)
+    metadata = {
+        **running.metadata, "calibrated_from": str(log), "teacher_in_twin": teacher, "placer_in_twin": placer,
+    }  # fmt: skip
+    save_trained(out, replace(running.config, placer=placer), policy.state_dict(), None, title, metadata, True)
     with tempfile.TemporaryDirectory(prefix="dl2-twin-running-") as scratch:
         before = Path(scratch) / "running"
         save_trained(before, running.config, running.policy.state_dict(), None, "the running policy", {}, False)
@@ -202,10 +215,17 @@ def learn_in_twin(
         challenger_h=challenger_h,
         difference=difference,
         kept=difference["high"] < 0,
+        placer=placer,
+        running_placer=running.config.placer,
         warm_up=facts,
         seconds=time.perf_counter() - started,
         off_policy=estimate.summary(),
     )
+
+
+def pair_key(teacher: str, placer: str) -> str:
+    """How a teacher-and-placement pair is named in `TwinVerdict.teachers_h`."""
+    return f"{teacher} / {placer}"
 
 
 def _copy_of(trained: Trained) -> Any:

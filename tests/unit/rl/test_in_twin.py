@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from dl2.rl.config import RLConfig, TwinLearningConfig
 from dl2.rl.in_twin import (
     TEACHERS,
     learn_in_twin,
+    pair_key,
     paired_difference,
     sequential_difference,
     twin_jct_h,
@@ -130,7 +132,11 @@ def test_learning_in_the_twin_of_a_small_log(tmp_path: Path) -> None:
     config = TwinLearningConfig(workloads=2, max_workloads=2, episodes=1, dagger_rounds=0, epochs=1)
     verdict = learn_in_twin(log, load_trained(champion), config, 1, tmp_path / "challenger", "challenger")
 
-    assert verdict.teacher == min(TEACHERS, key=verdict.teachers_h.__getitem__)
+    # every teacher with every placement (the running policy's first), the best pair chosen
+    placers = ("binpack", *(name for name in config.placers if name != "binpack"))
+    assert list(verdict.teachers_h) == [pair_key(t, p) for t in TEACHERS for p in placers]
+    chosen = min(verdict.teachers_h, key=verdict.teachers_h.__getitem__)
+    assert pair_key(verdict.teacher, verdict.placer) == chosen and verdict.running_placer == "binpack"
     assert len(verdict.running_h) == len(verdict.challenger_h) == 2
     fixed = paired_difference(verdict.challenger_h, verdict.running_h)
     assert verdict.difference == pytest.approx({**fixed, "workloads": 2, "looks": 1})
@@ -140,7 +146,9 @@ def test_learning_in_the_twin_of_a_small_log(tmp_path: Path) -> None:
     assert twin_jcts_h(log, world, LearnedScheduler.from_dir(champion, compat=False), config) == verdict.running_h
     saved = load_trained(tmp_path / "challenger")
     assert saved.metadata["teacher_in_twin"] == verdict.teacher
-    assert saved.config == load_trained(champion).config
+    assert saved.metadata["placer_in_twin"] == verdict.placer
+    # the challenger places as it learned to (the cluster places alike); nothing else of its config changes
+    assert saved.config == replace(load_trained(champion).config, placer=verdict.placer)
     assert json.loads(json.dumps(verdict.record()))["kept"] is verdict.kept
     # the same records estimate the challenger off-policy, beside the twin
     off = verdict.off_policy
