@@ -28,7 +28,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -216,6 +216,19 @@ def simulated(workload: Workload, model_dir: Path, placer: str, cluster: Cluster
     }
 
 
+def asked_sizes_h(workload: Workload, placer: str, cluster: ClusterParams) -> float:
+    """`dl2 simulate` of the slice under the cluster's truth with the jobs at their asked sizes, placed by `placer`."""
+    from dl2.schedulers.registry import make_scheduler
+    from dl2.sim.config import SimConfig
+    from dl2.sim.metrics import summarize
+    from dl2.twin import simulated as simulate_slice
+    from dl2.twin import truth_of
+
+    build = lambda speed, compat: make_scheduler("asked-sizes", speed, False, placer)  # noqa: E731
+    result = simulate_slice(workload, build, SimConfig.realistic(seed=cluster.seed), truth_of(cluster.truth))
+    return summarize(result).avg_jct_s / 3600
+
+
 def champion_version() -> int | None:
     from pipelines import registry
 
@@ -249,6 +262,10 @@ def result_lines(report: dict[str, Any]) -> list[str]:
     ]
     if "asked-sizes" in sim:  # a report of an earlier version may lack it
         lines.append(f"  {'simulator, jobs at their asked sizes':<{width}} {sim['asked-sizes']:>12.2f}")
+    placement = report.get("placement") or {}
+    if "asked-sizes, placed as the active version" in sim:
+        label = f"simulator, asked sizes placed with {placement.get('active')}"
+        lines.append(f"  {label:<{width}} {sim['asked-sizes, placed as the active version']:>12.2f}")
     before = report.get("simulate_before")
     if before and before["version"] != active["version"]:
         label = f"simulator, v{before['version']} (the champion before the loop)"
@@ -317,9 +334,13 @@ class Passes:
             cluster.start_controller()
             return pass_through(cluster, "shadow", champion, started, self.say)
 
-    def learn_then_active(self, champion: int, learn: Learn, reports: Path) -> tuple[str, Run]:
+    def learn_then_active(
+        self, champion: int, learn: Learn, reports: Path, placer_of: Callable[[int], str]
+    ) -> tuple[str, Run]:
         """With the controller up (mode off), `learn` with the handshake as the gate's confirmation; then the
-        champion (the promoted challenger, else the one before) in active mode over the slice."""
+        champion (the promoted challenger, else the one before) in active mode over the slice. A promoted version
+        that places otherwise (`placer_of(version)`: the learning in the twin chose its placement) runs its pass on
+        a fresh cluster that places as it does: placement is the cluster's scheduler configuration, set at start."""
         from dl2.kube.promotion import confirm_hook, promote_policy
 
         started = time.perf_counter()
@@ -340,7 +361,16 @@ class Passes:
                 if not handshake.confirmed:
                     raise StageFailed(f"cluster loop: the controller did not run v{champion}: {handshake.detail}")
                 self.say(f"    {handshake.detail}")
-            self.say(f"  c. active: the controller runs the champion v{version} and resizes jobs")
+            placer = placer_of(version)
+            if placer == self.placer:
+                self.say(f"  c. active: the controller runs the champion v{version} and resizes jobs")
+                return outcome, pass_through(cluster, "active", version, started, self.say)
+        placed = replace(self, placer=placer)
+        self.say(f"  c. active: v{version} places with {placer} (v{champion}: {self.placer}), so a cluster that places")
+        self.say(f"     alike runs it; the controller runs the champion v{version} and resizes jobs")
+        with placed._cluster("active-placed") as cluster:
+            cluster.create_policy("active", version, self.cluster.incumbent)
+            cluster.start_controller()
             return outcome, pass_through(cluster, "active", version, started, self.say)
 
     @contextmanager
@@ -399,11 +429,17 @@ def run(params: Params, layout: Layout, learn: Learn, say: Callable[[str], None]
         for line in decision_lines(_records(decisions / CLUSTER_NAME), params.cluster.incumbent):
             say(line)
         say("  b. learn: collect the records, dvc repro (the online stage learns from them), register, gate")
-        outcome, active = passes.learn_then_active(champion, learn, layout.reports)
+        placer_of = lambda version: model_placer(version, folder)[1]  # noqa: E731
+        outcome, active = passes.learn_then_active(champion, learn, layout.reports, placer_of)
         before = simulated(workload, model_dir, placer, params.cluster)
+        active_placer = placer
         if active.version != champion:
-            model_dir, _ = model_placer(active.version, folder)
+            model_dir, active_placer = model_placer(active.version, folder)
         reference = simulated(workload, model_dir, placer, params.cluster) if active.version != champion else before
+        if active_placer != placer:  # how much of the change is the placement alone: dl2 off, placed anew
+            reference["asked-sizes, placed as the active version"] = asked_sizes_h(
+                workload, active_placer, params.cluster
+            )
     report = {
         "slice": to_json(params.cluster),
         "shadow": shadow.to_json_dict(),
@@ -411,6 +447,7 @@ def run(params: Params, layout: Layout, learn: Learn, say: Callable[[str], None]
         "active": active.to_json_dict(),
         "simulate": reference,
         "simulate_before": {"version": champion, "policy": before["policy"]},
+        "placement": {"before": placer, "active": active_placer},
         "records": layout.relative(decisions / CLUSTER_NAME),
     }
     write_json_atomic(layout.reports / REPORT, report)

@@ -6,6 +6,7 @@ JCTs `dl2 simulate` gives for the same slice; a second run changes nothing."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ def test_decision_lines_show_where_the_policy_differs_from_the_incumbent() -> No
 def test_the_loop_records_in_shadow_promotes_through_the_controller_and_runs_active(
     store: Path, tmp_path: Path
 ) -> None:
+    from dl2.rl.model_io import load_config, load_state, save_model
     from pipelines import cluster_loop, collect, promote, registry
     from pipelines.cluster_loop import CLUSTER_NAME
     from pipelines.params import Params
@@ -70,9 +72,14 @@ def test_the_loop_records_in_shadow_promotes_through_the_controller_and_runs_act
     registry.set_alias("champion", champion)
     learned: dict[str, Any] = {}
 
+    # the challenger places otherwise (as a placement chosen in the twin would): its active pass needs a cluster
+    # that places alike
+    config, state = load_config(models["bundle"])[0], load_state(models["bundle"])
+    placed = save_model(tmp_path / "placed", replace(config, placer="isolate"), state, card="bundle, isolated\n")
+
     def learn(confirmation: Confirm) -> str:
         learned["collected"] = collect.run(params, layout).summary
-        challenger = registry.register(models["bundle"])[0].version
+        challenger = registry.register(placed)[0].version
         registry.set_alias("challenger", challenger)
         result = promote.run(params, layout, confirmation=confirmation)
         learned["promotion"] = result.summary
@@ -107,6 +114,13 @@ def test_the_loop_records_in_shadow_promotes_through_the_controller_and_runs_act
     assert after_loop["cluster.simulated_avg_jct_h"] == report["simulate"]["policy"]
     assert before_loop["cluster.asked_sizes_avg_jct_h"] == after_loop["cluster.asked_sizes_avg_jct_h"]
     assert f"simulator, v{champion} (the champion before the loop)" in text
+    assert report["placement"] == {"before": config.placer, "active": "isolate"}
+    assert f"v{active['version']} places with isolate (v{champion}: {config.placer})" in text
+    assert "simulator, asked sizes placed with isolate" in text
+    isolated = report["simulate"]["asked-sizes, placed as the active version"]
+    assert isolated == pytest.approx(
+        cluster_loop.asked_sizes_h(cluster_loop.load_slice(params.cluster), "isolate", params.cluster)
+    )
 
     again: list[str] = []
     assert cluster_loop.run(params, layout, learn, say=again.append) == report  # nothing runs again

@@ -102,6 +102,16 @@ def test_the_lifecycle_says_what_the_twin_gave() -> None:
         "  online, in the twin calibrated from dl2-local: re-warmed on speedup-hull, -3.2% [-8.1%, +1.7%] average "
         "JCT against the running policy on 6 workloads (not kept: the interval is not below zero)"
     ]
+    placed = {**verdict, "teacher": "optimus", "placer": "isolate-strict", "running_placer": "binpack", "kept": True,
+              "predicted_difference": {"mean": -0.25, "low": -0.3, "high": -0.2}}  # fmt: skip
+    assert twin_lines([placed]) == [
+        "  online, in the twin calibrated from dl2-local: re-warmed on optimus placing with isolate-strict (the "
+        "running policy: binpack), -25.0% [-30.0%, -20.0%] average JCT against the running policy on 6 workloads "
+        "(kept)"
+    ]
+    assert twin_lines([{**placed, "placer": "binpack"}])[0].startswith(  # the same placement goes unsaid
+        "  online, in the twin calibrated from dl2-local: re-warmed on optimus, -25.0%"
+    )
     assert twin_lines({"skipped": "a compat-mode policy"}) == [
         "  online, in the calibrated twin: skipped (a compat-mode policy)"
     ]
