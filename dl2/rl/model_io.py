@@ -216,10 +216,12 @@ def learned_from(metadata: dict[str, Any]) -> list[str]:
             lines.append(f"{what} on {logs}: {'kept' if steps.get('kept') else 'not kept'}")
     for verdict in metadata.get("online_twin") or ():
         if isinstance(verdict, dict) and isinstance(verdict.get("predicted_difference"), dict):
+            placer, running = verdict.get("placer"), verdict.get("running_placer")
+            placing = f", placing with `{placer}` (it started from `{running}`)" if placer and placer != running else ""
             lines.append(
                 f"re-warmed in the twin calibrated from `{verdict.get('log')}` on `{verdict.get('teacher')}` reading "
-                f"the calibrated speeds: {interval_text(verdict['predicted_difference'])} against the policy it "
-                f"started from in the twin, {'kept' if verdict.get('kept') else 'not kept'}"
+                f"the calibrated speeds{placing}: {interval_text(verdict['predicted_difference'])} against the policy "
+                f"it started from in the twin, {'kept' if verdict.get('kept') else 'not kept'}"
             )
             off_policy = verdict.get("off_policy")
             if isinstance(off_policy, dict) and "difference" in off_policy:

@@ -51,6 +51,12 @@ def test_the_model_card_says_what_the_model_learned_from() -> None:
         "re-warmed in the twin calibrated from `data/feedback/clusters/dl2-local` on `speedup-hull` reading the "
         "calibrated speeds: -5.0% [-8.0%, -2.0%] against the policy it started from in the twin, kept",
     ]
+    placed = {**rl["online_twin"][0], "teacher": "optimus", "placer": "isolate-strict", "running_placer": "binpack"}
+    assert learned_from({"online_twin": [placed]}) == [
+        "re-warmed in the twin calibrated from `data/feedback/clusters/dl2-local` on `optimus` reading the "
+        "calibrated speeds, placing with `isolate-strict` (it started from `binpack`): -5.0% [-8.0%, -2.0%] against "
+        "the policy it started from in the twin, kept"
+    ]
     card = model_card("a policy", rl)
     assert card.index("## What it learned from") < card.index("## Facts") and "- RL (`returns` credit" in card
     assert "## What it learned from" not in model_card("bare", {"kind": "rl"})  # nothing known, nothing said
