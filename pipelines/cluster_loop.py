@@ -264,7 +264,7 @@ def result_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"  {'simulator, jobs at their asked sizes':<{width}} {sim['asked-sizes']:>12.2f}")
     placement = report.get("placement") or {}
     if "asked-sizes, placed as the active version" in sim:
-        label = f"simulator, asked sizes placed with {placement.get('active')}"
+        label = f"simulator, asked sizes, {placement.get('active')}"
         lines.append(f"  {label:<{width}} {sim['asked-sizes, placed as the active version']:>12.2f}")
     before = report.get("simulate_before")
     if before and before["version"] != active["version"]:

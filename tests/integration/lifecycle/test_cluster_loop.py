@@ -116,7 +116,7 @@ def test_the_loop_records_in_shadow_promotes_through_the_controller_and_runs_act
     assert f"simulator, v{champion} (the champion before the loop)" in text
     assert report["placement"] == {"before": config.placer, "active": "isolate"}
     assert f"v{active['version']} places with isolate (v{champion}: {config.placer})" in text
-    assert "simulator, asked sizes placed with isolate" in text
+    assert "simulator, asked sizes, isolate " in text
     isolated = report["simulate"]["asked-sizes, placed as the active version"]
     assert isolated == pytest.approx(
         cluster_loop.asked_sizes_h(cluster_loop.load_slice(params.cluster), "isolate", params.cluster)
