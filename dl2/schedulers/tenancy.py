@@ -41,7 +41,8 @@ class Tenancy:
         """The round's jobs, by rank (the view's order)."""
         self.targets = targets
         """Per rank, the (workers, PS) the allocation policy asked for."""
-        self.type_of = [CATALOGUE[job.spec.model].type_index for job in jobs]
+        # a model the catalogue lacks (only an oracle handed the truth's labels sees one) counts in no type column
+        self.type_of = [CATALOGUE[job.spec.model].type_index if job.spec.model in CATALOGUE else -1 for job in jobs]
         self.num_nodes = num_nodes
         self.placing = -1
         """Rank of the job whose task is being placed (set by `place_sticky` before each `choose`)."""
@@ -101,7 +102,8 @@ class Tenancy:
         held = on.get(rank)
         if held is None:
             held = on[rank] = self.holdings(rank)[node] = [0, 0]
-            self.jobs_of_type[node, self.type_of[rank]] += 1
+            if self.type_of[rank] >= 0:
+                self.jobs_of_type[node, self.type_of[rank]] += 1
         held[is_ps] += 1
 
     def remove(self, rank: int, node: int, is_ps: bool) -> None:
@@ -111,7 +113,8 @@ class Tenancy:
         if held == [0, 0]:
             del on[rank]
             del self.holdings(rank)[node]
-            self.jobs_of_type[node, self.type_of[rank]] -= 1
+            if self.type_of[rank] >= 0:
+                self.jobs_of_type[node, self.type_of[rank]] -= 1
 
     def _count(self) -> np.ndarray:
         """The distinct (node, rank) pairs of all registered tasks, kept, and from them the jobs per node and type."""
@@ -123,7 +126,7 @@ class Tenancy:
         marked = np.zeros(self.num_nodes * len(lengths), dtype=bool)
         marked[nodes * len(lengths) + ranks] = True
         self._pair_nodes, self._pair_ranks = np.divmod(np.flatnonzero(marked), max(len(lengths), 1))
-        types = np.array(self.type_of, dtype=np.int64)
-        cells = self._pair_nodes * NUM_TYPES + types[self._pair_ranks]
+        types = np.array(self.type_of, dtype=np.int64)[self._pair_ranks]
+        cells = (self._pair_nodes * NUM_TYPES + types)[types >= 0]
         counts = np.bincount(cells, minlength=self.num_nodes * NUM_TYPES).astype(np.float64)
         return counts.reshape(self.num_nodes, NUM_TYPES)

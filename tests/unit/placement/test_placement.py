@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -683,3 +684,19 @@ def test_cli_trains_both_models_and_simulates_with_the_placer(
     assert (
         "--temperature: '-1' is not allowed" in capsys.readouterr().err
     )  # refused by PlacerTraining's definition, by flag
+
+
+def test_a_job_type_the_catalogue_lacks_is_held_but_counted_in_no_type_column() -> None:
+    # only an oracle handed a truth's labels sees such a job; placers that look at neighbours must still run
+    known, unknown = philly_job("a", "wlm", 1), philly_job("b", "wlm", 1)
+    unknown = replace(unknown, spec=replace(unknown.spec, model="graph-net"))
+    views = tuple(JobView(job.spec, 0.0, 0.0, JobAllocation(), 0.0, 0.0, 0) for job in (known, unknown))
+    tenancy = Tenancy(views, [(1, 1), (1, 1)], 3)
+    tenancy.register(0, (0,), (0,))
+    tenancy.register(1, (0,), (1,))
+    counts = tenancy.jobs_of_type
+    assert counts.sum() == 1 and counts[0].sum() == 1 and counts[1].sum() == 0  # only job a is counted
+    assert set(tenancy.jobs_on(0)) == {0, 1} and tenancy.holdings(1) == {0: [1, 0], 1: [0, 1]}
+    tenancy.add(1, 2, False)
+    tenancy.remove(1, 0, False)
+    assert tenancy.jobs_of_type.sum() == 1 and set(tenancy.jobs_on(2)) == {1} and set(tenancy.jobs_on(0)) == {0}
