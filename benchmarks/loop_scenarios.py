@@ -59,6 +59,7 @@ from dl2.core import DecisionRecord
 from dl2.core.log_format import CLUSTER_FILE, cluster_to_json, read_cluster, read_log
 from dl2.placement.samples import record_run
 from dl2.resolve import scheduler_builder
+from dl2.rl.config import TwinLearningConfig
 from dl2.rl.in_twin import sequential_difference
 from dl2.rl.off_policy import off_policy_difference
 from dl2.schedulers.exploring import ExplorationScope, ExploringScheduler
@@ -223,6 +224,12 @@ def main() -> None:
         default=6,
         help="the most the gate compares on: batches are added while its interval straddles zero with the "
         "challenger ahead (at --twin-workloads, the default: a fixed-size gate)",
+    )
+    parser.add_argument(
+        "--twin-placers",
+        default=",".join(TwinLearningConfig().placers),
+        help="placements the twin tries beside the active policy's (comma-separated; '': its placement is held "
+        "and only the allocation is re-learned)",
     )
     parser.add_argument("--rewarm-episodes", type=int, default=6, help="rewarm: workloads the teacher is recorded on")
     parser.add_argument("--rewarm-dagger-rounds", type=int, default=1)
