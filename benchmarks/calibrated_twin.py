@@ -34,6 +34,7 @@ import argparse
 import json
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -139,15 +140,16 @@ def rewarm_in_twin(
 ) -> dict[str, Any]:
     """The policy at `origin` (the champion) re-warmed in the twin on the heuristic that does best there reading
     the calibrated speeds (`dl2.rl.in_twin.learn_in_twin`, as the `online` stage does it)."""
-    placers = getattr(args, "twin_placers", None)  # None: the library's default (every placement)
     config = TwinLearningConfig(
         workloads=args.twin_workloads,
         episodes=args.rewarm_episodes,
         dagger_rounds=args.rewarm_dagger_rounds,
         epochs=args.rewarm_epochs,
         seed=TWIN_SEED,
-        **({} if placers is None else {"placers": tuple(name for name in placers.split(",") if name)}),
     )
+    placers = getattr(args, "twin_placers", None)  # this benchmark has no flag: the library's default
+    if placers is not None:
+        config = replace(config, placers=tuple(name for name in placers.split(",") if name))
     title = f"{Path(origin).name} re-warmed in a calibrated twin"
     return learn_in_twin(log, load_trained(Path(origin)), config, args.workers, out, title).record()
 

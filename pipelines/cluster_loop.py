@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -199,32 +200,30 @@ def simulated(workload: Workload, model_dir: Path, placer: str, cluster: Cluster
     incumbent, and the jobs at their asked sizes (what the shadow pass runs)."""
     from dl2.rl.learned import LearnedScheduler
     from dl2.schedulers.registry import make_scheduler
-    from dl2.sim.config import SimConfig
-    from dl2.sim.metrics import summarize
-    from dl2.twin import simulated as simulate_slice
-    from dl2.twin import truth_of
 
-    config, truth = SimConfig.realistic(seed=cluster.seed), truth_of(cluster.truth)
     builders = {
         "policy": lambda speed, compat: LearnedScheduler.from_dir(model_dir, compat=False),
         "incumbent": lambda speed, compat: make_scheduler(cluster.incumbent, speed, False, placer),
-        "asked-sizes": lambda speed, compat: make_scheduler("asked-sizes", speed, False, placer),
     }
-    return {
-        name: summarize(simulate_slice(workload, build, config, truth)).avg_jct_s / 3600
-        for name, build in builders.items()
+    return {name: slice_h(workload, build, cluster) for name, build in builders.items()} | {
+        "asked-sizes": asked_sizes_h(workload, placer, cluster)
     }
 
 
 def asked_sizes_h(workload: Workload, placer: str, cluster: ClusterParams) -> float:
     """`dl2 simulate` of the slice under the cluster's truth with the jobs at their asked sizes, placed by `placer`."""
     from dl2.schedulers.registry import make_scheduler
+
+    return slice_h(workload, lambda speed, compat: make_scheduler("asked-sizes", speed, False, placer), cluster)
+
+
+def slice_h(workload: Workload, build: Any, cluster: ClusterParams) -> float:
+    """Average JCT (h) of `build`'s scheduler on the slice under the cluster's truth (`dl2 simulate`)."""
     from dl2.sim.config import SimConfig
     from dl2.sim.metrics import summarize
     from dl2.twin import simulated as simulate_slice
     from dl2.twin import truth_of
 
-    build = lambda speed, compat: make_scheduler("asked-sizes", speed, False, placer)  # noqa: E731
     result = simulate_slice(workload, build, SimConfig.realistic(seed=cluster.seed), truth_of(cluster.truth))
     return summarize(result).avg_jct_s / 3600
 
@@ -422,19 +421,19 @@ def run(params: Params, layout: Layout, learn: Learn, say: Callable[[str], None]
     say(f"  {params.cluster.workload} slice: {len(workload.jobs)} jobs on {nodes} nodes (realistic mode, {behaves})")
     with tempfile.TemporaryDirectory(prefix="dl2-loop-", dir=layout.root / "work") as scratch:
         folder = Path(scratch)
-        model_dir, placer = model_placer(champion, folder)
+        located = cache(lambda version: model_placer(version, folder))  # each version downloaded once
+        model_dir, placer = located(champion)
         passes = Passes(workload, placer, folder, decisions, configure(), params.cluster, say)
         shadow = passes.shadow(champion)
         say(f"    {shadow.records} decision records in {layout.relative(decisions / CLUSTER_NAME)}; some decisions:")
         for line in decision_lines(_records(decisions / CLUSTER_NAME), params.cluster.incumbent):
             say(line)
         say("  b. learn: collect the records, dvc repro (the online stage learns from them), register, gate")
-        placer_of = lambda version: model_placer(version, folder)[1]  # noqa: E731
-        outcome, active = passes.learn_then_active(champion, learn, layout.reports, placer_of)
+        outcome, active = passes.learn_then_active(champion, learn, layout.reports, lambda version: located(version)[1])
         before = simulated(workload, model_dir, placer, params.cluster)
         active_placer = placer
         if active.version != champion:
-            model_dir, active_placer = model_placer(active.version, folder)
+            model_dir, active_placer = located(active.version)
         reference = simulated(workload, model_dir, placer, params.cluster) if active.version != champion else before
         if active_placer != placer:  # how much of the change is the placement alone: dl2 off, placed anew
             reference["asked-sizes, placed as the active version"] = asked_sizes_h(
