@@ -1,4 +1,5 @@
-"""`dl2 train-speed-model` and `dl2 train-placer`: Harmony's speed-prediction model and its learned placer."""
+"""`dl2 train-speed-model`, `dl2 train-placer` and `dl2 refit-harmony`: Harmony's speed-prediction model and its
+learned placer, trained on the catalogue's world or refit to a cluster's decision log."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from dl2.io import print_json, to_json
 from dl2.paths import REPO_ROOT
 
 SPEED_SOURCE = "synthetic-philly@1500"
+DEPLOYED_SPEED = REPO_ROOT / "models" / "harmony-speed-philly"
+DEPLOYED_PLACER = REPO_ROOT / "models" / "harmony-placer-philly"
 
 
 def add_parsers(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -53,6 +56,26 @@ def add_parsers(subparsers: argparse._SubParsersAction[Any]) -> None:
     placer.add_argument("--out", type=Path, required=True, help="model folder to write")
     placer.add_argument("--overwrite", action="store_true", help="replace an existing folder (kept as .previous)")
     placer.set_defaults(run=run_placer)
+
+    refit = subparsers.add_parser(
+        "refit-harmony",
+        help="refit Harmony's speed model to a cluster's decision log and retrain its placer against it",
+        description="Fine-tune the speed model on the steady samples of a decision log (the last slots held out: "
+        "the deployed and refit models' errors there decide which is kept), then retrain the placer from the "
+        "deployed one in the kept model's world on the log's own jobs, under Optimus and speedup-hull reading the "
+        "speeds the log calibrates; the best placer on validation is kept (the deployed one if no iteration beats "
+        "it). Writes OUT/speed-model and OUT/placer. Settings: dl2.placement.refit.HarmonyRefitConfig.",
+    )
+    refit.add_argument("--log", type=Path, required=True, help="decision log: a folder of segments, cluster.json")
+    refit.add_argument("--speed-model", type=Path, default=DEPLOYED_SPEED, help="the deployed speed-model folder")
+    refit.add_argument("--placer", type=Path, default=DEPLOYED_PLACER, help="the deployed placer folder")
+    refit.add_argument("--epochs", type=int, default=None, help="speed model: passes over the log's samples")
+    refit.add_argument("--iterations", type=int, default=None, help="placer: RL episodes in the refit world")
+    refit.add_argument("--validation-seeds", default=None, help="placer: validation workloads, comma-separated")
+    refit.add_argument("--seed", type=int, default=0, help="seeds both trainings")
+    refit.add_argument("--out", type=Path, required=True, help="folder to write speed-model/ and placer/ under")
+    refit.add_argument("--overwrite", action="store_true", help="replace an existing folder")
+    refit.set_defaults(run=run_refit)
 
 
 def run_speed(args: argparse.Namespace) -> int:
@@ -195,6 +218,45 @@ def run_placer(args: argparse.Namespace) -> int:
             "seconds": round(seconds, 1),
         }
     )
+    return 0
+
+
+def run_refit(args: argparse.Namespace) -> int:
+    import shutil
+    from dataclasses import replace
+
+    from dl2.config import ConfigError
+    from dl2.placement.refit import HarmonyRefitConfig, refit_harmony
+    from dl2.sim.calibrated import calibrated_world
+
+    _check_out(args)
+    try:
+        config = HarmonyRefitConfig()
+        speed = replace(config.speed, seed=args.seed, **({"epochs": args.epochs} if args.epochs is not None else {}))
+        placer_changes: dict[str, Any] = {"seed": args.seed}
+        if args.iterations is not None:
+            placer_changes["iterations"] = args.iterations
+        if args.validation_seeds is not None:
+            placer_changes["validation_seeds"] = tuple(int(s) for s in args.validation_seeds.split(","))
+        config = replace(config, speed=speed, placer=replace(config.placer, **placer_changes))
+    except (ConfigError, ValueError) as error:
+        raise UsageError(str(error)) from None
+    world, _ = calibrated_world(args.log)
+    bar = tqdm(total=config.placer.iterations, desc="placer", unit="iter", file=sys.stderr)
+    staging = args.out.with_name(f".{args.out.name}.refit")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        result = refit_harmony(args.log, args.speed_model, args.placer, staging, world.speed, config,
+                               lambda stats: bar.update())  # fmt: skip
+        bar.close()
+        if args.out.exists():
+            shutil.rmtree(args.out)
+        staging.rename(args.out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    record = result.record()
+    record["placer"], record["speed_model"] = str(args.out / "placer"), str(args.out / "speed-model")
+    print_json(record)
     return 0
 
 

@@ -52,13 +52,25 @@ class PredictorResult:
 
 
 def train_predictor(
-    samples: SpeedSamples, training: PredictorTraining, on_epoch: Callable[[int, float], None] | None = None
+    samples: SpeedSamples,
+    training: PredictorTraining,
+    on_epoch: Callable[[int, float], None] | None = None,
+    initial: PredictorResult | None = None,
 ) -> PredictorResult:
+    """Fit the speed model to `samples`; from `initial`'s weights and target scale if given (a refit to a
+    cluster's records starts from the model trained on the catalogue's, `dl2.placement.refit`), else from scratch
+    with the scale of `samples` (`training.network`'s widths either way must match `initial`'s)."""
     torch.manual_seed(training.seed)
     rng = np.random.default_rng(training.seed)
-    mean, std = float(samples.log_throughput.mean()), float(samples.log_throughput.std() or 1.0)
-    config = SpeedModelConfig(training.network.encoder, training.network.head, mean, std)
+    if initial is not None:
+        config = initial.config
+    else:
+        mean, std = float(samples.log_throughput.mean()), float(samples.log_throughput.std() or 1.0)
+        config = SpeedModelConfig(training.network.encoder, training.network.head, mean, std)
     network = SpeedNetwork(config)
+    if initial is not None:
+        network.load_state_dict(initial.state)
+    mean, std = config.target_mean, config.target_std
     optimizer = torch.optim.Adam(network.parameters(), lr=training.learning_rate, weight_decay=training.weight_decay)
     batches_per_epoch = max(1, int(np.ceil(len(samples) / training.batch_size)))
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(

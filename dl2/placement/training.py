@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,12 +91,23 @@ class PlacerResult:
 
 
 class PlacerTrainer:
-    def __init__(self, training: PlacerTraining, world: World) -> None:
+    def __init__(
+        self,
+        training: PlacerTraining,
+        world: World,
+        initial: tuple[Mapping[str, torch.Tensor], Mapping[str, torch.Tensor] | None] | None = None,
+    ) -> None:
+        """`initial`: the policy's and (if kept) the critic's weights to start from, as a retraining starts from
+        the placer already deployed (`dl2.placement.refit`); None: fresh networks."""
         torch.manual_seed(training.seed)
         self.training = training
         self.world = world
         self.policy = PlacerNetwork(training.network)
         self.critic = PlacerNetwork(training.network)
+        if initial is not None:
+            self.policy.load_state_dict(initial[0])
+            if initial[1] is not None:
+                self.critic.load_state_dict(initial[1])
         self.policy_optimizer = torch.optim.Adam(self.policy.parameters(), lr=training.learning_rate)
         self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=training.critic_learning_rate)
         self.replay = ReplayBuffer(training.replay_capacity) if training.replay else None
