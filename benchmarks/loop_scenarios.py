@@ -298,6 +298,9 @@ def pooled(files: list[Path]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The cells of earlier runs as one result, and their arguments (the seeds joined). Runs made with different
     settings besides their seeds cannot be pooled: SystemExit naming the file and the setting."""
     documents = [json.loads(path.read_text()) for path in files]
+    for document in documents:  # runs that predate --twin-placers tried the library's default placements
+        if document["arguments"].get("twin_placers") is None:
+            document["arguments"]["twin_placers"] = ",".join(TwinLearningConfig().placers)
     first = documents[0]["arguments"]
     for path, document in zip(files[1:], documents[1:], strict=True):
         for key, value in document["arguments"].items():
