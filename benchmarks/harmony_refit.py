@@ -37,7 +37,6 @@ from truth_scenarios import CHAMPION, philly_like
 from dl2.core.log_format import CLUSTER_FILE, cluster_to_json
 from dl2.placement.policy import HarmonyPlacer
 from dl2.placement.refit import HarmonyRefitConfig, placer_trainer, refit_harmony
-from dl2.placement.speed_model import NumpySpeedModel
 from dl2.schedulers.exploring import ExplorationScope
 from dl2.schedulers.placement import Placer
 from dl2.schedulers.registry import PLACERS, make_scheduler
@@ -78,7 +77,7 @@ def run_cell(truth: str, seed: int, args: argparse.Namespace, folder: Path) -> d
     config = HarmonyRefitConfig()
     refit = refit_harmony(log, DEPLOYED_SPEED, DEPLOYED_PLACER, folder / f"harmony-{truth}-{seed}", world.speed)
     # what the retraining's first RL iteration makes of the deployed placer, before validation chooses
-    trainer = placer_trainer(log, DEPLOYED_PLACER, NumpySpeedModel.from_dir(refit.speed_dir), world.speed, config)
+    trainer = placer_trainer(log, DEPLOYED_PLACER, refit.speed.model.numpy_model(), world.speed, config)
     trainer.iteration(0)
     placements: dict[str, Callable[[], Placer]] = {
         ISOLATED: PLACERS[ISOLATED],
