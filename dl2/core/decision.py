@@ -91,8 +91,9 @@ class DecisionRecord:
     observed_epochs: float
     """Epoch progress observed during the slot."""
     applied_worker_nodes: tuple[int, ...] = ()
-    """Nodes of the applied workers, one entry per worker (empty where the log does not say: placement is then
-    unknown, as in logs written before placement was recorded)."""
+    """Nodes of the workers that ran through the slot, one entry per worker (a simulator's: the applied placement;
+    a controller's: where the job's pods were bound, seen at the next slot, so fewer than applied while some were
+    Pending). Empty where the log does not say: placement is then unknown (a job that finished within the slot)."""
     applied_ps_nodes: tuple[int, ...] = ()
     """Nodes of the applied parameter servers, one entry per PS."""
     applied_propensity: Probability = 1.0

@@ -245,7 +245,8 @@ class Controller:
         self._crash("observed", slot)
         if not self.is_leader():
             return None
-        written, dropped = self.log.complete(slot, snap.progress)
+        placed = {job.spec.job_id: job.allocation for job in snap.view.jobs}
+        written, dropped = self.log.complete(slot, snap.progress, placed)
         self.metrics.records_written.inc(written)
         self.metrics.records_dropped.inc(dropped)
         if snap.view.cluster.num_nodes:

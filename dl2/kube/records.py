@@ -7,8 +7,9 @@ A slot's observed progress is only known at the next slot, so a slot's records a
    before any job is resized: a controller that restarts within the slot, or the replica that takes over,
    finds it and applies the same decisions, and a deposed leader that still writes finds its slot taken;
 2. at slot t+1 the journal is completed with each job's observed progress (its epochs now less its epochs at t)
-   and written as the segment named by the slot, `segment-<t>-000000.jsonl` (created once, never replaced),
-   then the journal is removed.
+   and the nodes its pods ran on through slot t (where they are at t+1, before anything is resized: the placement
+   that calibration and Harmony's refit learn from), and written as the segment named by the slot,
+   `segment-<t>-000000.jsonl` (created once, never replaced); then the journal is removed.
 
 The log lives in a folder or at an object-storage URL (`dl2.sim.record_store`); on a managed cluster a bucket
 shared by the replicas replaces a ReadWriteMany volume.
@@ -26,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dl2.core import Allocation, ClusterSpec, ClusterView, DecisionRecord
+from dl2.core import Allocation, ClusterSpec, ClusterView, DecisionRecord, JobAllocation
 from dl2.core.log_format import CLUSTER_FILE, cluster_to_json, parse_record, records_text, segment_name
 from dl2.kube.reconcile import Reason, Target
 from dl2.sim.decision_log import decision_record, read_store_log
@@ -86,13 +87,22 @@ def draft_records(
     ]
 
 
-def observed(record: DecisionRecord, progress: Mapping[str, float]) -> DecisionRecord:
-    """The record completed with the progress seen since (0 for a job that is gone)."""
+def observed(
+    record: DecisionRecord, progress: Mapping[str, float], placed: Mapping[str, JobAllocation] | None = None
+) -> DecisionRecord:
+    """The record completed with the progress seen since (0 for a job that is gone) and, where the job still holds
+    pods, the nodes they ran on through the slot (`placed`: what the next slot observes before anything is
+    resized; a job that finished within the slot has none left, so its placement stays unknown)."""
     from dataclasses import replace
 
     now = progress.get(record.job_id)
     gained = 0.0 if now is None else max(now - record.progress_epochs, 0.0)
-    return replace(record, observed_epochs=gained)
+    nodes = (placed or {}).get(record.job_id)
+    if nodes is None or not (nodes.worker_nodes or nodes.ps_nodes):
+        return replace(record, observed_epochs=gained)
+    return replace(
+        record, observed_epochs=gained, applied_worker_nodes=nodes.worker_nodes, applied_ps_nodes=nodes.ps_nodes
+    )
 
 
 class DecisionLog:
@@ -161,16 +171,18 @@ class DecisionLog:
         names = self.store.names(JOURNAL, prefix="slot-", suffix=".json")
         return sorted(int(name.removeprefix("slot-").removesuffix(".json")) for name in names)
 
-    def complete(self, slot: int, progress: Mapping[str, float]) -> tuple[int, int]:
-        """At slot `slot`: write the previous slot's records with their observed progress and drop older
-        journals. Returns (records written, records dropped)."""
+    def complete(
+        self, slot: int, progress: Mapping[str, float], placed: Mapping[str, JobAllocation] | None = None
+    ) -> tuple[int, int]:
+        """At slot `slot`: write the previous slot's records with their observed progress and placement (`observed`)
+        and drop older journals. Returns (records written, records dropped)."""
         written = dropped = 0
         for earlier in self.pending():
             if earlier >= slot:
                 continue
             journal = self.journal(earlier)
             if journal is not None and earlier == slot - 1 and journal.entries:
-                records = [observed(e.record, progress) for e in journal.entries]
+                records = [observed(e.record, progress, placed) for e in journal.entries]
                 wrote = self.store.create(segment_name(earlier), records_text(records))
                 written += len(journal.entries) if wrote else 0
             elif journal is not None and earlier != slot - 1:

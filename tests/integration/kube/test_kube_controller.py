@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 
 from dl2.controlplane.install import CONTROLLER, service_account_user
-from dl2.core.log_format import read_log
+from dl2.core.log_format import CLUSTER_FILE, read_cluster, read_log
 from dl2.env.observation import ObservationConfig
 from dl2.kube import contract
 from dl2.kube.controller import Controller, ControllerConfig
@@ -26,9 +26,13 @@ from dl2.kube.models import input_problem, smoke_view
 from dl2.kube.policy import POLICIES
 from dl2.kube.promotion import confirm_hook, promote_policy
 from dl2.kube.rest import AUTOSCALERS, EVENTS, PYTORCHJOBS, VOLCANO_JOBS, Rest
+from dl2.placement.samples import record_run, samples_from_records
 from dl2.rl.feedback import feedback_batch
-from dl2.schedulers.registry import PLACERS
-from dl2.sim.config import SimConfig
+from dl2.schedulers.registry import PLACERS, make_scheduler
+from dl2.sim.calibrated import calibrated_world
+from dl2.sim.config import Mode, SimConfig
+from dl2.sim.run import interference_model, speed_model
+from dl2.truth import SCENARIOS
 from dl2.twin import TwinOptions, reference_result, start_twin
 from tests.builders import CONTROLLER_AGENT, heuristic_loader, tiny_workload
 
@@ -51,9 +55,11 @@ class Setup:
         self.controllers = []
         self.proxy = None
 
-    def start(self, mode="active", workload=None, options=None, loader=None, identity="a", proxy=False, **spec):
+    def start(
+        self, mode="active", workload=None, options=None, loader=None, identity="a", proxy=False, truth=None, **spec
+    ):
         workload = workload or tiny_workload(num_jobs=8, num_nodes=2)
-        self.cluster = start_twin(self.kube.twin_api(), workload, CONFIG, options=options)
+        self.cluster = start_twin(self.kube.twin_api(), workload, CONFIG, options=options, truth=truth)
         self.policies.create(mode, **spec)
         server = None
         if proxy:
@@ -114,6 +120,7 @@ def test_active_mode_runs_drf_through_the_api_exactly_and_logs_every_job_once(se
     workload, controller = setup.start()
     reports = setup.run(controller)
     through_api = {j.job_id: (j.finish_s, j.num_rescales) for j in setup.cluster.result().jobs}
+    finish = {job_id: finish_s for job_id, (finish_s, _) in through_api.items()}
     direct = {j.job_id: (j.finish_s, j.num_rescales) for j in reference_result(workload, "drf", CONFIG).jobs}
     assert through_api == direct  # the same allocations in every slot
     records = read_log(tmp_path / "decisions" / "dl2-local")
@@ -130,6 +137,23 @@ def test_active_mode_runs_drf_through_the_api_exactly_and_logs_every_job_once(se
     writes = setup.writes_to_jobs("dl2-serve/a")
     assert sum(report.resizes for report in reports) == len(writes)  # one request each: the size and the stamp
     assert sum(report.api_calls for report in reports) == len(writes) + len(reports)  # writes and a status, no reads
+    # each record holds where the job's pods ran through its slot: the simulator's own placement of that slot, for
+    # every job still running at the next slot (one that finished within the slot has no pods left to show it)
+    speed = speed_model(Mode.REALISTIC)
+    drf = make_scheduler("drf", speed, False, "load-balance")
+    simulated = {(r.time_s, r.job_id): r for r in record_run(workload, drf, CONFIG, speed, interference_model())}
+    finishing = {(r.time_s, r.job_id) for r in simulated.values() if r.time_s + r.slot_s >= finish[r.job_id]}
+    for record in records:
+        direct = simulated[(record.time_s, record.job_id)]
+        placed = (record.applied_worker_nodes, record.applied_ps_nodes)
+        expected = (
+            ((), ())
+            if (record.time_s, record.job_id) in finishing
+            else (direct.applied_worker_nodes, direct.applied_ps_nodes)
+        )
+        assert placed == expected, (record.time_s, record.job_id)
+    cluster = read_cluster(tmp_path / "decisions" / "dl2-local" / CLUSTER_FILE)
+    assert len(samples_from_records(records, cluster)) > 0  # steady placements: what Harmony's refit learns from
     # the trainer reads the records as it reads a simulated log
     batch = feedback_batch(records, workload.cluster, ObservationConfig(window=8), PLACERS["load-balance"]())
     assert batch.num_slots == len({r.time_s for r in records}) and len(batch) > 0
@@ -138,6 +162,19 @@ def test_active_mode_runs_drf_through_the_api_exactly_and_logs_every_job_once(se
     assert {c["type"]: c["status"] for c in status["conditions"]} == {
         "Ready": "True", "SpecValid": "True", "ModelLoaded": "True", "Fallback": "False",
     }  # fmt: skip
+
+
+def test_the_records_calibrate_the_interference_the_cluster_really_has(setup, tmp_path):
+    """What the calibration (`dl2.sim.calibrated`) and Harmony's refit learn from is the controller's log, not a
+    simulator's: on a cluster whose interference is twice the profiled, its records measure a scale near two (DRF
+    active, so that jobs run both alone and beside others)."""
+    _, controller = setup.start(
+        workload=tiny_workload(num_jobs=16, num_nodes=2, seed=5), truth=SCENARIOS["interference-2x"]
+    )
+    setup.run(controller)
+    _, calibration = calibrated_world(tmp_path / "decisions" / "dl2-local")
+    assert calibration.co_located_records > 20 and calibration.seen
+    assert 1.5 < calibration.interference_scale < 2.5
 
 
 def test_shadow_records_every_decision_and_writes_nothing_to_jobs(setup, tmp_path):
