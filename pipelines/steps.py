@@ -98,11 +98,15 @@ def twin_lines(twin: object) -> list[str]:
     if isinstance(twin, dict):
         return [f"  online, in the calibrated twin: skipped ({twin.get('skipped')})"] if twin.get("skipped") else []
     lines = []
+    from dl2.sim.calibrated import calibration_text
     from dl2.sim.metrics import interval_text
 
     for verdict in twin if isinstance(twin, list) else []:
+        name = verdict["log"].rsplit("/", 1)[-1]
+        if calibration := verdict.get("calibration"):
+            lines.append(f"  online, what the records of {name} show: {calibration_text(calibration)}")
         lines.append(
-            f"  online, in the twin calibrated from {verdict['log'].rsplit('/', 1)[-1]}: re-warmed on "
+            f"  online, in the twin calibrated from {name}: re-warmed on "
             f"{verdict['teacher']}{placement_text(verdict)}, {interval_text(verdict['predicted_difference'])} "
             "average JCT against the "
             f"running policy on {len(verdict['running_in_twin_h'])} workloads "

@@ -32,7 +32,7 @@ from dl2.rl.learned import LearnedScheduler
 from dl2.rl.off_policy import off_policy_difference
 from dl2.rl.training import Trained, save_trained, warm_up
 from dl2.schedulers.registry import make_scheduler
-from dl2.sim.calibrated import calibrated_world
+from dl2.sim.calibrated import calibrated_world, calibration_summary
 from dl2.sim.config import SimConfig
 from dl2.sim.metrics import summarize
 from dl2.sim.run import World
@@ -65,6 +65,8 @@ class TwinVerdict:
     off_policy: dict[str, float] = field(default_factory=dict)
     """The challenger against the running policy off-policy from the log's records (`dl2.rl.off_policy`): evidence
     beside the twin's, not the gate's (what it is worth: docs/results.md, off-policy evaluation)."""
+    calibration: dict[str, Any] = field(default_factory=dict)
+    """What the twin learned of the cluster from the log (`dl2.sim.calibrated.calibration_summary`)."""
 
     def record(self) -> dict[str, Any]:
         """As stage reports and model metadata hold it."""
@@ -81,6 +83,7 @@ class TwinVerdict:
             "warm_up": self.warm_up,
             "seconds": self.seconds,
             "off_policy": self.off_policy,
+            "calibration": self.calibration,
         }
 
 
@@ -171,7 +174,7 @@ def learn_in_twin(
     if running.config.mode != "realistic":
         raise ValueError("the calibrated twin plays realistic mode: a compat-mode policy cannot learn there")
     started = time.perf_counter()
-    world, _ = calibrated_world(log)
+    world, calibration = calibrated_world(log)
     placers = tuple(dict.fromkeys((running.config.placer, *config.placers)))
     pairs = {(name, placer): pair_key(name, placer) for name in TEACHERS for placer in placers}
     teachers = {
@@ -220,6 +223,7 @@ def learn_in_twin(
         warm_up=facts,
         seconds=time.perf_counter() - started,
         off_policy=estimate.summary(),
+        calibration=calibration_summary(calibration),
     )
 
 

@@ -21,6 +21,7 @@ from dl2.io import to_json
 from dl2.nn.state_io import load_weights, write_model_dir
 from dl2.rl.config import NetworkConfig, RLConfig
 from dl2.schedulers.registry import check_placer
+from dl2.sim.calibrated import calibration_text
 from dl2.sim.metrics import interval_text
 
 FORMAT = "dl2-policy/1"
@@ -223,6 +224,9 @@ def learned_from(metadata: dict[str, Any]) -> list[str]:
                 f"the calibrated speeds{placing}: {interval_text(verdict['predicted_difference'])} against the policy "
                 f"it started from in the twin, {'kept' if verdict.get('kept') else 'not kept'}"
             )
+            calibration = verdict.get("calibration")
+            if isinstance(calibration, dict) and calibration:
+                lines.append(f"what the records showed the twin: {calibration_text(calibration)}")
             off_policy = verdict.get("off_policy")
             if isinstance(off_policy, dict) and "difference" in off_policy:
                 lines.append(

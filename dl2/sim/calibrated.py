@@ -46,3 +46,22 @@ def calibration_summary(calibration: Calibration) -> dict[str, Any]:
             for key, entry in sorted(calibration.types.items(), key=lambda item: str(item[0]))
         },
     }
+
+
+def calibration_text(summary: dict[str, Any]) -> str:
+    """What a calibration measured (`dl2.sim.calibrated.calibration_summary`): the steady records it had, the
+    interference scale, and each recalibrated type's factors."""
+    labels = {  # a type's label-wide calibration (the per-demand ones under it are finer versions of it)
+        key.split("/")[0]: entry
+        for key, entry in (summary.get("types_kept") or {}).items()
+        if key.endswith("/0.0/0.0/0.0/0.0")
+    }
+    factors = "; ".join(
+        f"{label} compute time x{entry['factors'][0]:.2f}, communication x{entry['factors'][1]:.2f}"
+        for label, entry in labels.items()
+    )
+    scale = summary.get("interference_scale", 1.0)
+    return (
+        f"interference x{scale:.2f} the profiled ({summary.get('co_located_records', 0)} co-located records); "
+        f"{len(labels)} job types recalibrated" + (f": {factors}" if factors else "")
+    )

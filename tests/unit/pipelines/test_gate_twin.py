@@ -116,3 +116,13 @@ def test_the_lifecycle_says_what_the_twin_gave() -> None:
         "  online, in the calibrated twin: skipped (a compat-mode policy)"
     ]
     assert twin_lines(None) == []
+    calibrated = {**verdict, "calibration": {
+        "interference_scale": 1.9, "co_located_records": 120, "types_seen": 4, "types_kept": {
+            "vgg-16/0.0/0.0/0.0/0.0": {"factors": [1.3, 0.8, 1.0, 1.0]},
+            "vgg-16/1.0/4.0/24.0/4.0": {"factors": [1.2, 0.8, 1.0, 1.0]},  # finer: said through its label's
+        },
+    }}  # fmt: skip
+    assert twin_lines([calibrated])[0] == (
+        "  online, what the records of dl2-local show: interference x1.90 the profiled (120 co-located records); "
+        "1 job types recalibrated: vgg-16 compute time x1.30, communication x0.80"
+    )
