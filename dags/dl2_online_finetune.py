@@ -2,9 +2,10 @@
 
 collect (the records the controllers logged since the watermark, validated, into `data/feedback/clusters`; a
 malformed log is quarantined and the rest used) -> the pipeline's stages through DVC (workloads, warm-up,
-simulated feedback, fine-tune on simulated rollouts, `online` steps on every collected record, evaluate against
-the heuristics and the incumbent; DVC reruns only what new records or changed code made stale: new records rerun
-`online` and `evaluate`, not RL) -> register the result as `challenger` -> an event of the asset
+simulated feedback, fine-tune on simulated rollouts, `online` steps on every collected record, Harmony's speed model
+and placer refit from the same records (`harmony`, for `dl2 extender`), evaluate against the heuristics and the
+incumbent; DVC reruns only what new records or changed code made stale: new records rerun `online`, `harmony` and
+`evaluate`, not RL) -> register the result as `challenger` -> an event of the asset
 `dl2://models/dl2-policy/challenger` when that is a new version (it schedules `dl2_promote`) -> commit and push
 what the run produced. One run at a time; an hour with no new records trains nothing.
 """
@@ -19,8 +20,9 @@ from airflow.sdk import Asset, dag, task
 from airflow.sdk.exceptions import AirflowSkipException
 
 CHALLENGER = Asset("dl2://models/dl2-policy/challenger")
-STAGES = ("workloads", "warmup", "feedback", "finetune", "online", "evaluate")
-"""What a fine-tuned challenger depends on, in order (upstream stages are no-ops once they have run)."""
+STAGES = ("workloads", "warmup", "feedback", "finetune", "online", "harmony", "evaluate")
+"""What a fine-tuned challenger depends on, in order, and Harmony's refit from the same records (upstream stages
+are no-ops once they have run)."""
 
 
 @dag(
@@ -41,7 +43,7 @@ def dl2_online_finetune() -> None:
         return summary
 
     def stage(name: str) -> Any:
-        timeout = dl2.TRAINING if name in ("warmup", "finetune", "online", "evaluate") else dl2.SHORT
+        timeout = dl2.TRAINING if name in ("warmup", "finetune", "online", "harmony", "evaluate") else dl2.SHORT
 
         @task(task_id=name, pool=dl2.POOL, execution_timeout=timeout)
         def run(_: dict[str, Any]) -> dict[str, Any]:

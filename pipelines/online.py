@@ -19,7 +19,6 @@ reinforcement learning in the simulator.
 from __future__ import annotations
 
 import math
-import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,7 +38,7 @@ from pipelines.feedback_logs import (
 )
 from pipelines.params import Params
 from pipelines.rl import save
-from pipelines.stage import Layout, StageResult, main_without_arguments, write_json
+from pipelines.stage import Layout, StageResult, main_without_arguments, replace_folder, write_json
 
 RECORD = "online.json"
 """What the stage did, under reports/: its code version, the logs learned from and what the steps on them gave.
@@ -94,7 +93,7 @@ def run(params: Params, layout: Layout | None = None) -> StageResult:
             value = final.value.state_dict() if final.value is not None else None
             save(folder, final.config, final.policy.state_dict(), value, title, metadata)
         else:  # the fine-tuned model unchanged, byte for byte: the same digest, nothing new to register or evaluate
-            _copy_model(start, folder)
+            replace_folder(start, folder)
         logs = inputs.logs
         kept = final is not None if logs else None
         summary: dict[str, Any] = {"cluster_logs": len(logs), "kept": kept, **skipped_summary(inputs.skipped)}
@@ -119,17 +118,6 @@ def _validated(metadata: dict[str, Any]) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
     return float(value)
-
-
-def _copy_model(source: Path, destination: Path) -> None:
-    """The folder copied byte for byte (the same digest: evaluated once), replacing what was there atomically."""
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=destination.parent, prefix=f".{destination.name}.") as staging:
-        copy = Path(staging) / destination.name
-        shutil.copytree(source, copy)
-        if destination.exists():
-            shutil.rmtree(destination)
-        copy.rename(destination)
 
 
 def cli(argv: Sequence[str] | None = None) -> int:

@@ -161,6 +161,25 @@ class OnlineParams:
 
 
 @config
+class HarmonyParams:
+    """The `harmony` stage: Harmony's speed model and placer refit from the collected cluster logs
+    (`dl2.placement.refit`, as `dl2 refit-harmony`)."""
+
+    speed_model: str = "models/harmony-speed-philly"
+    """The deployed speed-model folder the refit starts from, relative to the repository (or absolute)."""
+    placer: str = "models/harmony-placer-philly"
+    """The deployed placer folder the retraining starts from, relative to the repository (or absolute)."""
+    epochs: Annotated[int, Ge(1), Le(10_000)] = 30
+    """Speed model: passes over each log's steady samples."""
+    iterations: Annotated[int, Ge(1), Le(100_000)] = 24
+    """Placer: RL episodes in the refit speed model's world, per log."""
+    validation_seeds: Annotated[tuple[Seed, ...], MinLen(1)] = (2_000, 2_001)
+    """Placer: the log's workloads (its jobs, resampled) that validate each retrained placer."""
+    seed: Seed = 0
+    """Seeds both trainings."""
+
+
+@config
 class EvaluateParams:
     baselines: tuple[str, ...] = ("drf", "optimus", "srpt-knee")
     """Heuristics the policy is compared with on the test workloads (with the teacher and the incumbents)."""
@@ -229,6 +248,7 @@ SECTIONS: dict[str, type] = {
     "workloads": WorkloadsParams,
     "feedback": FeedbackParams,
     "online": OnlineParams,
+    "harmony": HarmonyParams,
     "evaluate": EvaluateParams,
     "ablate": AblateParams,
     "promote": PromoteParams,
@@ -248,6 +268,7 @@ class Params:
     feedback: FeedbackParams = field(default_factory=FeedbackParams)
     finetune: FinetuneParams = field(default_factory=FinetuneParams)
     online: OnlineParams = field(default_factory=OnlineParams)
+    harmony: HarmonyParams = field(default_factory=HarmonyParams)
     evaluate: EvaluateParams = field(default_factory=EvaluateParams)
     ablate: AblateParams = field(default_factory=AblateParams)
     promote: PromoteParams = field(default_factory=PromoteParams)

@@ -151,6 +151,18 @@ def write_json(path: Path, data: Any) -> None:
     write_json_atomic(path, data)
 
 
+def replace_folder(source: Path, destination: Path) -> None:
+    """`source` copied to `destination` byte for byte (a model passed through keeps its digest, so DVC reruns
+    nothing downstream), replacing what was there in one rename."""
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=destination.parent, prefix=f".{destination.name}.") as staging:
+        copy = Path(staging) / destination.name
+        shutil.copytree(source, copy)
+        if destination.exists():
+            shutil.rmtree(destination)
+        copy.rename(destination)
+
+
 def remove(path: Path) -> None:
     if path.is_dir():
         shutil.rmtree(path)

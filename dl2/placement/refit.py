@@ -97,6 +97,8 @@ class HarmonyRefit:
     best_validation_h: float
     untrained_validation_h: float
     seconds: float
+    best_iteration: int = -1
+    """The retraining's iteration kept (-1: none beat the deployed placer, which `placer_dir` then holds)."""
 
     def record(self) -> dict[str, Any]:
         """As stage reports and model metadata hold it."""
@@ -110,6 +112,7 @@ class HarmonyRefit:
             "speed_held_out_samples": self.speed.held_out_samples,
             "placer_validation_h": self.best_validation_h,
             "placer_untrained_validation_h": self.untrained_validation_h,
+            "placer_best_iteration": self.best_iteration,
             "seconds": self.seconds,
         }
 
@@ -198,7 +201,7 @@ def refit_harmony(
     weights = {PLACER_WEIGHTS: result.best_policy, CRITIC_WEIGHTS: result.best_critic}
     card = placer_card(log, deployed_placer, result.best_iteration, untrained_h, best_h)
     write_model_dir(placer_dir, weights, placer_document, card, overwrite=True)
-    return HarmonyRefit(speed, placer_dir, speed_dir, best_h, untrained_h, seconds)
+    return HarmonyRefit(speed, placer_dir, speed_dir, best_h, untrained_h, seconds, result.best_iteration)
 
 
 def placer_trainer(

@@ -32,7 +32,7 @@ import pytest
 from tests.lifecycle_fixtures import ROOT
 
 DAG_IDS = ("dl2_online_finetune", "dl2_promote", "dl2_trace_ingest", "dl2_warmup")
-DVC_STAGES = ("ingest", "validate", "workloads", "warmup", "feedback", "finetune", "online", "evaluate")
+DVC_STAGES = ("ingest", "validate", "workloads", "warmup", "feedback", "finetune", "online", "harmony", "evaluate")
 START_TIMEOUT_S = 180
 RUN_TIMEOUT_S = 900
 

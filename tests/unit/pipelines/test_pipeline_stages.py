@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -18,16 +19,24 @@ from pathlib import Path
 
 import pytest
 
+from dl2.paths import REPO_ROOT
 from pipelines import params as params_module
 from pipelines.params import ParamsError
 from pipelines.stage import Layout, StageResult
 
-STAGES = ("ingest", "validate", "workloads", "warmup", "feedback", "finetune", "online", "evaluate", "ablate", "report")
+STAGES = (
+    "ingest", "validate", "workloads", "warmup", "feedback", "finetune", "online", "harmony", "evaluate", "ablate",
+    "report",
+)  # fmt: skip
 
 
 def run_stage(name: str, params: params_module.Params, layout: Layout) -> StageResult:
     result: StageResult = importlib.import_module(f"pipelines.{name}").run(params, layout)
     return result
+
+
+def file_bytes(folder: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(folder.iterdir())}
 
 
 def mlflow_runs() -> int:
@@ -59,7 +68,7 @@ def test_every_stage_writes_its_outputs(chain: tuple[params_module.Params, Layou
     for result in results.values():
         for output in result.outputs:
             assert (layout.root / output).exists(), output
-    assert {"validate", "warmup", "finetune", "online", "evaluate", "ablate"} == {
+    assert {"validate", "warmup", "finetune", "online", "harmony", "evaluate", "ablate"} == {
         n for n, r in results.items() if r.run_id
     }
     metrics = json.loads((layout.reports / "metrics.json").read_text())
@@ -69,6 +78,15 @@ def test_every_stage_writes_its_outputs(chain: tuple[params_module.Params, Layou
     assert metrics["model_digests"]["online"] == metrics["model_digests"]["finetune"]
     assert metrics["schedulers"]["online"]["avg_jct_s"] == metrics["schedulers"]["finetune"]["avg_jct_s"]
     assert results["online"].summary == {"cluster_logs": 0, "kept": None}
+    # nor is Harmony refit: the deployed folders pass through byte for byte
+    assert results["harmony"].summary == {
+        "cluster_logs": 0,
+        "refits": 0,
+        "speed_model_kept": False,
+        "placer_kept": False,
+    }
+    for name, shipped in (("speed-model", "harmony-speed-philly"), ("placer", "harmony-placer-philly")):
+        assert file_bytes(layout.model("harmony") / name) == file_bytes(REPO_ROOT / "models" / shipped)
     assert set(metrics["heuristics"]) == heuristics and metrics["teacher"] == params.warmup.teacher
     assert metrics["best_heuristic"] in params.evaluate.baselines
     assert all(metrics["schedulers"][b]["runs"] == len(params.workloads.test_seeds) for b in params.evaluate.baselines)
@@ -117,6 +135,7 @@ def test_every_output_records_the_code_that_made_it(
         "feedback": json.loads((layout.simulated_feedback / "MANIFEST.json").read_text())["code_version"],
         "finetune": json.loads((layout.model("finetune") / "config.json").read_text())["metadata"]["code_version"],
         "online": json.loads((layout.reports / "online.json").read_text())["code_version"],
+        "harmony": json.loads((layout.reports / "harmony.json").read_text())["code_version"],
         "evaluate": json.loads((layout.reports / "metrics.json").read_text())["code_version"],
         "ablate": json.loads((layout.reports / "ablation.json").read_text())["code_version"],
     }
@@ -330,3 +349,38 @@ def test_a_variant_that_cannot_differ_by_construction_is_not_trained_and_says_wh
     assert table["order"] == list(params.ablate.variants)
     text = "\n".join(ablation_lines(table))
     assert "| no-replay | 0/0 |" in text and "not trained: replay draws on earlier iterations" in text
+
+
+def test_harmony_refits_from_collected_logs_with_placements_and_names_those_without(
+    chain: tuple[params_module.Params, Layout, dict[str, StageResult]],
+) -> None:
+    """Collected logs that say where jobs ran refit Harmony in turn (the speed model kept where it errs less on the
+    log's last slots, the next log starting from it); one that holds no placement is skipped and named; the
+    shipped models are untouched."""
+    from pipelines import harmony
+    from pipelines.collect import clusters_dir
+    from tests.lifecycle_fixtures import placed_decision_log
+
+    params, layout, _ = chain
+    shipped = file_bytes(REPO_ROOT / "models" / "harmony-speed-philly")
+    placed_decision_log(clusters_dir(layout) / "a-placed")
+    placed_decision_log(clusters_dir(layout) / "b-placed", seed=1)
+    placed_decision_log(clusters_dir(layout) / "c-unplaced", placements=False)
+    result = harmony.run(params, layout)
+    assert "steady samples" in result.summary["skipped_logs"]["data/feedback/clusters/c-unplaced"]
+    report = json.loads((layout.reports / harmony.RECORD).read_text())
+    first, second = (r for r in report["logs"] if r["log"].endswith("-placed"))
+    assert {k: Path(v).name for k, v in first["from"].items()} == {
+        "speed-model": "harmony-speed-philly", "placer": "harmony-placer-philly",
+    }  # fmt: skip
+    for refit in (first, second):
+        assert refit["speed_train_samples"] > refit["speed_held_out_samples"] > 0
+        assert (refit["speed_error_refit"] < refit["speed_error_deployed"]) == (refit["speed_model_kept"] == "refit")
+    assert first["speed_model_kept"] == "refit"  # twice the profiled interference: the shipped model errs more
+    assert second["from"]["speed-model"] == "refit to data/feedback/clusters/a-placed"
+    assert result.summary["speed_model_kept"] is True
+    assert file_bytes(layout.model("harmony") / "speed-model") != shipped
+    assert file_bytes(REPO_ROOT / "models" / "harmony-speed-philly") == shipped
+    assert (layout.model("harmony") / "placer" / "policy.pt").is_file()
+    for name in ("a-placed", "b-placed", "c-unplaced"):
+        shutil.rmtree(clusters_dir(layout) / name)
