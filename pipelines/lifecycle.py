@@ -34,7 +34,17 @@ from pipelines import cluster_loop
 from pipelines import params as params_module
 from pipelines.params import Params
 from pipelines.stage import Layout, exit_status
-from pipelines.steps import TARGET, dvc, finetune_line, gate, learn_from_cluster, online_line, register_challenger, say
+from pipelines.steps import (
+    TARGETS,
+    dvc,
+    finetune_line,
+    gate,
+    harmony_line,
+    learn_from_cluster,
+    online_line,
+    register_challenger,
+    say,
+)
 from pipelines.tracking import ROOT
 
 REMOTE = "local"
@@ -128,8 +138,8 @@ def full(params: Params) -> None:
     layout, store = Layout(ROOT), store_uri()  # before MLflow, which exports the URI it is pointed at
     step(1, "DVC: repository and local remote")
     say("  " + ("; ".join(ensure_dvc()) or "already set up") + f" (remote {REMOTE_DIR})")
-    clock = step(2, "dvc repro report: traces, workloads, warm-up, feedback, fine-tune, online, evaluate, ablate")
-    dvc("repro", TARGET)
+    clock = step(2, "dvc repro: traces, workloads, warm-up, feedback, fine-tune, online, harmony, evaluate, ablate")
+    dvc("repro", *TARGETS)
     say(f"  dvc repro done in {time.perf_counter() - clock:.0f} s")
     step(3, "dvc push: data, models and feedback to the remote")
     dvc("push", "-q")
@@ -137,6 +147,7 @@ def full(params: Params) -> None:
     say(dvc("metrics", "show", "--precision", "4", capture=True).rstrip())
     say(finetune_line(layout, params.workloads.mode))
     say(online_line(layout, params.workloads.mode))
+    say(harmony_line(layout))
     step(4, "Register the fine-tuned model as challenger (MLflow registry, metrics on its logged model)")
     register_challenger(params, layout)
     step(5, "Promotion gate: the challenger against what it would replace, on the held-out workloads")

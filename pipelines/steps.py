@@ -21,8 +21,9 @@ from pipelines.promotion.report import outcome_line, report_lines
 from pipelines.stage import Layout, StageFailed
 from pipelines.tracking import ROOT
 
-TARGET = "report"
-"""What the demo reproduces, with everything upstream (`dvc repro philly` draws the heuristics on a Philly week)."""
+TARGETS = ("report", "harmony")
+"""What the demo reproduces, with everything upstream: the report, and Harmony's refit from the same cluster
+records (`dvc repro philly` draws the heuristics on a Philly week)."""
 
 
 def say(text: str) -> None:
@@ -85,6 +86,24 @@ def online_line(layout: Layout, mode: str) -> str:
         f"{after} after, {before} before ({verdict})"
     )
     return "\n".join([line, *twin_lines(record.get("twin"))])
+
+
+def harmony_line(layout: Layout) -> str:
+    """What the `harmony` stage did with the records clusters logged."""
+    from pipelines.harmony import RECORD
+
+    record = json.loads((layout.reports / RECORD).read_text())
+    lines = [f"  harmony: skipped {log}: {why}" for log, why in (record.get("skipped_logs") or {}).items()]
+    for refit in record.get("logs", []):
+        speed = "kept" if refit["speed_model_kept"] == "refit" else "not kept: it erred more"
+        placer = "kept" if refit["placer_best_iteration"] >= 0 else "not kept: no iteration validated better"
+        retrained, started = refit["placer_validation_h"], refit["placer_untrained_validation_h"]
+        lines.append(
+            f"  harmony, refit to {refit['log'].rsplit('/', 1)[-1]}: speed model's error on the last slots "
+            f"{refit['speed_error_deployed']:.1%} deployed, {refit['speed_error_refit']:.1%} refit ({speed}); "
+            f"placer retrained, {retrained:.2f} h against {started:.2f} h in the refit world ({placer})"
+        )
+    return "\n".join(lines) or "  harmony: no cluster records collected yet: the deployed models stand"
 
 
 def placement_text(verdict: dict[str, object]) -> str:
@@ -167,9 +186,10 @@ def learn_from_cluster(params: Params, layout: Layout) -> Callable[[Confirm], st
         skipped = "".join(f"; quarantined {log}: {where}" for log, where in collected["quarantined"].items())
         say(f"    collect: {collected['records']} new records into data/feedback/clusters{skipped}")
         clock = time.perf_counter()
-        dvc("repro", "-q", TARGET)
+        dvc("repro", "-q", *TARGETS)
         say(f"    dvc repro done in {time.perf_counter() - clock:.0f} s; dvc push")
         say(textwrap.indent(online_line(layout, params.workloads.mode), "  "))
+        say(textwrap.indent(harmony_line(layout), "  "))
         dvc("push", "-q")
         register_challenger(params, layout)
         return gate(params, layout, confirmation)

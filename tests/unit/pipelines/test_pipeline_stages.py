@@ -359,6 +359,7 @@ def test_harmony_refits_from_collected_logs_with_placements_and_names_those_with
     shipped models are untouched."""
     from pipelines import harmony
     from pipelines.collect import clusters_dir
+    from pipelines.steps import harmony_line
     from tests.lifecycle_fixtures import placed_decision_log
 
     params, layout, _ = chain
@@ -382,5 +383,9 @@ def test_harmony_refits_from_collected_logs_with_placements_and_names_those_with
     assert file_bytes(layout.model("harmony") / "speed-model") != shipped
     assert file_bytes(REPO_ROOT / "models" / "harmony-speed-philly") == shipped
     assert (layout.model("harmony") / "placer" / "policy.pt").is_file()
+    said = harmony_line(layout).splitlines()  # what the demo prints
+    assert said[0].startswith("  harmony: skipped data/feedback/clusters/c-unplaced: ")
+    assert said[1].startswith("  harmony, refit to a-placed: speed model's error on the last slots ")
+    assert "refit (kept); placer retrained, " in said[1]
     for name in ("a-placed", "b-placed", "c-unplaced"):
         shutil.rmtree(clusters_dir(layout) / name)
