@@ -81,11 +81,11 @@ def run(params: Params, layout: Layout | None = None) -> StageResult:
         refits: list[dict[str, Any]] = []
         for step, log in enumerate(logs):
             name = layout.relative(log)
-            world, _ = calibrated_world(log)
             try:
+                world, _ = calibrated_world(log)
                 result = refit_harmony(log, current[SPEED], current[PLACER], Path(scratch) / str(step),
                                        world.speed, config)  # fmt: skip
-            except InputError as error:  # no steady placement in the log: nothing to refit from
+            except InputError as error:  # no records, or no steady placement: nothing to refit from
                 skipped[name] = str(error)
                 print(f"harmony: skipped decision log {name}: {error}")
                 continue
