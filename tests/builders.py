@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
-from dl2.core import Architecture, ClusterSpec, Job, JobAllocation, JobSpec, Resources, Workload
+from dl2.core import Architecture, ClusterSpec, DecisionRecord, Job, JobAllocation, JobSpec, Resources, Workload
+from dl2.workload.interference import InterferenceModel
 from dl2.workload.mapping import TraceMapping
 from dl2.workload.synthetic import PRESETS, generate
 
@@ -113,3 +115,42 @@ def resize_requests(events: list[Any]) -> list[Any]:
         and event.code < 300
         and (event.rbac_resource == "pytorchjobs" or (event.api_group, event.resource) == ("batch.volcano.sh", "jobs"))
     ]
+
+
+PACKED_SOURCE = "synthetic-small@40"
+"""The tiny Philly-like workload whose logs Harmony's refit is tested on."""
+
+
+def doubled_interference() -> InterferenceModel:
+    """Twice the profiled slowdowns: a cluster unlike the catalogue Harmony's deployed models were trained on."""
+    from dl2.sim.run import interference_model
+
+    profiled = interference_model()
+    assert profiled is not None
+    return InterferenceModel({v: {a: 1 + 2 * (s - 1) for a, s in row.items()} for v, row in profiled.matrix.items()})
+
+
+def packed_records(interference: InterferenceModel | None, seed: int = 0) -> list[DecisionRecord]:
+    """The decision log of a tiny cluster (`PACKED_SOURCE`) under DRF with bin packing, so that jobs share servers,
+    with `interference` the cluster's own; placements included, as the simulator records them."""
+    from dl2.placement.samples import record_run
+    from dl2.schedulers.registry import make_scheduler
+    from dl2.sim.config import SimConfig
+    from dl2.sim.run import speed_model
+    from dl2.workload.source import workload
+
+    speed = speed_model(SimConfig.realistic().mode)
+    drf = make_scheduler("drf", speed, False, "binpack")
+    return record_run(workload(PACKED_SOURCE, seed), drf, SimConfig.realistic(seed), speed, interference)
+
+
+def write_log(folder: Path, records: list[DecisionRecord], cluster: ClusterSpec) -> Path:
+    """`records` as a decision log folder with its cluster.json, as a controller writes it."""
+    import json
+
+    from dl2.core.log_format import CLUSTER_FILE, cluster_to_json
+    from dl2.sim.decision_log import write_segment
+
+    write_segment(folder, records, 0)
+    (folder / CLUSTER_FILE).write_text(json.dumps(cluster_to_json(cluster)))
+    return folder

@@ -97,26 +97,11 @@ def placed_decision_log(folder: Path, seed: int = 0, placements: bool = True) ->
     """A realistic-mode decision log that says where each job ran (DRF packing jobs onto shared servers of a tiny
     cluster whose interference is twice the profiled), with its cluster.json; the number of records. Without
     `placements`, the same records with no nodes (as a controller that does not record them writes)."""
-    import json
-
-    from dl2.core.log_format import CLUSTER_FILE, cluster_to_json
-    from dl2.placement.samples import record_run
-    from dl2.schedulers.registry import make_scheduler
-    from dl2.sim.config import SimConfig
-    from dl2.sim.decision_log import write_segment
-    from dl2.sim.run import interference_model, speed_model
-    from dl2.workload.interference import InterferenceModel
     from dl2.workload.source import workload
+    from tests.builders import PACKED_SOURCE, doubled_interference, packed_records, write_log
 
-    jobs = workload("synthetic-small@40", seed)
-    speed = speed_model(SimConfig.realistic().mode)
-    profiled = interference_model()
-    assert profiled is not None
-    doubled = InterferenceModel({v: {a: 1 + 2 * (s - 1) for a, s in row.items()} for v, row in profiled.matrix.items()})
-    drf = make_scheduler("drf", speed, False, "binpack")
-    records = record_run(jobs, drf, SimConfig.realistic(seed), speed, doubled)
+    records = packed_records(doubled_interference(), seed)
     if not placements:
         records = [replace(r, applied_worker_nodes=(), applied_ps_nodes=()) for r in records]
-    write_segment(folder, records, 0)
-    (folder / CLUSTER_FILE).write_text(json.dumps(cluster_to_json(jobs.cluster)))
+    write_log(folder, records, workload(PACKED_SOURCE, seed).cluster)
     return len(records)

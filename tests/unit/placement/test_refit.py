@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from dl2.core import DecisionRecord, InputError
-from dl2.core.log_format import CLUSTER_FILE, cluster_to_json
 from dl2.placement import refit as refit_module
 from dl2.placement.policy import HarmonyPlacer
 from dl2.placement.predictor import PredictorResult
@@ -23,20 +22,18 @@ from dl2.placement.refit import (
     refit_speed_model,
     split_by_time,
 )
-from dl2.placement.samples import record_run, samples_from_records
+from dl2.placement.samples import samples_from_records
 from dl2.placement.speed_model import NumpySpeedModel
-from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import SimConfig
-from dl2.sim.decision_log import write_segment
 from dl2.sim.run import interference_model, speed_model
-from dl2.workload.interference import InterferenceModel
 from dl2.workload.source import workload
+from tests.builders import PACKED_SOURCE, doubled_interference, packed_records, write_log
 
 ROOT = Path(__file__).resolve().parents[3]
 DEPLOYED_SPEED = ROOT / "models" / "harmony-speed-philly"
 DEPLOYED_PLACER = ROOT / "models" / "harmony-placer-philly"
 SPEED = speed_model(SimConfig.realistic().mode)
-TINY = "synthetic-small@40"
+TINY = PACKED_SOURCE
 SMALL = replace(
     HarmonyRefitConfig(),
     speed=replace(HarmonyRefitConfig().speed, epochs=4),
@@ -44,35 +41,19 @@ SMALL = replace(
 )
 
 
-def _records(interference: InterferenceModel) -> list[DecisionRecord]:
-    """A tiny cluster's log under bin packing (jobs share servers), with `interference` the cluster's own."""
-    return record_run(workload(TINY, 0), make_scheduler("drf", SPEED, False, "binpack"), SimConfig.realistic(0),
-                      SPEED, interference)  # fmt: skip
-
-
-def _doubled() -> InterferenceModel:
-    """Twice the profiled slowdowns: a cluster unlike the catalogue the deployed model was trained on."""
-    profiled = interference_model()
-    assert profiled is not None
-    return InterferenceModel({v: {a: 1 + 2 * (s - 1) for a, s in row.items()} for v, row in profiled.matrix.items()})
-
-
 def _log(tmp_path: Path, records: list[DecisionRecord]) -> Path:
-    log = tmp_path / "log"
-    write_segment(log, records, 0)
-    (log / CLUSTER_FILE).write_text(json.dumps(cluster_to_json(workload(TINY, 0).cluster)))
-    return log
+    return write_log(tmp_path / "log", records, workload(TINY, 0).cluster)
 
 
 def test_the_held_out_samples_are_the_last_slots() -> None:
-    samples = samples_from_records(_records(_doubled()), workload(TINY, 0).cluster)
+    samples = samples_from_records(packed_records(doubled_interference()), workload(TINY, 0).cluster)
     train, held_out = split_by_time(samples, 0.25)
     assert len(train) + len(held_out) == len(samples) and len(held_out) == round(len(samples) * 0.25)
     np.testing.assert_array_equal(held_out.log_throughput, samples.log_throughput[len(train) :])
 
 
 def test_the_refit_errs_less_than_the_deployed_model_on_a_cluster_unlike_the_catalogue() -> None:
-    records = _records(_doubled())
+    records = packed_records(doubled_interference())
     deployed = load_speed_model(DEPLOYED_SPEED)
     refit = refit_speed_model(records, workload(TINY, 0).cluster, deployed, SMALL)
     assert refit.kept == "refit" and refit.error_refit < refit.error_deployed
@@ -85,18 +66,18 @@ def test_a_refit_that_errs_more_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> 
     deployed = load_speed_model(DEPLOYED_SPEED)
     worse = PredictorResult(deployed.state, replace(deployed.config, target_mean=deployed.config.target_mean + 1), [])
     monkeypatch.setattr(refit_module, "train_predictor", lambda *args, **kwargs: worse)
-    refit = refit_speed_model(_records(interference_model()), workload(TINY, 0).cluster, deployed, SMALL)
+    refit = refit_speed_model(packed_records(interference_model()), workload(TINY, 0).cluster, deployed, SMALL)
     assert refit.kept == "deployed" and refit.model is deployed and refit.error_refit > refit.error_deployed
 
 
 def test_too_few_samples_are_refused() -> None:
-    records = _records(interference_model())[:3]
+    records = packed_records(interference_model())[:3]
     with pytest.raises(InputError, match="too few"):
         refit_speed_model(records, workload(TINY, 0).cluster, load_speed_model(DEPLOYED_SPEED), SMALL)
 
 
 def test_refit_writes_a_speed_model_and_a_placer_that_load(tmp_path: Path) -> None:
-    log = _log(tmp_path, _records(_doubled()))
+    log = _log(tmp_path, packed_records(doubled_interference()))
     result = refit_harmony(log, DEPLOYED_SPEED, DEPLOYED_PLACER, tmp_path / "out", SPEED, SMALL)
     assert result.speed_dir == tmp_path / "out" / "speed-model" and result.placer_dir == tmp_path / "out" / "placer"
     NumpySpeedModel.from_dir(result.speed_dir)
@@ -113,7 +94,7 @@ def test_refit_writes_a_speed_model_and_a_placer_that_load(tmp_path: Path) -> No
 def test_cli_refits_and_refuses_what_it_cannot_use(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from dl2.cli.main import main
 
-    log = _log(tmp_path, _records(_doubled()))
+    log = _log(tmp_path, packed_records(doubled_interference()))
     out = tmp_path / "refit"
     flags = ["--log", str(log), "--epochs", "2", "--iterations", "1", "--validation-seeds", "3", "--out", str(out)]
     assert main(["refit-harmony", *flags]) == 0
