@@ -3,7 +3,8 @@ benchmarks and the controller turn what a user wrote (`drf`, `models/dl2-philly`
 into something that decides.
 
 A name is a heuristic of `dl2.schedulers.registry`; anything that is a folder (or looks like a path) is a trained
-model: a DL2 policy (`dl2.rl.learned.LearnedScheduler`) or a Harmony placer (`dl2.placement.policy`). Each is
+model: a DL2 policy (`dl2.rl.learned.LearnedScheduler`) or a Harmony placer (`dl2.placement.policy`);
+`lookahead:A+B` chooses among A and B at every slot by simulating ahead (`dl2.rl.lookahead`). Each is
 checked when resolved, so a typo or a broken model fails before any work, with `UnknownPolicy` (one line).
 """
 
@@ -17,6 +18,7 @@ from dl2.schedulers.placement import Placer
 from dl2.schedulers.registry import COMPAT_SCHEDULERS, PLACERS, SCHEDULERS, make_scheduler
 from dl2.sim.config import Mode
 from dl2.sim.run import SchedulerBuilder
+from dl2.workload.speed import SpeedModel
 
 
 class UnknownPolicy(Dl2Error):
@@ -30,6 +32,8 @@ def scheduler_builder(
     Harmony placer folder; None: the default). Checked now, so a typo fails before any work."""
     from dl2.workload.registry import looks_like_path
 
+    if name.startswith("lookahead:"):
+        return _lookahead_builder(name, placer, mode, greedy, seed)
     make_placer = placer_factory(placer)
     if name not in SCHEDULERS and (Path(name).exists() or looks_like_path(name)):
         from dl2.rl.learned import LearnedScheduler
@@ -45,6 +49,29 @@ def scheduler_builder(
             f"scheduler '{name}' has no compatibility-mode version; use one of {', '.join(COMPAT_SCHEDULERS)}"
         )
     return lambda speed, compat: make_scheduler(name, speed, compat, make_placer() if make_placer else "load-balance")
+
+
+def _lookahead_builder(name: str, placer: str | None, mode: Mode, greedy: bool, seed: int) -> SchedulerBuilder:
+    """`lookahead:A+B...` (`dl2.rl.lookahead`): candidates A, B, ... (each a heuristic or a model folder, placing
+    with `placer`), looking ahead in the world of the speed model the builder is handed (the catalogue's, or a
+    calibrated one) with the catalogue's interference."""
+    from dl2.rl.lookahead import candidate_names, make_lookahead
+    from dl2.sim.config import SimConfig
+    from dl2.sim.run import World, interference_model
+
+    if mode is not Mode.REALISTIC:
+        raise UnknownPolicy(f"{name}: a lookahead plays realistic mode (it simulates the cluster's interference)")
+    builders = {
+        candidate: scheduler_builder(candidate, placer, mode, greedy, seed) for candidate in candidate_names(name)
+    }
+    if len(builders) < 2:
+        raise UnknownPolicy(f"{name}: a lookahead chooses among two or more candidates, named lookahead:A+B")
+
+    def build(speed: SpeedModel, compat: bool) -> Scheduler:
+        world = World(speed, interference_model())
+        return make_lookahead(name, lambda candidate: builders[candidate](speed, compat), world, SimConfig.realistic())
+
+    return build
 
 
 def trained_scheduler(folder: str | Path) -> Scheduler:

@@ -47,7 +47,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     add_workload_options(parser)
     parser.add_argument(
-        "--scheduler", "-s", required=True, help="scheduler name (drf, fifo, srtf, optimus, optimus-fitted, tiresias)"
+        "--scheduler",
+        "-s",
+        required=True,
+        help="scheduler name (drf, fifo, srtf, optimus, optimus-fitted, tiresias, ...), a model folder, or "
+        "lookahead:A+B (each slot, whichever of A and B a simulation of the active jobs says ends sooner)",
     )
     add_sim_options(parser)
     add_truth_option(parser)

@@ -228,6 +228,21 @@ class Simulation:
         """Raise `InvalidAllocationError` if `allocation` breaks capacity or limits in the current slot."""
         self._validate(allocation)
 
+    def hold(self, allocation: Allocation) -> None:
+        """The active jobs hold `allocation` as if they had run the previous slot with it, without a rescale's
+        pause: where a what-if run starts from (`dl2.sim.what_if`)."""
+        self._validate(allocation)
+        held = []
+        for i in self.active:
+            job_allocation = allocation.get(self.specs[i].job_id)
+            if not job_allocation.is_empty:
+                self.allocation[i] = job_allocation
+                self._view_cache.pop(i, None)
+                held.append(i)
+        if self._colocation is not None:
+            self._colocation.update(((i, self.allocation[i], self._type_of[i]) for i in held), [])
+        self.previous = allocation
+
     def apply(self, allocation: Allocation) -> SlotOutcome:
         """Check the allocation, run one slot with it and move to the next boundary."""
         if allocation is not self.previous and not self._holds_already(allocation):
