@@ -61,7 +61,8 @@ class WarmUpConfig:
 
     teacher: str = "optimus"
     """A heuristic scheduler of the mode (drf, fifo, srtf, optimus, optimus-fitted, tiresias, srpt-knee-fill,
-    speedup-hull-marginal, ...), or `rollout:<heuristic>` (rollout policy improvement over it)."""
+    speedup-hull-marginal, ...), `rollout:<heuristic>` (rollout policy improvement over its variants), or
+    `rollout:<heuristic>+<another>...` (over those heuristics; `dl2.rl.rollout_teacher`)."""
     source: str = "authors-small"
     """Workload source of the demonstrations (`dl2.workload.source`)."""
     mode: Literal["compat", "realistic"] = "compat"
@@ -330,6 +331,12 @@ class TwinLearningConfig:
     """Supervised epochs per training."""
     seed: Seed = 1_000
     """The first of the twin's workloads compared on (the teacher records from `seed_offset` on, elsewhere)."""
+    rollout: bool = False
+    """Teach with the rollout teacher over the speed-reading heuristics (`rollout:<best>+<others>`,
+    `dl2.rl.rollout_teacher`; the best pair's heuristic its base, its placement the placement) instead of the best
+    heuristic alone. The teacher is better than either heuristic in the twin (per slot it acts as the one whose
+    continuation ends sooner), but its students are not: they imitate it less well (held-out accuracy 0.71 against
+    0.92) and played no better on the loop benchmark's weeks (docs/results.md, "Rollout teachers and lookahead")."""
     placers: tuple[str, ...] = ("load-balance", "tetris", "binpack", "isolate", "isolate-strict")
     """Placements tried in the twin with each teacher, beside the running policy's own (`PLACERS` names): the
     challenger learns from the best teacher-and-placement pair there and places as it does (the cluster places

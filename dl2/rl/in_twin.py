@@ -3,7 +3,8 @@ paired verdict on it against the policy it would replace.
 
 A cluster is never the catalogue. Its decision log calibrates a twin (`dl2.sim.calibrated`: per-type speeds and
 interference fitted to the observed progress); there the heuristics that read speeds (Optimus, `speedup-hull`)
-read the calibrated ones, and the best of them in the twin teaches the running policy by DAgger
+read the calibrated ones, and the best of them in the twin (or a rollout teacher over them based on it,
+`TwinLearningConfig.rollout`) teaches the running policy by DAgger
 (`dl2.rl.training.warm_up` from that policy), on the cluster's own jobs (`records:<log>`). The twin also picks the
 placement: each teacher is tried with the running policy's placer and those `TwinLearningConfig.placers` names, and
 the challenger learns and places with the best pair's (interference in the twin is the calibrated one, so it is
@@ -30,6 +31,7 @@ from dl2.core.log_format import CLUSTER_FILE, read_cluster, read_log
 from dl2.rl.config import SupervisedConfig, TwinLearningConfig, WarmUpConfig
 from dl2.rl.learned import LearnedScheduler
 from dl2.rl.off_policy import off_policy_difference
+from dl2.rl.rollout_teacher import rollout_name
 from dl2.rl.training import Trained, save_trained, warm_up
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.calibrated import calibrated_world, calibration_summary
@@ -181,7 +183,8 @@ def learn_in_twin(
         key: float(np.mean(twin_jcts_h(log, world, make_scheduler(name, world.speed, False, placer), config)))
         for (name, placer), key in pairs.items()
     }
-    teacher, placer = min(pairs, key=lambda pair: teachers[pairs[pair]])
+    best, placer = min(pairs, key=lambda pair: teachers[pairs[pair]])
+    teacher = rollout_name(best, TEACHERS) if config.rollout else best
     warm = WarmUpConfig(
         teacher=teacher,
         source=f"records:{log}",

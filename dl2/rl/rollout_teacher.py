@@ -1,14 +1,18 @@
-"""A rollout teacher over `srpt-knee-fill`: one step of policy iteration by simulation.
+"""A rollout teacher: one step of policy iteration by simulation, over variants of a heuristic or several.
 
 Imitation cannot beat its teacher, so this teacher is better than any one heuristic: at every slot it tries
-variants of the base heuristic (other knee and fill levels, `dl2.schedulers.srpt_knee`), finishes a copy of the
-run (`Simulation.fork`) from each variant's allocation with the base heuristic, and acts as the variant whose copy
-ends with the lowest total JCT. This is the rollout algorithm (Bertsekas, Tsitsiklis & Wu 1997; Tesauro &
-Galperin 1996): the base is one of the variants and wins ties, so on the workload it runs the teacher is never
-worse than its base while at most J jobs are active (beyond J, windows of J order a slot differently).
+variants of the base heuristic, finishes a copy of the run (`Simulation.fork`) from each variant's allocation with
+the base heuristic, and acts as the variant whose copy ends with the lowest total JCT.
+`rollout:srpt-knee-fill` tries other knee and fill levels of `srpt-knee-fill` (`dl2.schedulers.srpt_knee`);
+`rollout:A+B+...` tries the named heuristics, A being the base (`rollout:optimus+speedup-hull`: which of the two
+is better changes from week to week and from state to state, `benchmarks/teacher_by_week.py`). This is the
+rollout algorithm (Bertsekas, Tsitsiklis & Wu 1997; Tesauro & Galperin 1996): the base is one of the variants and
+wins ties, so on the workload it runs the teacher is never worse than its base while at most J jobs are active
+(beyond J, windows of J order a slot differently).
 
 The teacher is privileged, as Optimus's speed oracle is: continuations see the workload's future arrivals and
-exact epochs. A student (`dl2 train-sl --teacher rollout:srpt-knee-fill`) sees only its observation, so what it
+exact epochs. A student (`dl2 train-sl --teacher rollout:srpt-knee-fill`, or the `online` stage's
+challenger, `dl2.rl.in_twin`) sees only its observation, so what it
 can learn is which variant suits which state, not the future.
 
 Variants give their slot through the same `SlotDecision` the policy drives (a refused request is skipped, as when
@@ -27,6 +31,7 @@ from dl2.env.decision import SlotDecision
 from dl2.rl.demonstrations import replay_stream
 from dl2.schedulers.base import HeuristicScheduler
 from dl2.schedulers.placement import Placer
+from dl2.schedulers.registry import make_scheduler
 from dl2.schedulers.requests import Counts, RequestStream
 from dl2.schedulers.srpt_knee import DEFAULT_FILL_EFFICIENCY, FILL_KNEE_EFFICIENCY, SRPTKnee
 from dl2.sim.config import Mode
@@ -39,6 +44,9 @@ KNEES = (0.4, 0.5, 0.6, 0.7, 0.8)
 FILLS: tuple[float | None, ...] = (None, 0.8, 0.9, 1.0)
 """Fill levels the variants try (None: no second pass; the base's is 0.9)."""
 SUPPORTED_BASES = ("srpt-knee-fill",)
+"""Heuristics whose own variants a `rollout:<one>` teacher tries."""
+JOINER = "+"
+"""Separates the heuristics of a `rollout:A+B` teacher."""
 
 
 class UntilRefused(HeuristicScheduler):
@@ -75,13 +83,14 @@ class RolloutTeacher:
         variants: Sequence[HeuristicScheduler],
         window: int,
         placer: Placer | None = None,
+        name: str = "",
     ) -> None:
         """`variants`: heuristics tried at each slot (the base is tried first and wins ties)."""
         self.base = base
         self.variants = [base, *(v for v in variants if v is not base)]
         self.window = window
         self.placer = placer
-        self.name = f"{PREFIX}{base.name}"
+        self.name = name or f"{PREFIX}{base.name}"
         self.rollouts = 0
         """Continuations simulated so far (each from one slot to the end of the run)."""
         self.chosen: dict[int, int] = {}
@@ -126,13 +135,24 @@ def is_rollout_teacher(name: str) -> bool:
     return name.startswith(PREFIX)
 
 
+def rollout_name(base: str, others: Sequence[str]) -> str:
+    """The rollout teacher over `base` and `others` (`base` is the continuation and wins ties)."""
+    return PREFIX + JOINER.join(dict.fromkeys((base, *others)))
+
+
 def make_rollout_teacher(
     name: str, speed: SpeedModel, compat: bool, window: int, placer: Placer | None = None
 ) -> RolloutTeacher:
-    """`rollout:srpt-knee-fill`: the base heuristic with its knee in `KNEES` and its fill in `FILLS`."""
-    base_name = name.removeprefix(PREFIX)
-    if base_name not in SUPPORTED_BASES:
-        raise InputError(name, f"rollout teachers improve one of: {', '.join(SUPPORTED_BASES)}")
+    """`rollout:srpt-knee-fill`: the base heuristic with its knee in `KNEES` and its fill in `FILLS`;
+    `rollout:A+B+...`: the named heuristics (`dl2.schedulers.registry`), A the base."""
+    names = name.removeprefix(PREFIX).split(JOINER)
+    if len(names) > 1:
+        return _over_heuristics(names, speed, compat, window, placer)
+    if names[0] not in SUPPORTED_BASES:
+        raise InputError(
+            name, f"rollout teachers improve one of: {', '.join(SUPPORTED_BASES)}, or choose among heuristics "
+            f"named as rollout:A{JOINER}B"
+        )  # fmt: skip
     base = SRPTKnee(speed, compat, placer, FILL_KNEE_EFFICIENCY, (DEFAULT_FILL_EFFICIENCY,))
     # in compatibility mode the continuations' own slot differs from the replayed one (see the module's doc)
     variants: list[HeuristicScheduler] = [UntilRefused(base)] if compat else []
@@ -143,3 +163,20 @@ def make_rollout_teacher(
         if (knee, fill) != (FILL_KNEE_EFFICIENCY, DEFAULT_FILL_EFFICIENCY)
     ]
     return RolloutTeacher(base, variants, window, placer)
+
+
+def _over_heuristics(
+    names: list[str], speed: SpeedModel, compat: bool, window: int, placer: Placer | None
+) -> RolloutTeacher:
+    schedulers = []
+    for heuristic in names:
+        try:
+            scheduler = make_scheduler(heuristic, speed, compat, placer if placer is not None else "load-balance")
+        except KeyError as error:
+            raise InputError(PREFIX + JOINER.join(names), str(error.args[0])) from None
+        if not isinstance(scheduler, HeuristicScheduler):
+            raise InputError(heuristic, "a rollout teacher replays heuristics that ask for tasks one by one")
+        schedulers.append(scheduler)
+    base, *others = schedulers
+    variants: list[HeuristicScheduler] = [UntilRefused(base)] if compat else []
+    return RolloutTeacher(base, [*variants, *others], window, placer, PREFIX + JOINER.join(names))

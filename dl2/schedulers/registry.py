@@ -88,12 +88,12 @@ def make_scheduler(name: str, speed: SpeedModel, compat: bool, placer: str | Pla
 
 
 def check_scheduler(key: str, name: str, mode: str, rollout: bool = False, extra: tuple[str, ...] = ()) -> None:
-    """Refuse (ConfigError naming `key`) a name that is not a heuristic of `mode` (or `rollout:<one>` where
-    allowed; `extra` names other accepted values)."""
+    """Refuse (ConfigError naming `key`) a name that is not a heuristic of `mode` (or `rollout:<one>` or
+    `rollout:<one>+<another>...` where allowed; `extra` names other accepted values)."""
     known = COMPAT_SCHEDULERS if mode == "compat" else tuple(SCHEDULERS)
-    base = name.removeprefix("rollout:") if rollout else name
-    if base not in known and name not in extra:
-        allowed = ", ".join((*extra, *known)) + (", or rollout:<one of them>" if rollout else "")
+    bases = name.removeprefix("rollout:").split("+") if rollout and name.startswith("rollout:") else [name]
+    if any(base not in known for base in bases) and name not in extra:
+        allowed = ", ".join((*extra, *known)) + (", or rollout:<one of them>[+<another>...]" if rollout else "")
         raise refuse(key, name, f"{mode}-mode schedulers: {allowed}")
 
 

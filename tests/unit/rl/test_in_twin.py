@@ -26,6 +26,7 @@ from dl2.rl.in_twin import (
 )
 from dl2.rl.learned import LearnedScheduler
 from dl2.rl.refine import learn_online
+from dl2.rl.rollout_teacher import rollout_name
 from dl2.rl.training import Trained, load_trained
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.calibrated import calibrated_world
@@ -129,14 +130,16 @@ def _small_log(folder: Path) -> Path:
 def test_learning_in_the_twin_of_a_small_log(tmp_path: Path) -> None:
     log = _small_log(tmp_path)
     champion = ROOT / "models" / "dl2-philly"
-    config = TwinLearningConfig(workloads=2, max_workloads=2, episodes=1, dagger_rounds=0, epochs=1)
+    config = TwinLearningConfig(workloads=2, max_workloads=2, episodes=1, dagger_rounds=0, epochs=1, rollout=True)
     verdict = learn_in_twin(log, load_trained(champion), config, 1, tmp_path / "challenger", "challenger")
 
-    # every teacher with every placement (the running policy's first), the best pair chosen
+    # every teacher with every placement (the running policy's first), the best pair chosen, the rollout teacher
+    # over all the teachers based on the best
     placers = ("binpack", *(name for name in config.placers if name != "binpack"))
     assert list(verdict.teachers_h) == [pair_key(t, p) for t in TEACHERS for p in placers]
-    chosen = min(verdict.teachers_h, key=verdict.teachers_h.__getitem__)
-    assert pair_key(verdict.teacher, verdict.placer) == chosen and verdict.running_placer == "binpack"
+    best, placer = min(verdict.teachers_h, key=verdict.teachers_h.__getitem__).split(" / ")
+    assert verdict.teacher == rollout_name(best, TEACHERS) and verdict.teacher.startswith(f"rollout:{best}+")
+    assert verdict.placer == placer and verdict.running_placer == "binpack"
     assert len(verdict.running_h) == len(verdict.challenger_h) == 2
     fixed = paired_difference(verdict.challenger_h, verdict.running_h)
     assert verdict.difference == pytest.approx({**fixed, "workloads": 2, "looks": 1})

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dl2.cli.main import main
+from dl2.config import ConfigError
 from dl2.core import Allocation, ClusterSpec, ClusterView, InputError, NodeSpec, Resources, Workload
 from dl2.env.config import EnvConfig
 from dl2.env.decision import SlotDecision, stop_action
@@ -31,16 +32,19 @@ from dl2.rl.model_io import PolicyConfig, load_config, load_state, save_model
 from dl2.rl.networks import PolicyNetwork, ValueNetwork
 from dl2.rl.perturbation import PerturbationTask, run_perturbations
 from dl2.rl.rollout import Episode, EpisodeTask, run_episode, slot_returns
-from dl2.rl.rollout_teacher import FILLS, KNEES, UntilRefused, make_rollout_teacher
+from dl2.rl.rollout_teacher import FILLS, KNEES, UntilRefused, make_rollout_teacher, rollout_name
 from dl2.rl.supervised import imitation_loss, train_supervised
 from dl2.rl.workers import LocalPool
+from dl2.schedulers.isolate import StrictIsolatePlacer
 from dl2.schedulers.load_balance import LoadBalancePlacer
-from dl2.schedulers.registry import make_scheduler
+from dl2.schedulers.registry import check_scheduler, make_scheduler
 from dl2.sim.config import Mode, SimConfig
-from dl2.sim.run import World, speed_model
+from dl2.sim.run import World, catalogue_speed, speed_model
 from dl2.sim.simulator import Simulation, simulate
+from dl2.twin.workloads import first_jobs, first_nodes
 from dl2.workload.authors import SETTINGS, generate_authors_workload
 from dl2.workload.interference import InterferenceModel
+from dl2.workload.registry import load_workloads
 from dl2.workload.source import workload
 from dl2.workload.traces import COMMON_COLUMNS
 from tests.builders import LinearSpeed, allreduce_job, make_job
@@ -476,9 +480,34 @@ def test_dagger_asks_a_slot_teacher_only_on_recorded_slots(warm_up_source: str) 
     assert len(asked) == 3 and len(data) > 0
 
 
-def test_rollout_teachers_exist_for_srpt_knee_fill_only() -> None:
+def test_rollout_teachers_exist_for_srpt_knee_fill_alone_or_over_named_heuristics() -> None:
     with pytest.raises(InputError, match="rollout teachers improve one of: srpt-knee-fill"):
         make_rollout_teacher("rollout:drf", speed_model(Mode.COMPAT), True, 10)
+    with pytest.raises(InputError, match="unknown scheduler 'nope'"):
+        make_rollout_teacher("rollout:optimus+nope", speed_model(Mode.REALISTIC), False, 10)
+    check_scheduler("teacher", "rollout:optimus+speedup-hull", "realistic", rollout=True)
+    with pytest.raises(ConfigError, match="rollout:optimus\\+nope"):
+        check_scheduler("teacher", "rollout:optimus+nope", "realistic", rollout=True)
+    assert rollout_name("speedup-hull", ("optimus", "speedup-hull")) == "rollout:speedup-hull+optimus"
+
+
+def test_a_rollout_teacher_over_two_heuristics_is_never_worse_than_its_base() -> None:
+    """`rollout:optimus+speedup-hull` on the Philly week's first 12 jobs on 4 servers (realistic mode, isolating
+    placement): the base first among the variants, its run at least as good as the base's replayed alone, and it
+    takes the other heuristic's slot somewhere (there it found a better continuation)."""
+    jobs = first_jobs(first_nodes(load_workloads("philly", seed=0)[0], 4), 12)
+    speed, world = catalogue_speed(), World.catalogue(Mode.REALISTIC)
+    observation = ObservationConfig(window=jobs.num_jobs)
+    config = SimConfig.realistic(seed=0)
+    teacher = make_rollout_teacher(
+        "rollout:optimus+speedup-hull", speed, False, observation.window, StrictIsolatePlacer()
+    )
+    assert teacher.name == "rollout:optimus+speedup-hull"
+    assert [v.name for v in teacher.variants] == ["optimus", "speedup-hull"]
+    _, base_jct = record(jobs, teacher.base, config, observation, StrictIsolatePlacer(), every=50, world=world)
+    _, jct = record(jobs, teacher, config, observation, StrictIsolatePlacer(), every=50, world=world)
+    assert jct <= base_jct * (1 + 1e-12)
+    assert teacher.rollouts > 0 and teacher.chosen.get(1, 0) > 0
 
 
 # --- supervised warm-up --------------------------------------------------------------------------------------------
