@@ -150,6 +150,8 @@ def rewarm_in_twin(
     placers = getattr(args, "twin_placers", None)  # this benchmark has no flag: the library's default
     if placers is not None:
         config = replace(config, placers=tuple(name for name in placers.split(",") if name))
+    lookahead = getattr(args, "twin_lookahead", "")  # nor this one
+    config = replace(config, lookahead=tuple(name for name in lookahead.split(",") if name))
     title = f"{Path(origin).name} re-warmed in a calibrated twin"
     return learn_in_twin(log, load_trained(Path(origin)), config, args.workers, out, title).record()
 

@@ -247,6 +247,12 @@ def main() -> None:
         help="placements the twin tries beside the active policy's (comma-separated; '': its placement is held "
         "and only the allocation is re-learned)",
     )
+    parser.add_argument(
+        "--twin-lookahead",
+        default="",
+        help="heuristics each challenger looks ahead with (comma-separated, e.g. optimus,speedup-hull; "
+        "dl2.rl.lookahead): the twin judges it, and the week is played, inside them ('': none)",
+    )
     parser.add_argument("--rewarm-episodes", type=int, default=6, help="rewarm: workloads the teacher is recorded on")
     parser.add_argument("--rewarm-dagger-rounds", type=int, default=1)
     parser.add_argument("--rewarm-epochs", type=int, default=6)

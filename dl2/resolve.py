@@ -39,7 +39,9 @@ def scheduler_builder(
         from dl2.rl.learned import LearnedScheduler
 
         LearnedScheduler.from_dir(name)  # fail now on a missing or broken model, not after loading workloads
-        return lambda speed, compat: LearnedScheduler.from_dir(
+        from dl2.rl.lookahead import load_policy
+
+        return lambda speed, compat: load_policy(
             name, greedy=greedy, seed=seed, compat=compat, placer=make_placer() if make_placer else None
         )
     if name not in SCHEDULERS:
@@ -76,9 +78,9 @@ def _lookahead_builder(name: str, placer: str | None, mode: Mode, greedy: bool, 
 
 def trained_scheduler(folder: str | Path) -> Scheduler:
     """A DL2 policy's model folder, loaded for a real cluster (realistic mode, greedy): what the controller runs."""
-    from dl2.rl.learned import LearnedScheduler
+    from dl2.rl.lookahead import load_policy
 
-    return LearnedScheduler.from_dir(folder, compat=False)
+    return load_policy(folder, compat=False)
 
 
 def placer_factory(name: str | None) -> Callable[[], Placer] | None:

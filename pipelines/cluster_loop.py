@@ -198,11 +198,11 @@ def decision_lines(records: Sequence[DecisionRecord], incumbent: str, limit: int
 def simulated(workload: Workload, model_dir: Path, placer: str, cluster: ClusterParams) -> dict[str, float]:
     """`dl2 simulate` of the same slice under the cluster's truth: the policy (as the controller runs it), the
     incumbent, and the jobs at their asked sizes (what the shadow pass runs)."""
-    from dl2.rl.learned import LearnedScheduler
+    from dl2.rl.lookahead import load_policy
     from dl2.schedulers.registry import make_scheduler
 
     builders = {
-        "policy": lambda speed, compat: LearnedScheduler.from_dir(model_dir, compat=False),
+        "policy": lambda speed, compat: load_policy(model_dir, compat=False),
         "incumbent": lambda speed, compat: make_scheduler(cluster.incumbent, speed, False, placer),
     }
     return {name: slice_h(workload, build, cluster) for name, build in builders.items()} | {

@@ -21,7 +21,7 @@ A rejected challenger leaves the aliases alone. An accepted one is published: a 
 `data/deployments/<n>-dl2-policy-v<version>.json` (numbered, written atomically, never overwritten; the latest
 record says which version should run), then the `champion` alias moves. Then the deployment is confirmed: a
 separate process loads `models:/dl2-policy@champion` exactly as a scheduler would (download, then
-`LearnedScheduler.from_dir`) and runs a short simulation, within a timeout (`run(confirmation=...)` replaces the
+`dl2.rl.lookahead.load_policy`) and runs a short simulation, within a timeout (`run(confirmation=...)` replaces the
 check, e.g. with one that fails in tests). If that fails, the previous champion is restored (alias and a rollback
 record) and the stage exits 1.
 
@@ -143,7 +143,7 @@ def cluster_evidence(
     decision's recorded settings, so that what the decision key covers is what the evidence comes from."""
     from dl2.rl.config import TwinLearningConfig
     from dl2.rl.in_twin import sequential_difference, twin_jct_h
-    from dl2.rl.learned import LearnedScheduler
+    from dl2.rl.lookahead import load_policy
     from dl2.sim.calibrated import calibrated_world
     from pipelines.collect import clusters_dir
 
@@ -152,8 +152,8 @@ def cluster_evidence(
     config = TwinLearningConfig(**gate["cluster_twin"])
     logs = [clusters_dir(layout) / name for name in gate["cluster_logs"]]
     worlds = [calibrated_world(log)[0] for log in logs]
-    challenger = LearnedScheduler.from_dir(challenger_dir, compat=False)
-    champion = LearnedScheduler.from_dir(champion_dir, compat=False)
+    challenger = load_policy(challenger_dir, compat=False)
+    champion = load_policy(champion_dir, compat=False)
 
     def pair(index: int) -> tuple[float, float]:
         # workload i of every log, then workload i + 1 of every log: each batch covers every cluster alike

@@ -8,7 +8,7 @@ run, so a sticky placer can keep them there; without them the held counts are ke
 `worker_nodes`, `ps_nodes` (node indices as "0,0,3"; "" for none).
 
 The model is logged from code (this file is its code; MLflow's models-from-code, so a version holds no pickle, as
-a model folder holds no code) with the dl2 model folder as an artefact, loaded by `LearnedScheduler.from_dir`.
+a model folder holds no code) with the dl2 model folder as an artefact, loaded by `dl2.rl.lookahead.load_policy`.
 The dl2 package travels with it (`code_paths`): a policy's weights mean something only with the observation
 encoder and decision procedure they were trained with, so a version keeps the code it was evaluated with and loads
 where this repository is not installed (in a process that has already imported `dl2`, that copy is used).
@@ -180,9 +180,9 @@ class Dl2Policy(PythonModel):
     """A trained dl2 policy (greedy decisions) behind MLflow's pyfunc interface."""
 
     def load_context(self, context: Any) -> None:
-        from dl2.rl.learned import LearnedScheduler
+        from dl2.rl.lookahead import load_policy
 
-        self.scheduler = LearnedScheduler.from_dir(context.artifacts[ARTIFACT])
+        self.scheduler = load_policy(context.artifacts[ARTIFACT])
 
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
         from dl2.core import Allocation

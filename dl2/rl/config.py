@@ -331,6 +331,9 @@ class TwinLearningConfig:
     """Supervised epochs per training."""
     seed: Seed = 1_000
     """The first of the twin's workloads compared on (the teacher records from `seed_offset` on, elsewhere)."""
+    lookahead: tuple[str, ...] = ()
+    """Heuristics the challenger looks ahead with (`PolicyConfig.lookahead`, `dl2.rl.lookahead`), e.g.
+    (optimus, speedup-hull); the twin judges it as it will run, inside them. Empty: as the running policy does."""
     rollout: bool = False
     """Teach with the rollout teacher over the speed-reading heuristics (`rollout:<best>+<others>`,
     `dl2.rl.rollout_teacher`; the best pair's heuristic its base, its placement the placement) instead of the best
@@ -346,3 +349,5 @@ class TwinLearningConfig:
     def __post_init__(self) -> None:
         for name in self.placers:
             check_placer("placers", name)
+        for name in self.lookahead:
+            check_scheduler("lookahead", name, "realistic")

@@ -30,6 +30,7 @@ from scipy import stats
 from dl2.core.log_format import CLUSTER_FILE, read_cluster, read_log
 from dl2.rl.config import SupervisedConfig, TwinLearningConfig, WarmUpConfig
 from dl2.rl.learned import LearnedScheduler
+from dl2.rl.lookahead import load_policy
 from dl2.rl.off_policy import off_policy_difference
 from dl2.rl.rollout_teacher import rollout_name
 from dl2.rl.training import Trained, save_trained, warm_up
@@ -198,17 +199,22 @@ def learn_in_twin(
         workers=workers,
     )
     policy, _, facts = warm_up(warm, policy=_copy_of(running), world=world)
+    lookahead = config.lookahead or running.config.lookahead
     metadata = {
         **running.metadata, "calibrated_from": str(log), "teacher_in_twin": teacher, "placer_in_twin": placer,
+        "lookahead": list(lookahead),
     }  # fmt: skip
-    save_trained(out, replace(running.config, placer=placer), policy.state_dict(), None, title, metadata, True)
+    save_trained(
+        out, replace(running.config, placer=placer, lookahead=lookahead), policy.state_dict(), None, title, metadata,
+        True,
+    )  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="dl2-twin-running-") as scratch:
         before = Path(scratch) / "running"
         save_trained(before, running.config, running.policy.state_dict(), None, "the running policy", {}, False)
         difference, challenger_h, running_h = twin_verdict(
-            log, world, LearnedScheduler.from_dir(out, compat=False),
-            LearnedScheduler.from_dir(before, compat=False), config,
-        )  # fmt: skip
+            log, world, load_policy(out, compat=False), load_policy(before, compat=False), config
+        )
+        # the network's own decisions against the running one's (a lookahead draws no propensities to weigh)
         estimate = off_policy_difference(
             read_log(log), read_cluster(log / CLUSTER_FILE), LearnedScheduler.from_dir(out, compat=False),
             LearnedScheduler.from_dir(before, compat=False), world.speed,

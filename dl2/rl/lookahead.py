@@ -20,12 +20,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 
 from dl2.core import Allocation, ClusterView, InvalidAllocationError, Scheduler
-from dl2.sim.config import SimConfig
-from dl2.sim.run import World
+from dl2.rl.model_io import PolicyConfig
+from dl2.schedulers.placement import Placer
+from dl2.schedulers.registry import make_scheduler
+from dl2.sim.config import Mode, SimConfig
+from dl2.sim.run import World, interference_model, speed_model
 from dl2.sim.simulator import SimulationError
 from dl2.sim.what_if import what_if
+from dl2.workload.speed import SpeedModel
 
 PREFIX = "lookahead:"
 JOINER = "+"
@@ -112,3 +117,28 @@ def make_lookahead(name: str, build: Callable[[str], Scheduler], world: World, c
     if not all(names):
         raise ValueError(f"{name}: candidates are named as lookahead:A+B (A the base)")
     return LookaheadScheduler([build(candidate) for candidate in names], build(names[0]), world, config)
+
+
+def as_configured(policy: Scheduler, config: PolicyConfig, speed: SpeedModel | None = None) -> Scheduler:
+    """`policy` as its model folder says it runs: alone, or as the last candidate of the lookahead its config names
+    (`PolicyConfig.lookahead`: those heuristics first, placing with the policy's placer, the first deciding the
+    what-if runs' later slots, in the world of `speed`, the catalogue's by default, and the catalogue's
+    interference)."""
+    if not config.lookahead:
+        return policy
+    speed = speed or speed_model(Mode.REALISTIC)
+    heuristics = [make_scheduler(name, speed, False, config.placer) for name in config.lookahead]
+    continuation = make_scheduler(config.lookahead[0], speed, False, config.placer)
+    world = World(speed, interference_model())
+    return LookaheadScheduler([*heuristics, policy], continuation, world, SimConfig.realistic())
+
+
+def load_policy(
+    directory: str | Path, greedy: bool = True, seed: int = 0, compat: bool | None = None, placer: Placer | None = None
+) -> Scheduler:
+    """A model folder's policy as it runs (`LearnedScheduler.from_dir`, inside its lookahead where it names one):
+    what the controller, the gate and every evaluation of a deployed policy run."""
+    from dl2.rl.learned import LearnedScheduler
+
+    policy = LearnedScheduler.from_dir(directory, greedy, seed, compat, placer)
+    return as_configured(policy, policy.config)

@@ -20,7 +20,7 @@ from dl2.env.observation import ObservationConfig
 from dl2.io import to_json
 from dl2.nn.state_io import load_weights, write_model_dir
 from dl2.rl.config import NetworkConfig, RLConfig
-from dl2.schedulers.registry import check_placer
+from dl2.schedulers.registry import check_placer, check_scheduler
 from dl2.sim.calibrated import calibration_text
 from dl2.sim.metrics import interval_text
 
@@ -39,9 +39,17 @@ class PolicyConfig:
     """Simulator mode the policy was trained for."""
     placer: str = "load-balance"
     """Placer of its targets in realistic mode."""
+    lookahead: tuple[str, ...] = ()
+    """Heuristics (realistic mode) that propose beside the policy at every slot, the allocation whose what-if run
+    ends soonest applied, the first of them deciding those runs' later slots (`dl2.rl.lookahead`); empty: the
+    policy decides alone."""
 
     def __post_init__(self) -> None:
         check_placer("placer", self.placer)
+        for name in self.lookahead:
+            check_scheduler("lookahead", name, "realistic")
+        if self.lookahead and self.mode != "realistic":
+            raise refuse("lookahead", list(self.lookahead), "a lookahead plays realistic mode")
         if self.observation.packed and self.mode != "compat":
             raise refuse("observation.packed", True, "packed requests are a compat-mode option")
 
@@ -70,7 +78,8 @@ class PolicyConfig:
         missing = [name for name in ("observation", "network", "mode", "placer") if name not in data]
         if missing:
             raise InputError(where, "missing", field=missing[0])
-        fields = {name: data[name] for name in ("observation", "network", "mode", "placer")}
+        known = ("observation", "network", "mode", "placer", "lookahead")  # a lookahead is optional
+        fields = {name: data[name] for name in known if name in data}
         try:
             config = build(cls, fields)
         except ConfigError as error:
@@ -215,6 +224,11 @@ def learned_from(metadata: dict[str, Any]) -> list[str]:
         if isinstance(steps, dict) and steps.get("logs"):
             logs = ", ".join(f"`{log.get('log')}` ({log.get('decisions')} decisions)" for log in steps["logs"])
             lines.append(f"{what} on {logs}: {'kept' if steps.get('kept') else 'not kept'}")
+    if lookahead := metadata.get("lookahead"):
+        lines.append(
+            f"runs inside a lookahead over {', '.join(f'`{name}`' for name in lookahead)} and itself "
+            "(`dl2.rl.lookahead`)"
+        )
     for verdict in metadata.get("online_twin") or ():
         if isinstance(verdict, dict) and isinstance(verdict.get("predicted_difference"), dict):
             placer, running = verdict.get("placer"), verdict.get("running_placer")

@@ -1,7 +1,7 @@
 """The deployment's confirmation: does a scheduler run the deployed version?
 
 Until a controller answers (`dl2.kube.promotion.confirm_hook` does in the cluster loop), a separate process loads
-`models:/dl2-policy@champion` exactly as a scheduler would (download, then `LearnedScheduler.from_dir`) and
+`models:/dl2-policy@champion` exactly as a scheduler would (download, then `dl2.rl.lookahead.load_policy`) and
 simulates a few jobs of the first test workload, within a timeout.
 
     python -m pipelines.promotion.confirmation VERSION WORKLOAD SEED MODE   # what `confirm` runs
@@ -59,6 +59,7 @@ def check_deployed(version: int, source: str, seed: int, mode: str, jobs: int = 
     """What the confirmation process runs: resolve `champion`, download it, load it and simulate `jobs` jobs."""
     from dl2.core import Workload
     from dl2.rl.learned import LearnedScheduler
+    from dl2.rl.lookahead import load_policy
     from dl2.sim.config import Mode, SimConfig
     from dl2.sim.run import run_one
     from dl2.workload.source import workload
@@ -74,7 +75,7 @@ def check_deployed(version: int, source: str, seed: int, mode: str, jobs: int = 
         short = Workload(f"{test.name}/first-{jobs}", test.cluster, test.jobs[:jobs], test.slot_s, test.source)
         result = run_one(
             short,
-            lambda speed, compat: LearnedScheduler.from_dir(folder, compat=compat),
+            lambda speed, compat: load_policy(folder, compat=compat),
             SimConfig.for_mode(Mode(mode), seed),
         )
     finished = sum(1 for _ in result.jobs)

@@ -25,6 +25,7 @@ from dl2.rl.in_twin import (
     twin_jcts_h,
 )
 from dl2.rl.learned import LearnedScheduler
+from dl2.rl.lookahead import load_policy
 from dl2.rl.refine import learn_online
 from dl2.rl.rollout_teacher import rollout_name
 from dl2.rl.training import Trained, load_trained
@@ -130,7 +131,10 @@ def _small_log(folder: Path) -> Path:
 def test_learning_in_the_twin_of_a_small_log(tmp_path: Path) -> None:
     log = _small_log(tmp_path)
     champion = ROOT / "models" / "dl2-philly"
-    config = TwinLearningConfig(workloads=2, max_workloads=2, episodes=1, dagger_rounds=0, epochs=1, rollout=True)
+    config = TwinLearningConfig(
+        workloads=2, max_workloads=2, episodes=1, dagger_rounds=0, epochs=1, rollout=True,
+        lookahead=("optimus", "speedup-hull"),
+    )  # fmt: skip
     verdict = learn_in_twin(log, load_trained(champion), config, 1, tmp_path / "challenger", "challenger")
 
     # every teacher with every placement (the running policy's first), the best pair chosen, the rollout teacher
@@ -150,8 +154,10 @@ def test_learning_in_the_twin_of_a_small_log(tmp_path: Path) -> None:
     saved = load_trained(tmp_path / "challenger")
     assert saved.metadata["teacher_in_twin"] == verdict.teacher
     assert saved.metadata["placer_in_twin"] == verdict.placer
-    # the challenger places as it learned to (the cluster places alike); nothing else of its config changes
-    assert saved.config == replace(load_trained(champion).config, placer=verdict.placer)
+    # the challenger places as it learned to (the cluster places alike) and runs inside the lookahead asked for;
+    # nothing else of its config changes; the twin judged it as it runs
+    assert saved.config == replace(load_trained(champion).config, placer=verdict.placer, lookahead=config.lookahead)
+    assert twin_jcts_h(log, world, load_policy(tmp_path / "challenger", compat=False), config) == verdict.challenger_h
     assert json.loads(json.dumps(verdict.record()))["kept"] is verdict.kept
     # the same records estimate the challenger off-policy, beside the twin
     off = verdict.off_policy

@@ -4,13 +4,19 @@ exactly as the cluster does, and the lookahead is never worse than its base."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from dl2.core import Workload
-from dl2.resolve import UnknownPolicy, scheduler_builder
-from dl2.rl.lookahead import LookaheadScheduler, make_lookahead
+from dl2.core import InputError, Workload
+from dl2.kube.models import smoke_test
+from dl2.resolve import UnknownPolicy, scheduler_builder, trained_scheduler
+from dl2.rl.learned import LearnedScheduler
+from dl2.rl.lookahead import LookaheadScheduler, load_policy, make_lookahead
+from dl2.rl.model_io import PolicyConfig
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import Mode, RescaleCost, RescaleKind, SimConfig
 from dl2.sim.run import World, interference_model, speed_model
@@ -18,6 +24,7 @@ from dl2.sim.simulator import Simulation, simulate
 from dl2.sim.what_if import what_if
 from dl2.workload.synthetic import PRESETS, generate, scaled
 
+ROOT = Path(__file__).resolve().parents[3]
 EXACT = SimConfig.realistic(0, speed_noise=0.0, rescale=RescaleCost(kind=RescaleKind.NONE))
 """A cluster the what-if models exactly: no noise, no random rescale pauses, declared epochs true."""
 
@@ -83,3 +90,43 @@ def test_lookaheads_are_named_by_their_candidates_and_play_realistic_mode() -> N
         scheduler_builder("lookahead:drf", None, Mode.REALISTIC)
     with pytest.raises(UnknownPolicy, match="unknown scheduler 'nope'"):
         scheduler_builder("lookahead:drf+nope", None, Mode.REALISTIC)
+
+
+def _with_lookahead(source: Path, folder: Path, lookahead: list[str]) -> Path:
+    """A copy of the model folder `source` whose config names `lookahead`."""
+    shutil.copytree(source, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "lookahead": lookahead}))
+    return folder
+
+
+def test_a_model_folder_that_names_a_lookahead_runs_inside_it_wherever_it_is_deployed(tmp_path: Path) -> None:
+    """The controller's loader, the command line's resolution and the gate's loading all run the policy as the
+    last candidate of its lookahead; the controller's smoke test passes it."""
+    folder = _with_lookahead(ROOT / "models" / "dl2-philly", tmp_path / "philly-lookahead", ["optimus", "speedup-hull"])
+    for scheduler in (
+        load_policy(folder, compat=False),
+        trained_scheduler(folder),
+        scheduler_builder(str(folder), None, Mode.REALISTIC)(speed_model(Mode.REALISTIC), False),
+    ):
+        assert isinstance(scheduler, LookaheadScheduler)
+        assert [c.name for c in scheduler.candidates] == ["optimus", "speedup-hull", "philly-lookahead"]
+        assert isinstance(scheduler.candidates[-1], LearnedScheduler) and scheduler.continuation.name == "optimus"
+        assert all(c.placer.name == "binpack" for c in scheduler.candidates[:2])  # type: ignore[attr-defined]
+    assert smoke_test(trained_scheduler(folder)) is None
+    assert isinstance(load_policy(ROOT / "models" / "dl2-philly"), LearnedScheduler)  # none named: the policy alone
+    config = PolicyConfig(mode="realistic", lookahead=("optimus",))
+    assert PolicyConfig.from_json_dict(json.loads(json.dumps(config.to_json_dict()))) == config
+
+
+@pytest.mark.parametrize(
+    ("model", "lookahead", "message"),
+    [("dl2-compat-small", ["optimus"], "realistic mode"), ("dl2-philly", ["optimus", "nope"], "nope")],
+)
+def test_a_lookahead_a_folder_cannot_run_is_refused_when_it_loads(
+    tmp_path: Path, model: str, lookahead: list[str], message: str
+) -> None:
+    folder = _with_lookahead(ROOT / "models" / model, tmp_path / "model", lookahead)
+    with pytest.raises(InputError, match=message) as refused:
+        load_policy(folder)
+    assert "lookahead" in str(refused.value)

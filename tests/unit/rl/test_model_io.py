@@ -57,6 +57,10 @@ def test_the_model_card_says_what_the_model_learned_from() -> None:
         "calibrated speeds, placing with `isolate-strict` (it started from `binpack`): -5.0% [-8.0%, -2.0%] against "
         "the policy it started from in the twin, kept"
     ]
+    assert learned_from({"lookahead": ["optimus", "speedup-hull"]}) == [
+        "runs inside a lookahead over `optimus`, `speedup-hull` and itself (`dl2.rl.lookahead`)"
+    ]
+    assert learned_from({"lookahead": []}) == []
     card = model_card("a policy", rl)
     assert card.index("## What it learned from") < card.index("## Facts") and "- RL (`returns` credit" in card
     assert "## What it learned from" not in model_card("bare", {"kind": "rl"})  # nothing known, nothing said
