@@ -42,6 +42,7 @@ def calibration_summary(calibration: Calibration) -> dict[str, Any]:
                 "jobs": entry.jobs,
                 "held_out_error": entry.held_out_error,
                 "catalogue_error": entry.catalogue_error,
+                "held_out": entry.held_out,
             }
             for key, entry in sorted(calibration.types.items(), key=lambda item: str(item[0]))
         },
@@ -50,18 +51,34 @@ def calibration_summary(calibration: Calibration) -> dict[str, Any]:
 
 def calibration_text(summary: dict[str, Any]) -> str:
     """What a calibration measured (`dl2.sim.calibrated.calibration_summary`): the steady records it had, the
-    interference scale, and each recalibrated type's factors."""
-    labels = {  # a type's label-wide calibration (the per-demand ones under it are finer versions of it)
-        key.split("/")[0]: entry
-        for key, entry in (summary.get("types_kept") or {}).items()
-        if key.endswith("/0.0/0.0/0.0/0.0")
+    interference scale, and each recalibrated type's factors: a label's own where it was kept (the per-demand
+    ones under it are finer versions of it), else each of its demand signatures that was."""
+    kept = summary.get("types_kept") or {}
+    labels = {key.split("/")[0] for key in kept if key.endswith(LABEL_WIDE_SUFFIX)}
+    said = {
+        _type_name(key): entry
+        for key, entry in kept.items()
+        if key.endswith(LABEL_WIDE_SUFFIX) or key.split("/")[0] not in labels
     }
     factors = "; ".join(
-        f"{label} compute time x{entry['factors'][0]:.2f}, communication x{entry['factors'][1]:.2f}"
-        for label, entry in labels.items()
+        f"{name} compute time x{entry['factors'][0]:.2f}, communication x{entry['factors'][1]:.2f}"
+        for name, entry in said.items()
     )
     scale = summary.get("interference_scale", 1.0)
     return (
         f"interference x{scale:.2f} the profiled ({summary.get('co_located_records', 0)} co-located records); "
-        f"{len(labels)} job types recalibrated" + (f": {factors}" if factors else "")
+        f"{len(said)} job types recalibrated" + (f": {factors}" if factors else "")
     )
+
+
+LABEL_WIDE_SUFFIX = "/0.0/0.0/0.0/0.0"
+"""How a label's own key ends in `calibration_summary`."""
+
+
+def _type_name(key: str) -> str:
+    """`vgg-16/0.0/0.0/0.0/0.0` -> `vgg-16`; a demand signature `vgg-16/1.0/4.0/24.0/4.0` -> `vgg-16 (1 GPU, 4
+    CPU, 24 GB, PS 4 GB)`."""
+    if key.endswith(LABEL_WIDE_SUFFIX):
+        return key.split("/")[0]
+    label, gpu, cpu, mem_gb, ps_mem_gb = key.split("/")
+    return f"{label} ({float(gpu):g} GPU, {float(cpu):g} CPU, {float(mem_gb):g} GB, PS {float(ps_mem_gb):g} GB)"

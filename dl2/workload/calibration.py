@@ -91,6 +91,8 @@ def steady_measurements(records: Sequence[DecisionRecord]) -> Iterator[Measureme
 
 
 TypeKey = tuple[str, float, float, float, float]
+LABEL_WIDE = (0.0, 0.0, 0.0, 0.0)
+"""The demand part of a label's own key (`type_key(..., by_demand=False)`)."""
 """(catalogue label, worker GPUs, worker cores, worker memory, PS memory): a job type as the cluster sees it."""
 
 
@@ -103,7 +105,7 @@ def type_key(spec_or_record: JobSpec | DecisionRecord, by_demand: bool) -> TypeK
         s = spec_or_record
         demand = (s.worker_demand.gpu, s.worker_demand.cpu, s.worker_demand.mem_gb, s.ps_demand.mem_gb)
         label = s.model
-    return (label, *demand) if by_demand else (label, 0.0, 0.0, 0.0, 0.0)
+    return (label, *demand) if by_demand else (label, *LABEL_WIDE)
 
 
 def _terms(catalogue: ParametricSpeedModel, record: DecisionRecord) -> np.ndarray:
@@ -131,9 +133,11 @@ class TypeCalibration:
     """Records the factors were fitted to."""
     jobs: int
     held_out_error: float | None = None
-    """Mean relative speed error on the held-out jobs of a fit without them (None: not validated)."""
+    """Mean relative speed error on the held-out records of a fit without them (None: not validated)."""
     catalogue_error: float | None = None
     """The catalogue's on the same records."""
+    held_out: str = ""
+    """What was held out: "jobs" (other jobs of the type), "later slots" (its jobs' last records), "" (nothing)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,23 +187,37 @@ def calibrate(
 
     With `validate`, a quarter of the jobs (by a hash of their ids) is held out: a type keeps its factors only if
     a fit without those jobs predicts their observed speeds better than the catalogue does, and the interference
-    scale is kept only if some type is. A type with no held-out job keeps the catalogue: a calibration is used
-    only where it has shown that it beats what it replaces."""
+    scale is kept only if some type is. A type none of whose jobs is held out (a small cluster's log: a few jobs
+    of each type) is judged on its jobs' later records instead: the last quarter of each job's steady records,
+    predicted by a fit on the earlier ones (by demand, only a signature's fit: a label's, which signatures the
+    records lack borrow, must predict other jobs). A calibration is used only where it has shown that it beats what it
+    replaces on records it was not fitted to."""
     data = _Data.of(list(steady_measurements(records)), catalogue, interference, by_demand)
     full = data.fit(np.ones(len(data.inverse), dtype=bool), prior_weight)
     if not validate:
         return full
-    held = np.array([zlib.crc32(m.record.job_id.encode()) % 4 == 0 for m in data.measurements], dtype=bool)
-    trained = data.fit(~held, prior_weight)
+    held_jobs = np.array([zlib.crc32(m.record.job_id.encode()) % 4 == 0 for m in data.measurements], dtype=bool)
     kept: dict[TypeKey, TypeCalibration] = {}
-    for key, entry in full.types.items():
-        rows = held & np.array([key in own for own in data.keys], dtype=bool)
-        if not rows.any() or key not in trained.types:
-            continue
-        fitted = data.error(rows, trained.types[key].factors, trained.interference_scale)
-        profiled = data.error(rows, IDENTITY, 1.0)
-        if fitted < profiled:
-            kept[key] = replace(entry, held_out_error=fitted, catalogue_error=profiled)
+    # by demand, a label's own fit is only ever judged across jobs: a signature the records never had borrows it,
+    # and a few jobs of a new type under the label must not speak for the label's other jobs
+    unjudged = [
+        key
+        for key in full.types
+        if not (held_jobs & data.rows_of(key)).any() and not (by_demand and key[1:] == LABEL_WIDE)
+    ]
+    for held, label, keys in (
+        (held_jobs, "jobs", [key for key in full.types if key not in unjudged]),
+        (data.later_records(), "later slots", unjudged),
+    ):
+        trained = data.fit(~held, prior_weight) if keys else full
+        for key in keys:
+            rows = held & data.rows_of(key)
+            if not rows.any() or key not in trained.types:
+                continue
+            fitted = data.error(rows, trained.types[key].factors, trained.interference_scale)
+            profiled = data.error(rows, IDENTITY, 1.0)
+            if fitted < profiled:
+                kept[key] = replace(full.types[key], held_out_error=fitted, catalogue_error=profiled, held_out=label)
     scale = full.interference_scale if kept else 1.0
     return Calibration(kept, scale, full.co_located_records, by_demand, frozenset(full.types))
 
@@ -264,6 +282,21 @@ class _Data:
             scale = _interference_scale(fitted, self.measurements, self.terms, self.extra, use)
             calibration = Calibration(types, scale, shared, self.by_demand, frozenset(types))
         return calibration
+
+    def rows_of(self, key: TypeKey) -> np.ndarray:
+        """Which measurements are of type `key`."""
+        return np.array([key in own for own in self.keys], dtype=bool)
+
+    def later_records(self, share: float = 0.25) -> np.ndarray:
+        """Each job's last `share` of its steady measurements (they come in slot order); none of a job with one."""
+        count: Counter[str] = Counter(m.record.job_id for m in self.measurements)
+        seen: Counter[str] = Counter()
+        later = np.zeros(len(self.measurements), dtype=bool)
+        for i, m in enumerate(self.measurements):
+            job = m.record.job_id
+            later[i] = seen[job] >= count[job] - math.floor(share * count[job])
+            seen[job] += 1
+        return later
 
     def error(self, rows: np.ndarray, factors: TermFactors, scale: float) -> float:
         """Mean relative error of the speeds these factors and scale predict for `rows`, against the observed."""

@@ -126,3 +126,11 @@ def test_the_lifecycle_says_what_the_twin_gave() -> None:
         "  online, what the records of dl2-local show: interference x1.90 the profiled (120 co-located records); "
         "1 job types recalibrated: vgg-16 compute time x1.30, communication x0.80"
     )
+    signature_only = {**verdict, "calibration": {**calibrated["calibration"], "types_kept": {
+        "vgg-16/1.0/4.0/24.0/4.0": {"factors": [1.2, 0.8, 1.0, 1.0]},  # its label not kept: said by its demand
+        "wlm/0.0/0.0/0.0/0.0": {"factors": [1.0, 1.5, 1.0, 1.0]},
+    }}}  # fmt: skip
+    assert twin_lines([signature_only])[0].endswith(
+        "2 job types recalibrated: vgg-16 (1 GPU, 4 CPU, 24 GB, PS 4 GB) compute time x1.20, communication x0.80; "
+        "wlm compute time x1.00, communication x1.50"
+    )

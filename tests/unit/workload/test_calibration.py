@@ -5,6 +5,7 @@ by their demands, and the catalogue kept where records say nothing."""
 from __future__ import annotations
 
 import pickle
+import zlib
 from dataclasses import replace
 
 import numpy as np
@@ -18,7 +19,7 @@ from dl2.sim.run import World, catalogue_speed
 from dl2.truth import SCENARIOS, SpeedShift, Truth, realise
 from dl2.truth.realise import TrueCluster
 from dl2.twin.workloads import first_jobs, first_nodes
-from dl2.workload.calibration import CalibratedSpeedModel, Calibration, calibrate, steady_measurements
+from dl2.workload.calibration import CalibratedSpeedModel, Calibration, _Data, calibrate, steady_measurements
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.registry import load_workloads
 
@@ -194,3 +195,39 @@ def test_a_type_without_records_keeps_the_catalogue():
     model = CalibratedSpeedModel(catalogue_speed(), calibration)
     assert model.placed_throughput(spec, allocation) == catalogue_speed().placed_throughput(spec, allocation)
     assert calibration.interference_scale == 1.0
+
+
+def one_job_log(cluster, model: str, job_id: str):
+    """One job of `model` held at twelve allocations in turn (three slots each), in time."""
+    spec = replace(next(j.spec for j in cluster.workload.jobs), model=model, job_id=job_id)
+    records = []
+    for index, (workers, ps) in enumerate((w, p) for w in (1, 2, 4, 8) for p in (1, 2, 4)):
+        allocation = JobAllocation((0,) * workers, (1,) * ps)
+        records += held_records(spec, allocation, cluster.speed.placed_throughput(spec, allocation), 3 * index)
+    return records
+
+
+def test_a_type_no_held_out_job_covers_is_judged_on_its_later_records():
+    """A small cluster's log: one job of the type, which the job split does not hold out (its hash). The fit on
+    its first records is judged on its last quarter: kept under a shifted truth, refused on the catalogue."""
+    job_id = next(f"j{i}" for i in range(100) if zlib.crc32(f"j{i}".encode()) % 4 != 0)
+    truth = Truth("shifted", shifts={"vgg-16": SpeedShift(compute=0.6, communication=1.8)})
+    records = one_job_log(realise(truth, philly(40, 4)), "vgg-16", job_id)
+    calibration = calibrate(records, catalogue_speed(), InterferenceModel())
+    entry = calibration.types[("vgg-16", 0.0, 0.0, 0.0, 0.0)]
+    assert entry.held_out == "later slots" and entry.jobs == 1
+    assert entry.held_out_error is not None and entry.catalogue_error is not None
+    assert entry.held_out_error < 0.5 * entry.catalogue_error
+    same = one_job_log(realise(SCENARIOS["catalogue"], philly(40, 4)), "vgg-16", job_id)
+    assert calibrate(same, catalogue_speed(), InterferenceModel()).types == {}
+
+
+def test_later_records_are_each_jobs_last_quarter():
+    truth = Truth("shifted", shifts={"vgg-16": SpeedShift(compute=0.6)})
+    records = one_job_log(realise(truth, philly(40, 4)), "vgg-16", "a")
+    other = one_job_log(realise(truth, philly(40, 4)), "vgg-16", "b")
+    data = _Data.of(list(steady_measurements(records + other)), catalogue_speed(), InterferenceModel(), False)
+    later = data.later_records()
+    for job in ("a", "b"):
+        own = [held for m, held in zip(data.measurements, later, strict=True) if m.record.job_id == job]
+        assert len(own) >= 12 and own == [False] * (len(own) - len(own) // 4) + [True] * (len(own) // 4)
