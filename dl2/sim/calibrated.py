@@ -15,7 +15,7 @@ from typing import Any
 from dl2.core import InputError
 from dl2.core.log_format import read_log
 from dl2.sim.run import World, catalogue_speed, interference_model
-from dl2.workload.calibration import CalibratedSpeedModel, Calibration, calibrate
+from dl2.workload.calibration import LABEL_WIDE, CalibratedSpeedModel, Calibration, calibrate
 
 
 def calibrated_world(log: Path) -> tuple[World, Calibration]:
@@ -71,8 +71,8 @@ def calibration_text(summary: dict[str, Any]) -> str:
     )
 
 
-LABEL_WIDE_SUFFIX = "/0.0/0.0/0.0/0.0"
-"""How a label's own key ends in `calibration_summary`."""
+LABEL_WIDE_SUFFIX = "".join(f"/{part}" for part in LABEL_WIDE)
+"""How a label's own key ends in `calibration_summary` (which joins a key's parts with '/')."""
 
 
 def _type_name(key: str) -> str:

@@ -91,9 +91,9 @@ def steady_measurements(records: Sequence[DecisionRecord]) -> Iterator[Measureme
 
 
 TypeKey = tuple[str, float, float, float, float]
+"""(catalogue label, worker GPUs, worker cores, worker memory, PS memory): a job type as the cluster sees it."""
 LABEL_WIDE = (0.0, 0.0, 0.0, 0.0)
 """The demand part of a label's own key (`type_key(..., by_demand=False)`)."""
-"""(catalogue label, worker GPUs, worker cores, worker memory, PS memory): a job type as the cluster sees it."""
 
 
 def type_key(spec_or_record: JobSpec | DecisionRecord, by_demand: bool) -> TypeKey:
