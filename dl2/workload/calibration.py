@@ -185,18 +185,24 @@ def calibrate(
     """Fit the factors of every type seen in `records` and the interference scale (module docstring).
     `prior_weight` is the pull towards the catalogue, in records' worth.
 
-    With `validate`, a quarter of the jobs (by a hash of their ids) is held out: a type keeps its factors only if
-    a fit without those jobs predicts their observed speeds better than the catalogue does, and the interference
-    scale is kept only if some type is. A type none of whose jobs is held out (a small cluster's log: a few jobs
-    of each type) is judged on its jobs' later records instead: the last quarter of each job's steady records,
-    predicted by a fit on the earlier ones (by demand, only a signature's fit: a label's, which signatures the
-    records lack borrow, must predict other jobs). A calibration is used only where it has shown that it beats what it
-    replaces on records it was not fitted to."""
+    With `validate`, a quarter of the jobs (by a hash of their ids) is held out. The interference scale comes
+    first: it is kept only if, on those jobs' co-located records (else on every job's later records, below), a fit
+    with it predicts the observed speeds better than a fit at the profiled scale does; otherwise the factors are
+    fitted at the profiled scale. A type then keeps its factors only if a fit without the held-out jobs predicts
+    their observed speeds better than the catalogue does, and a kept scale stays only if some type is kept. A type
+    none of whose jobs is held out (a small cluster's log: a few jobs of each type) is judged on its jobs' later
+    records instead: the last quarter of each job's steady records, predicted by a fit on the earlier ones (by
+    demand, only a signature's fit: a label's, which signatures the records lack borrow, must predict other jobs).
+    A calibration is used only where it has shown that it beats what it replaces on records it was not fitted to."""
     data = _Data.of(list(steady_measurements(records)), catalogue, interference, by_demand)
-    full = data.fit(np.ones(len(data.inverse), dtype=bool), prior_weight)
+    everything = np.ones(len(data.inverse), dtype=bool)
+    full = data.fit(everything, prior_weight)
     if not validate:
         return full
     held_jobs = np.array([zlib.crc32(m.record.job_id.encode()) % 4 == 0 for m in data.measurements], dtype=bool)
+    fixed_scale = None if data.scale_predicts_better(held_jobs, prior_weight) else 1.0
+    if fixed_scale is not None:
+        full = data.fit(everything, prior_weight, fixed_scale=fixed_scale)
     kept: dict[TypeKey, TypeCalibration] = {}
     # by demand, a label's own fit is only ever judged across jobs: a signature the records never had borrows it,
     # and a few jobs of a new type under the label must not speak for the label's other jobs
@@ -209,7 +215,7 @@ def calibrate(
         (held_jobs, "jobs", [key for key in full.types if key not in unjudged]),
         (data.later_records(), "later slots", unjudged),
     ):
-        trained = data.fit(~held, prior_weight) if keys else full
+        trained = data.fit(~held, prior_weight, fixed_scale=fixed_scale) if keys else full
         for key in keys:
             rows = held & data.rows_of(key)
             if not rows.any() or key not in trained.types:
@@ -252,11 +258,14 @@ class _Data:
             by_demand,
         )
 
-    def fit(self, use: np.ndarray, prior_weight: float, rounds: int = 4, min_solo: int = 20) -> Calibration:
+    def fit(
+        self, use: np.ndarray, prior_weight: float, rounds: int = 4, min_solo: int = 20,
+        fixed_scale: float | None = None,
+    ) -> Calibration:  # fmt: skip
         """Solo and co-located records both count: the factors are fitted to each record's speed with its
         slowdown taken out at the current interference scale, the scale then at the current factors, `rounds`
-        times. A type with `min_solo` solo records is fitted to those alone, so that how fast it is and how much
-        its neighbours slow it are not traded for each other."""
+        times (once, at `fixed_scale`, when one is given). A type with `min_solo` solo records is fitted to those
+        alone, so that how fast it is and how much its neighbours slow it are not traded for each other."""
         jobs: dict[TypeKey, set[str]] = defaultdict(set)
         solo: Counter[TypeKey] = Counter()
         for m, own, chosen in zip(self.measurements, self.keys, use, strict=True):
@@ -264,8 +273,9 @@ class _Data:
                 jobs[key].add(m.record.job_id)
                 solo[key] += not m.neighbours
         shared = int(np.count_nonzero(self.extra[use]))
-        calibration = Calibration({}, 1.0, shared, self.by_demand)
-        for _ in range(rounds if shared else 1):
+        start = 1.0 if fixed_scale is None else fixed_scale
+        calibration = Calibration({}, start, shared, self.by_demand)
+        for _ in range(rounds if shared and fixed_scale is None else 1):
             rows: dict[TypeKey, list[tuple[np.ndarray, float]]] = defaultdict(list)
             solo_inverse = self.inverse / (1.0 + calibration.interference_scale * self.extra)
             for i in np.flatnonzero(use):
@@ -279,9 +289,30 @@ class _Data:
                 for key, samples in rows.items()
             }
             fitted = Calibration(types, calibration.interference_scale, shared, self.by_demand)
-            scale = _interference_scale(fitted, self.measurements, self.terms, self.extra, use)
+            scale = (
+                _interference_scale(fitted, self.measurements, self.terms, self.extra, use)
+                if fixed_scale is None
+                else fixed_scale
+            )
             calibration = Calibration(types, scale, shared, self.by_demand, frozenset(types))
         return calibration
+
+    def scale_predicts_better(self, held_jobs: np.ndarray, prior_weight: float) -> bool:
+        """Whether a fit with its own interference scale predicts records it was not fitted to better than a fit
+        at the profiled scale: the records of `held_jobs`, or where they cannot tell (no co-located record among
+        them, or the records left find no scale of their own) every job's later records. Solo records count too: a
+        fit at the wrong scale moves the types' factors to absorb what it misses, which shows on them. Neither can
+        tell: the scale has not shown that it predicts better, and the profiled one stays."""
+        co_located = self.extra > 0.0
+        for held in (held_jobs, self.later_records()):
+            if not (held & co_located).any():
+                continue
+            own = self.fit(~held, prior_weight)
+            if own.interference_scale == 1.0:  # the records left measured no scale: nothing to judge here
+                continue
+            profiled = self.fit(~held, prior_weight, fixed_scale=1.0)
+            return self.calibrated_error(held, own) < self.calibrated_error(held, profiled)
+        return False
 
     def rows_of(self, key: TypeKey) -> np.ndarray:
         """Which measurements are of type `key`."""
@@ -297,6 +328,16 @@ class _Data:
             later[i] = seen[job] >= count[job] - math.floor(share * count[job])
             seen[job] += 1
         return later
+
+    def calibrated_error(self, rows: np.ndarray, calibration: Calibration) -> float:
+        """Mean relative error of the speeds `calibration` predicts for `rows` (each its own type's factors, the
+        catalogue's for a type it lacks), against the observed."""
+        predicted = np.array([
+            float(self.terms[i] @ _coordinates(calibration.factors(self.measurements[i].record)))
+            * (1.0 + calibration.interference_scale * self.extra[i])
+            for i in np.flatnonzero(rows)
+        ])  # fmt: skip
+        return float(np.mean(np.abs(self.inverse[rows] / predicted - 1.0)))
 
     def error(self, rows: np.ndarray, factors: TermFactors, scale: float) -> float:
         """Mean relative error of the speeds these factors and scale predict for `rows`, against the observed."""

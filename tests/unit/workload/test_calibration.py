@@ -22,6 +22,7 @@ from dl2.twin.workloads import first_jobs, first_nodes
 from dl2.workload.calibration import CalibratedSpeedModel, Calibration, _Data, calibrate, steady_measurements
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.registry import load_workloads
+from dl2.workload.synthetic import PRESETS, generate
 
 QUIET = SimConfig.realistic(seed=0, speed_noise=0.0, interference=False)
 EXACT = SimConfig.realistic(seed=0, speed_noise=0.0)
@@ -231,3 +232,16 @@ def test_later_records_are_each_jobs_last_quarter():
     for job in ("a", "b"):
         own = [held for m, held in zip(data.measurements, later, strict=True) if m.record.job_id == job]
         assert len(own) >= 12 and own == [False] * (len(own) - len(own) // 4) + [True] * (len(own) // 4)
+
+
+def test_a_scale_that_does_not_predict_held_out_records_better_is_not_kept():
+    """Speeds shifted, interference as profiled, a cluster the size of the demo's: the fit's own scale trades
+    with the shifted factors (1.44 where the truth's is 1); it predicts records it was not fitted to no better
+    than the profiled scale, so the profiled scale stays."""
+    workload = generate(replace(PRESETS["synthetic-philly"], num_jobs=30), 9100, "synthetic-philly")
+    cluster = realise(SCENARIOS["speed-shift"], first_nodes(first_jobs(workload, 30), 4))
+    records = records_of(cluster, SimConfig.realistic(seed=9100), "drf")
+    first = [r for r in records if r.time_s < sorted({r.time_s for r in records})[200]]
+    unvalidated = calibrate(first, catalogue_speed(), InterferenceModel(), by_demand=True, validate=False)
+    assert unvalidated.interference_scale > 1.3
+    assert calibrate(first, catalogue_speed(), InterferenceModel(), by_demand=True).interference_scale == 1.0
