@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import zlib
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -196,13 +196,11 @@ def calibrate(
     A calibration is used only where it has shown that it beats what it replaces on records it was not fitted to."""
     data = _Data.of(list(steady_measurements(records)), catalogue, interference, by_demand)
     everything = np.ones(len(data.inverse), dtype=bool)
-    full = data.fit(everything, prior_weight)
     if not validate:
-        return full
+        return data.fit(everything, prior_weight)
     held_jobs = np.array([zlib.crc32(m.record.job_id.encode()) % 4 == 0 for m in data.measurements], dtype=bool)
     fixed_scale = None if data.scale_predicts_better(held_jobs, prior_weight) else 1.0
-    if fixed_scale is not None:
-        full = data.fit(everything, prior_weight, fixed_scale=fixed_scale)
+    full = data.fit(everything, prior_weight, fixed_scale=fixed_scale)
     kept: dict[TypeKey, TypeCalibration] = {}
     # by demand, a label's own fit is only ever judged across jobs: a signature the records never had borrows it,
     # and a few jobs of a new type under the label must not speak for the label's other jobs
@@ -332,19 +330,22 @@ class _Data:
     def calibrated_error(self, rows: np.ndarray, calibration: Calibration) -> float:
         """Mean relative error of the speeds `calibration` predicts for `rows` (each its own type's factors, the
         catalogue's for a type it lacks), against the observed."""
-        predicted = np.array([
-            float(self.terms[i] @ _coordinates(calibration.factors(self.measurements[i].record)))
-            * (1.0 + calibration.interference_scale * self.extra[i])
-            for i in np.flatnonzero(rows)
-        ])  # fmt: skip
-        return float(np.mean(np.abs(self.inverse[rows] / predicted - 1.0)))
+        return self._relative_error(
+            rows,
+            lambda i: _coordinates(calibration.factors(self.measurements[i].record)),
+            calibration.interference_scale,
+        )
 
     def error(self, rows: np.ndarray, factors: TermFactors, scale: float) -> float:
         """Mean relative error of the speeds these factors and scale predict for `rows`, against the observed."""
         coordinates = _coordinates(factors)
-        predicted = np.array(
-            [float(self.terms[i] @ coordinates) * (1.0 + scale * self.extra[i]) for i in np.flatnonzero(rows)]
-        )
+        return self._relative_error(rows, lambda _: coordinates, scale)
+
+    def _relative_error(self, rows: np.ndarray, coordinates_of: Callable[[int], np.ndarray], scale: float) -> float:
+        """Mean relative error of the inverse speeds predicted for `rows` (measurement i's terms at
+        `coordinates_of(i)`, slowed by its neighbours at `scale`), against the observed."""
+        picked: list[int] = np.flatnonzero(rows).tolist()
+        predicted = np.array([float(self.terms[i] @ coordinates_of(i)) * (1 + scale * self.extra[i]) for i in picked])
         return float(np.mean(np.abs(self.inverse[rows] / predicted - 1.0)))
 
 
