@@ -32,7 +32,7 @@ from common import environment, print_table, write_json
 from truth_scenarios import CHAMPION, HEURISTICS, philly_like
 
 from dl2.resolve import scheduler_builder
-from dl2.rl.lookahead import LookaheadScheduler, make_lookahead
+from dl2.rl.lookahead import Beyond, LookaheadScheduler, make_lookahead
 from dl2.sim.calibrated import calibrated_world
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.metrics import summarize
@@ -57,16 +57,19 @@ def hours(cluster: TrueCluster, build: Any, seed: int, oracle: bool = False) -> 
     return summarize(result).avg_jct_s / 3600
 
 
-def lookahead_in(name: str, world: World | None) -> tuple[Any, dict[str, Any]]:
+def lookahead_in(
+    name: str, world: World | None, horizon: int = 0, beyond: Beyond = "estimate"
+) -> tuple[Any, dict[str, Any]]:
     """A builder of the lookahead `name` in `world` (None: the world of the speeds it is handed and the truth's
-    interference, for the oracle), and where it reports what it did."""
+    interference, for the oracle), its continuations deciding every slot for `horizon` slots (0: to the end) and
+    `beyond` that, and where it reports what it did."""
     facts: dict[str, Any] = {}
 
     def build(speed: Any, compat: bool) -> LookaheadScheduler:
         model = world or World(speed, facts["interference"])
         scheduler = make_lookahead(
             name, lambda candidate: scheduler_builder(candidate, PLACER, Mode.REALISTIC)(model.speed, compat),
-            model, SimConfig.realistic(),
+            model, SimConfig.realistic(), horizon, beyond,
         )  # fmt: skip
         facts["scheduler"] = scheduler
         return scheduler
@@ -74,8 +77,8 @@ def lookahead_in(name: str, world: World | None) -> tuple[Any, dict[str, Any]]:
     return build, facts
 
 
-def run_cell(task: tuple[str, int, int, int]) -> dict[str, Any]:
-    truth, seed, num_jobs, num_nodes = task
+def run_cell(task: tuple[str, int, int, int, int, Beyond]) -> dict[str, Any]:
+    truth, seed, num_jobs, num_nodes, horizon, beyond = task
     cluster = realise(truth_named(truth), philly_like(seed, num_jobs, num_nodes))
     row: dict[str, float] = {}
     for name in HEURISTICS:
@@ -92,7 +95,7 @@ def run_cell(task: tuple[str, int, int, int]) -> dict[str, Any]:
         "lookahead, oracle": (LOOKAHEAD, None, True),
     }
     for label, (name, world, oracle) in runs.items():
-        build, facts = lookahead_in(name, world)
+        build, facts = lookahead_in(name, world, horizon, beyond)
         facts["interference"] = cluster.interference
         started = time.perf_counter()
         row[label] = hours(cluster, build, seed, oracle)
@@ -101,8 +104,32 @@ def run_cell(task: tuple[str, int, int, int]) -> dict[str, Any]:
             "seconds": time.perf_counter() - started,
             "continuations": scheduler.continuations,
             "chosen": {scheduler.candidates[i].name: n for i, n in sorted(scheduler.chosen.items())},
+            "contested": scheduler.contested,
+            "decided": scheduler.decided,
+            "decided_alone": scheduler.alone,
         }
     return {"truth": truth, "seed": seed, "avg_jct_h": row, "lookahead_costs": costs}
+
+
+def print_attribution(cells: list[dict[str, Any]]) -> None:
+    """Per cell, who decided the contested slots of the lookahead with the champion as a candidate (the slots where
+    the candidates disagreed; a candidate decides a slot where the applied allocation is its proposal, alone or
+    with others that proposed the same)."""
+    label = "lookahead + champion, calibrated"
+    rows = []
+    for cell in cells:
+        costs = cell["lookahead_costs"][label]
+        contested = max(costs.get("contested", 0), 1)
+        decided, alone = costs.get("decided", {}), costs.get("decided_alone", {})
+        rows.append([
+            cell["truth"], str(cell["seed"]), str(costs.get("contested", 0)),
+            *(f"{decided.get(name, 0) / contested:.0%} ({alone.get(name, 0) / contested:.0%})"
+              for name in ("optimus", "speedup-hull", Path(CHAMPION).name)),
+        ])  # fmt: skip
+    print_table(
+        f"who decided the contested slots of '{label}': share of them (share it alone proposed)",
+        ["truth", "seed", "contested slots", "optimus", "speedup-hull", "network"], rows,
+    )  # fmt: skip
 
 
 def best_heuristic(row: dict[str, float]) -> tuple[str, float]:
@@ -116,9 +143,14 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=150, help="first N jobs of each week")
     parser.add_argument("--nodes", type=int, default=12, help="first N servers of the cluster")
     parser.add_argument("--processes", type=int, default=2, help="cells run in parallel")
+    parser.add_argument("--horizon", type=int, default=0, help="slots each continuation decides every slot (0: all)")
+    parser.add_argument("--beyond", choices=["estimate", "sparse"], default="estimate", help="past the horizon")
     parser.add_argument("--out", default="lookahead.json", help="file name under benchmarks/results/")
     args = parser.parse_args()
-    tasks = [(cell.split(":")[0], int(cell.split(":")[1]), args.jobs, args.nodes) for cell in args.cells.split(",")]
+    tasks = [
+        (cell.split(":")[0], int(cell.split(":")[1]), args.jobs, args.nodes, args.horizon, args.beyond)
+        for cell in args.cells.split(",")
+    ]
     with multiprocessing.get_context("fork").Pool(args.processes) as pool:
         cells = pool.map(run_cell, tasks, chunksize=1)
     rows, against_best, against_champion = [], [], []
@@ -141,6 +173,7 @@ def main() -> None:
          "lookahead, oracle", "vs oracle"],
         rows,
     )  # fmt: skip
+    print_attribution(cells)
     summary = {
         "below_best_heuristic": int(sum(d < 0 for d in against_best)),
         "cells": len(cells),

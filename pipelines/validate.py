@@ -70,10 +70,10 @@ def trace_expectations(config: ValidateParams) -> list[Any]:
 def log_expectations(config: ValidateParams) -> list[Any]:
     import great_expectations.expectations as gxe
 
-    from dl2.core.log_format import MODES, NODE_FIELDS
+    from dl2.core.log_format import MODES
 
     fields = DecisionRecord.field_names()
-    numeric = [name for name in fields if name not in _TEXT_FIELDS and name not in NODE_FIELDS]
+    numeric = [name for name, kind in DecisionRecord.field_kinds().items() if kind in _NUMERIC_KINDS]
     return [
         gxe.ExpectTableColumnsToMatchSet(column_set=[*fields, RECORD, *LOG_DERIVED], exact_match=True),
         # types first: a string "3" where a count belongs is refused, not coerced (the fine-tune reader refuses it)
@@ -94,7 +94,7 @@ def log_expectations(config: ValidateParams) -> list[Any]:
     ]
 
 
-_TEXT_FIELDS = frozenset(name for name, kind in DecisionRecord.field_kinds().items() if kind == "text")
+_NUMERIC_KINDS = ("integer", "real", "probability")
 
 
 # -- frames ----------------------------------------------------------------------------------------------------
@@ -160,7 +160,7 @@ def log_frames(location: Path) -> tuple[Any, Any]:
                 problems[index] = f"{name}: {problem}"
         kept = [None if problem is not None else value for value, problem in zip(values, wrong, strict=True)]
         typed[name] = pd.Series(kept, index=typed.index, dtype=object)
-        if kind in ("integer", "real", "probability"):  # only values of the right JSON type reach the numeric checks
+        if kind in _NUMERIC_KINDS:  # only values of the right JSON type reach the numeric checks
             typed[name] = pd.to_numeric(typed[name], errors="coerce")
     typed["type_problem"] = pd.Series(problems, index=typed.index, dtype=object)
     if {"cluster", "job_id", "time_s", "progress_epochs", "declared_epochs"} <= set(typed.columns):

@@ -5,7 +5,7 @@ from dl2.core.cluster import ClusterSpec, NodeSpec
 from dl2.core.decision import JOB_STATE_FIELDS, DecisionRecord
 from dl2.core.errors import Dl2Error, InputError, InvalidAllocationError
 from dl2.core.job import Architecture, Job, JobSpec
-from dl2.core.policy import Scheduler, drawn_propensities
+from dl2.core.policy import Attribution, Scheduler, decision_attribution, drawn_propensities
 from dl2.core.resources import Resources
 from dl2.core.view import ClusterView, JobView
 from dl2.core.workload import Workload
@@ -15,6 +15,7 @@ __all__ = [
     "JOB_STATE_FIELDS",
     "Allocation",
     "Architecture",
+    "Attribution",
     "ClusterSpec",
     "ClusterView",
     "DecisionRecord",
@@ -29,5 +30,6 @@ __all__ = [
     "Resources",
     "Scheduler",
     "Workload",
+    "decision_attribution",
     "drawn_propensities",
 ]

@@ -10,18 +10,24 @@ The log itself (append-only, atomic segments) is `dl2.sim.decision_log`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import Any, Literal
 
 from dl2.core.job import Architecture, JobSpec
 from dl2.core.resources import Resources
 
-FieldKind = Literal["text", "integer", "real", "nodes", "probability"]
+FieldKind = Literal["text", "integer", "real", "nodes", "probability", "label", "totals"]
 """'nodes': a list of node indices, optional (a log written without placement leaves it out); 'probability': a
-number in (0, 1], optional (a log written without it was deterministic: 1)."""
+number in (0, 1], optional (a log written without it was deterministic: 1); 'label': text that may be empty,
+optional (empty); 'totals': an object of names to non-negative seconds or null (never), optional (empty)."""
 Probability = float
 """A field's annotation for a probability (its kind is 'probability', not 'real')."""
+Label = str
+"""A field's annotation for optional text that may be empty (its kind is 'label', not 'text')."""
+Totals = Mapping[str, float | None]
+"""A field's annotation for seconds by name (its kind is 'totals'): None where the time is infinite."""
 JOB_STATE_FIELDS = (
     "job_id",
     "model",
@@ -99,6 +105,13 @@ class DecisionRecord:
     applied_propensity: Probability = 1.0
     """Probability with which the applied (workers, PS) was drawn, given what was decided: below 1 where canary
     exploration moved or could have moved it (`dl2.schedulers.exploring`), what off-policy evaluation weighs by."""
+    proposed_by: Label = ""
+    """Where the proposing policy is a search over candidates (`dl2.rl.lookahead`): the candidates whose allocation
+    the slot's proposal is, joined by '+' (all of them where they agreed); empty for a policy that decides alone."""
+    predicted_total_s: Totals = field(default_factory=dict)
+    """Where the search's candidates disagreed: per candidate, the total completion time (s) of the slot's active
+    jobs that the continuation of its proposal predicted (null: it would never finish); the same in every record
+    of the slot. Empty where they agreed or the policy decides alone."""
 
     def to_json_dict(self) -> dict[str, Any]:
         # the fields as they are (JSON writes the node tuples as lists): `asdict`'s recursive copy costs ten times
@@ -145,5 +158,7 @@ def _kinds() -> dict[str, FieldKind]:
         "float": "real",
         "tuple[int, ...]": "nodes",
         "Probability": "probability",
+        "Label": "label",
+        "Totals": "totals",
     }
     return {f.name: by_annotation[str(f.type)] for f in fields(DecisionRecord)}

@@ -24,6 +24,8 @@ MAX_TEXT = 256
 """Longest text field of a record (ids, names, versions)."""
 MAX_COUNT = MAX_TASKS_PER_JOB
 """Largest task count of a record (held, proposed, applied, limits)."""
+MAX_CANDIDATES = 16
+"""Most names in a record's totals (a search's candidates)."""
 
 
 NODE_FIELDS = tuple(name for name, kind in DecisionRecord.field_kinds().items() if kind == "nodes")
@@ -31,9 +33,11 @@ NODE_FIELDS = tuple(name for name, kind in DecisionRecord.field_kinds().items() 
 OPTIONAL_FIELDS: dict[str, Any] = {
     **{name: [] for name in NODE_FIELDS},
     **{name: 1.0 for name, kind in DecisionRecord.field_kinds().items() if kind == "probability"},
+    **{name: "" for name, kind in DecisionRecord.field_kinds().items() if kind == "label"},
+    **{name: {} for name, kind in DecisionRecord.field_kinds().items() if kind == "totals"},
 }
 """Fields a record may leave out, with the value that stands for them (no placement known; a deterministic
-decision)."""
+decision; a policy that decided alone)."""
 CLUSTER_FILE = "cluster.json"
 """Next to a log's segments: the cluster its records come from (records name it, but fine-tuning needs its
 nodes)."""
@@ -128,6 +132,12 @@ def record_problem(value: Any, kind: str) -> str | None:
         if len(value) > MAX_TEXT:
             return f"expected at most {MAX_TEXT} characters, got {len(value):,}"
         return None
+    if kind == "label":
+        if not isinstance(value, str) or len(value) > MAX_TEXT:
+            return f"expected a string of at most {MAX_TEXT} characters, got {value!r:.80}"
+        return None
+    if kind == "totals":
+        return _totals_problem(value)
     if kind == "nodes":
         if not isinstance(value, list | tuple) or not all(
             isinstance(node, int) and not isinstance(node, bool) and 0 <= node <= MAX_COUNT for node in value
@@ -145,6 +155,17 @@ def record_problem(value: Any, kind: str) -> str | None:
     return None
 
 
+def _totals_problem(value: Any) -> str | None:
+    if not isinstance(value, dict) or len(value) > MAX_CANDIDATES:
+        return f"expected an object of at most {MAX_CANDIDATES} names to seconds, got {value!r:.80}"
+    for name, seconds in value.items():
+        if not name or len(name) > MAX_TEXT:
+            return f"expected names of 1 to {MAX_TEXT} characters, got {name!r:.80}"
+        if seconds is not None and record_problem(seconds, "real") is not None:
+            return f"expected seconds (a finite non-negative number) or null for {name!r:.80}, got {seconds!r:.80}"
+    return None
+
+
 def parse_record(line: str, where: str, number: int) -> DecisionRecord:
     data = parse_json(line, where, number)
     if not isinstance(data, dict):
@@ -154,12 +175,12 @@ def parse_record(line: str, where: str, number: int) -> DecisionRecord:
         raise InputError(where, "unknown field", row=number, field=str(unknown[0])[:80])
     values: dict[str, Any] = {}
     for name, kind in DecisionRecord.field_kinds().items():
-        if name in OPTIONAL_FIELDS:  # no placement known; a deterministic decision
+        if name in OPTIONAL_FIELDS:  # no placement known; a deterministic decision; a policy deciding alone
             value = data.get(name, OPTIONAL_FIELDS[name])
             problem = record_problem(value, kind)
             if problem is not None:
                 raise InputError(where, problem, row=number, field=name)
-            values[name] = tuple(value) if kind == "nodes" else value
+            values[name] = tuple(value) if kind == "nodes" else dict(value) if kind == "totals" else value
             continue
         if name not in data:
             raise InputError(where, "missing", row=number, field=name)

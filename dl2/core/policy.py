@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from dl2.core.allocation import Allocation
@@ -29,3 +30,29 @@ def drawn_propensities(scheduler: Scheduler) -> Mapping[str, float]:
     records log it (`DecisionRecord.applied_propensity`), so that a challenger can be evaluated off-policy."""
     propensities: Mapping[str, float] = getattr(scheduler, "propensities", {})
     return propensities
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """Which candidates of a search (`dl2.rl.lookahead`) decided its last slot, and what it predicted for each:
+    decision records carry it (`DecisionRecord.proposed_by`, `DecisionRecord.predicted_total_s`), so a cluster's
+    log says how often the network decides and by how much its proposals were judged better or worse."""
+
+    decided_by: tuple[str, ...]
+    """The candidates whose proposal was applied (every candidate that proposed that allocation; all of them where
+    they agreed)."""
+    predicted_total_s: Mapping[str, float] = field(default_factory=dict)
+    """Per candidate, the total completion time (s) of the active jobs that its proposal's continuation predicted
+    (infinite where it cannot finish or was refused); empty where all agreed and nothing was looked ahead."""
+
+    @property
+    def contested(self) -> bool:
+        """Whether the candidates disagreed, so that the search chose."""
+        return bool(self.predicted_total_s)
+
+
+def decision_attribution(scheduler: Scheduler) -> Attribution | None:
+    """What decided `scheduler`'s last `schedule` among its candidates, where it is a search over candidates;
+    None for any other scheduler (it decided alone)."""
+    attribution: Attribution | None = getattr(scheduler, "attribution", None)
+    return attribution

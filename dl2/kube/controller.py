@@ -331,7 +331,7 @@ class Controller:
             targets, propensities = explore(states, targets, policy.guardrails, policy.canary.explore, draws)
         records = draft_records(
             snap.view, decision.incumbent, decision.proposal, targets, policy.mode.value, decision.proposer,
-            policy.incumbent, self.config.cluster_name, propensities,
+            policy.incumbent, self.config.cluster_name, propensities, decision.attribution,
         )  # fmt: skip
         entries = tuple(
             JournalEntry(record, job.namespace, job.name, target)

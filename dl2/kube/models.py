@@ -24,6 +24,7 @@ from pathlib import Path
 from dl2.core import (
     Allocation,
     Architecture,
+    Attribution,
     ClusterSpec,
     ClusterView,
     JobAllocation,
@@ -31,6 +32,7 @@ from dl2.core import (
     JobView,
     Resources,
     Scheduler,
+    decision_attribution,
 )
 from dl2.resolve import trained_scheduler
 from dl2.schedulers.registry import make_scheduler
@@ -116,6 +118,9 @@ class Decision:
     """`<model>/<version>`, or `incumbent/<heuristic>` when the incumbent stood in."""
     fallback: str | None
     """Why the incumbent stood in (None: the model decided)."""
+    attribution: Attribution | None = None
+    """Where the model runs inside a search: which of its candidates proposed the slot's allocation
+    (`decision_attribution`); the decision records carry it."""
 
 
 def smoke_view() -> ClusterView:
@@ -232,7 +237,7 @@ class PolicyRuntime:
         problem = check_allocation(view, proposal)
         if problem is not None:
             return Decision(usual, usual, stand_in, f"invalid-output: {problem}")
-        return Decision(proposal, usual, f"{model.name}/{model.version}", None)
+        return Decision(proposal, usual, f"{model.name}/{model.version}", None, decision_attribution(model.scheduler))
 
 
 def smoke_test(scheduler: Scheduler) -> str | None:

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dl2.core import Allocation, ClusterSpec, ClusterView, DecisionRecord, JobAllocation
+from dl2.core import Allocation, Attribution, ClusterSpec, ClusterView, DecisionRecord, JobAllocation
 from dl2.core.log_format import CLUSTER_FILE, cluster_to_json, parse_record, records_text, segment_name
 from dl2.kube.reconcile import Reason, Target
 from dl2.sim.decision_log import decision_record, read_store_log
@@ -66,9 +66,11 @@ def draft_records(
     incumbent_name: str,
     cluster: str,
     propensities: Mapping[str, float] | None = None,
+    attribution: Attribution | None = None,
 ) -> list[DecisionRecord]:
     """The slot's records before its outcome is known (`observed_epochs` 0), one per job of the view, with the
-    probability of each applied size where exploration drew it (`dl2.kube.exploration`)."""
+    probability of each applied size where exploration drew it (`dl2.kube.exploration`) and, where the model runs
+    inside a search, which candidate proposed the allocation (`Decision.attribution`)."""
     return [
         decision_record(
             view,
@@ -82,6 +84,7 @@ def draft_records(
             0.0,
             cluster,
             propensity=(propensities or {}).get(job.spec.job_id, 1.0),
+            attribution=attribution,
         )
         for job, target in zip(view.jobs, targets, strict=True)
     ]

@@ -21,44 +21,70 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Literal
 
-from dl2.core import Allocation, ClusterView, InvalidAllocationError, Scheduler
+from dl2.core import Allocation, Attribution, ClusterView, InvalidAllocationError, Scheduler
 from dl2.rl.model_io import PolicyConfig
 from dl2.schedulers.placement import Placer
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.run import World, interference_model, speed_model
 from dl2.sim.simulator import SimulationError
-from dl2.sim.what_if import what_if
+from dl2.sim.what_if import remaining_jct_estimate_s, what_if
 from dl2.workload.speed import SpeedModel
 
 PREFIX = "lookahead:"
 JOINER = "+"
 MAX_SLOTS = 20_000
 """The longest continuation (slots) before a what-if run counts as never finishing."""
+Beyond = Literal["estimate", "sparse"]
+"""What a continuation does past its horizon: 'estimate' stops and adds what the jobs left would take
+(`dl2.sim.what_if.remaining_jct_estimate_s`); 'sparse' plays on to the end with the base deciding ever less
+often (2, 4, 8, ... slots apart, every job keeping what it holds in between)."""
 
 
 class LookaheadScheduler:
     """Applies, per slot, the candidate's allocation whose continuation by the base ends with the least total JCT."""
 
     def __init__(
-        self, candidates: Sequence[Scheduler], continuation: Scheduler, world: World, config: SimConfig
+        self,
+        candidates: Sequence[Scheduler],
+        continuation: Scheduler,
+        world: World,
+        config: SimConfig,
+        horizon_slots: int = 0,
+        beyond: Beyond = "estimate",
     ) -> None:
         """`candidates`: schedulers proposing each slot's allocation (the first is the base and wins ties);
         `continuation`: a separate instance of the base that decides the what-if runs' later slots (a scheduler
         with state would otherwise learn from runs that never happen); `config`: the cluster's (realistic) mode,
-        rescale costs and interference switch."""
+        rescale costs and interference switch; `horizon_slots`: slots a continuation plays with the base deciding
+        every one; 0 plays every continuation so to its end; `beyond`: what follows the horizon (`Beyond`)."""
         if not candidates:
             raise ValueError("a lookahead needs at least one candidate scheduler")
+        if horizon_slots < 0:
+            raise ValueError(f"a lookahead's horizon is 0 (to the end) or a number of slots, got {horizon_slots}")
         self.candidates = list(candidates)
         self.continuation = continuation
         self.world = world
         self.config = config
+        self.horizon_slots = horizon_slots
+        self.beyond = beyond
         self.name = PREFIX + JOINER.join(candidate.name for candidate in self.candidates)
+        self.labels = _unique([candidate.name for candidate in self.candidates])
+        """Each candidate's name in attributions (a repeated name gets its position appended)."""
         self.continuations = 0
         """What-if runs simulated so far."""
         self.chosen: dict[int, int] = {}
-        """How often each candidate (by index) was applied where the candidates disagreed."""
+        """How often each candidate (by index, the first of those proposing it) was applied where they disagreed."""
+        self.contested = 0
+        """Slots where the candidates disagreed."""
+        self.decided: dict[str, int] = {}
+        """Per candidate label, the contested slots whose applied allocation it proposed (alone or with others)."""
+        self.alone: dict[str, int] = {}
+        """Per candidate label, the contested slots whose applied allocation only it proposed."""
+        self.attribution: Attribution | None = None
+        """What decided the last slot (`dl2.core.decision_attribution`)."""
 
     def reset(self) -> None:
         for candidate in self.candidates:
@@ -66,38 +92,77 @@ class LookaheadScheduler:
         self.continuation.reset()
         self.continuations = 0
         self.chosen = {}
+        self.contested = 0
+        self.decided = {}
+        self.alone = {}
+        self.attribution = None
 
     def schedule(self, view: ClusterView) -> Allocation:
-        proposals: dict[tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...], tuple[int, Allocation]] = {}
+        proposals: dict[AllocationKey, tuple[int, Allocation]] = {}
+        proposers: dict[AllocationKey, list[str]] = {}
         for index, candidate in enumerate(self.candidates):
             allocation = candidate.schedule(view)
-            proposals.setdefault(_key(allocation), (index, allocation))
+            key = _key(allocation)
+            proposals.setdefault(key, (index, allocation))
+            proposers.setdefault(key, []).append(self.labels[index])
         if len(proposals) == 1 or not view.jobs:
-            return proposals[next(iter(proposals))][1]
-        best_index, best_allocation, best_total = 0, proposals[next(iter(proposals))][1], math.inf
-        for index, allocation in proposals.values():
-            total = self.total_jct_after(view, allocation)
-            if total < best_total - 1e-6:
-                best_index, best_allocation, best_total = index, allocation, total
+            first = next(iter(proposals))
+            self.attribution = Attribution(tuple(proposers[first]))
+            return proposals[first][1]
+        totals = {key: self.total_jct_after(view, allocation) for key, (_, allocation) in proposals.items()}
+        best_key = next(iter(proposals))
+        for key in proposals:
+            if totals[key] < totals[best_key] - 1e-6:
+                best_key = key
+        best_index, best_allocation = proposals[best_key]
         self.chosen[best_index] = self.chosen.get(best_index, 0) + 1
+        self.contested += 1
+        for label in proposers[best_key]:
+            self.decided[label] = self.decided.get(label, 0) + 1
+        if len(proposers[best_key]) == 1:
+            self.alone[proposers[best_key][0]] = self.alone.get(proposers[best_key][0], 0) + 1
+        predicted = {label: totals[key] for key, labels in proposers.items() for label in labels}
+        self.attribution = Attribution(tuple(proposers[best_key]), predicted)
         return best_allocation
 
     def total_jct_after(self, view: ClusterView, allocation: Allocation) -> float:
         """Sum over `view`'s jobs of their completion times (s) if this slot runs `allocation` and the base decides
-        every later one, in the model world; infinite where the run cannot finish or the allocation is refused."""
+        every later one, in the model world (past the horizon, estimated); infinite where the run cannot finish or
+        the allocation is refused."""
         self.continuations += 1
         config = replace(self.config, max_slots=view.slot + MAX_SLOTS)
         run = what_if(view, config, self.world.speed, self.world.interference)
+        horizon, sparse = self.horizon_slots, self.beyond == "sparse"
         try:
             run.apply(allocation)
-            while not run.done:
-                run.apply(self.continuation.schedule(run.begin_slot()))
+            played, stride, decide_at = 1, 1, 1
+            while not run.done and (horizon == 0 or sparse or played < horizon):
+                view = run.begin_slot()
+                if played >= decide_at:
+                    run.apply(self.continuation.schedule(view))
+                    if horizon and played >= horizon:
+                        stride *= 2  # past the horizon the base decides ever less often: 1, 2, 4, ... slots apart
+                    decide_at = played + stride
+                else:
+                    run.apply(run.previous)  # every job keeps what it holds
+                played += 1
         except (SimulationError, InvalidAllocationError):
             return math.inf
-        return run.total_jct_s()
+        return run.total_jct_s() + (0.0 if run.done else remaining_jct_estimate_s(run))
+
+    def decided_shares(self) -> dict[str, float]:
+        """Per candidate label, the share of contested slots whose applied allocation it proposed."""
+        return {label: self.decided.get(label, 0) / self.contested if self.contested else 0.0 for label in self.labels}
 
 
-def _key(allocation: Allocation) -> tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...]:
+AllocationKey = tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...]
+
+
+def _unique(names: list[str]) -> list[str]:
+    return [name if names.count(name) == 1 else f"{name}#{index}" for index, name in enumerate(names)]
+
+
+def _key(allocation: Allocation) -> AllocationKey:
     return tuple(sorted((job_id, tuple(a.worker_nodes), tuple(a.ps_nodes)) for job_id, a in allocation.jobs.items()))
 
 
@@ -110,13 +175,22 @@ def candidate_names(name: str) -> list[str]:
     return name.removeprefix(PREFIX).split(JOINER)
 
 
-def make_lookahead(name: str, build: Callable[[str], Scheduler], world: World, config: SimConfig) -> LookaheadScheduler:
+def make_lookahead(
+    name: str,
+    build: Callable[[str], Scheduler],
+    world: World,
+    config: SimConfig,
+    horizon_slots: int = 0,
+    beyond: Beyond = "estimate",
+) -> LookaheadScheduler:
     """The lookahead `name` names, its candidates and a continuation made by `build` (a heuristic's name or a
-    model folder -> a fresh scheduler reading `world`'s speeds)."""
+    model folder -> a fresh scheduler reading `world`'s speeds), its continuations deciding every slot for
+    `horizon_slots` (0: to the end) and `beyond` that."""
     names = candidate_names(name)
     if not all(names):
         raise ValueError(f"{name}: candidates are named as lookahead:A+B (A the base)")
-    return LookaheadScheduler([build(candidate) for candidate in names], build(names[0]), world, config)
+    candidates = [build(candidate) for candidate in names]
+    return LookaheadScheduler(candidates, build(names[0]), world, config, horizon_slots, beyond)
 
 
 def as_configured(policy: Scheduler, config: PolicyConfig, speed: SpeedModel | None = None) -> Scheduler:

@@ -9,6 +9,7 @@ writes the same records from a real cluster.
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from dl2.core import (
     Allocation,
+    Attribution,
     ClusterView,
     DecisionRecord,
     InvalidAllocationError,
@@ -24,6 +26,7 @@ from dl2.core import (
     JobView,
     Scheduler,
     Workload,
+    decision_attribution,
     drawn_propensities,
 )
 from dl2.core.inputs import decode
@@ -123,6 +126,7 @@ def log_run(
         outcome = simulation.apply(applied)
         # what the proposer drew counts only where its proposal was applied
         drawn = drawn_propensities(proposer) if applied is proposed or mode == "canary" else {}
+        attribution = decision_attribution(proposer)
         for job in view.jobs:
             job_id = job.spec.job_id
             placed = applied.get(job_id)
@@ -140,6 +144,7 @@ def log_run(
                     worker_nodes=placed.worker_nodes,
                     ps_nodes=placed.ps_nodes,
                     propensity=drawn.get(job_id, 1.0) if placed.same_placement(proposed.get(job_id)) else 1.0,
+                    attribution=attribution,
                 )
             )
         if simulation.slot - first_slot >= slots_per_segment or simulation.done:
@@ -164,10 +169,12 @@ def decision_record(
     worker_nodes: tuple[int, ...] = (),
     ps_nodes: tuple[int, ...] = (),
     propensity: float = 1.0,
+    attribution: Attribution | None = None,
 ) -> DecisionRecord:
     """One job's record of a slot: its state in `view`, the three decisions, the progress observed, where known
-    the nodes of the applied workers and PS (`applied_worker_nodes`, `applied_ps_nodes`), and the probability
-    with which the applied decision was drawn (`drawn_propensities`)."""
+    the nodes of the applied workers and PS (`applied_worker_nodes`, `applied_ps_nodes`), the probability
+    with which the applied decision was drawn (`drawn_propensities`), and, where the proposer is a search, which
+    of its candidates the proposal came from and what it predicted for each (`decision_attribution`)."""
     spec = job.spec
     return DecisionRecord(
         time_s=view.time_s,
@@ -202,7 +209,22 @@ def decision_record(
         applied_worker_nodes=worker_nodes,
         applied_ps_nodes=ps_nodes,
         applied_propensity=propensity,
+        proposed_by=JOINER.join(attribution.decided_by) if attribution is not None else "",
+        predicted_total_s=recorded_totals(attribution),
     )
+
+
+JOINER = "+"
+"""Joins the names of the candidates that proposed a slot's allocation (`DecisionRecord.proposed_by`)."""
+
+
+def recorded_totals(attribution: Attribution | None) -> dict[str, float | None]:
+    """A search's predicted totals as a record holds them: JSON has no infinity, so a continuation that would never
+    finish is null."""
+    if attribution is None:
+        return {}
+    totals = attribution.predicted_total_s
+    return {name: (seconds if math.isfinite(seconds) else None) for name, seconds in totals.items()}
 
 
 def _applied(jobs: Iterable[Any], usual: Allocation, proposed: Allocation, mode: str) -> Allocation:

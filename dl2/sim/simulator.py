@@ -481,7 +481,7 @@ class Simulation:
                     self.num_rescales[i],
                     self.gpu_seconds[i],
                     spec.worker_demand.gpu * spec.requested_workers,
-                    self._isolated_s(i),
+                    self.isolated_s(i),
                 )
             )
         return SimResult(
@@ -497,7 +497,9 @@ class Simulation:
             wall_s,
         )
 
-    def _isolated_s(self, i: int) -> float:
+    def isolated_s(self, i: int) -> float:
+        """Job `i`'s whole run alone at its asked size, its tasks on one server: the denominator of its slowdown,
+        and what a what-if run's estimate of the work left scales (`dl2.sim.what_if.remaining_jct_estimate_s`)."""
         spec = self.specs[i]
         num_ps = spec.requested_ps if spec.architecture is Architecture.PS else 0
         packed = JobAllocation((0,) * spec.requested_workers, (0,) * num_ps)

@@ -10,6 +10,7 @@ rescale pause), and no speed noise or epoch error (the continuation is the model
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from dl2.core import Allocation, ClusterView, Job, Workload
@@ -46,3 +47,37 @@ def what_if(
     for i, job in enumerate(view.jobs):
         simulation.num_rescales[i] = job.num_rescales
     return simulation
+
+
+def remaining_jct_estimate_s(run: Simulation) -> float:
+    """What the active jobs of an unfinished what-if run still add to the sum of completion times, estimated
+    without simulating: each job's work left at its asked size (the share of its epochs left of its time alone,
+    `Simulation.isolated_s`, times the GPUs it asks for) is served shortest first by the whole cluster's GPUs (a
+    fluid SRPT, the order that minimises the sum), and no job ends sooner than alone at its asked size.
+
+    A lookahead with a horizon (`dl2.rl.lookahead`) judges every candidate's continuation with this one function,
+    so what matters is that it credits work done and jobs finished alike: the first slots are simulated, where the
+    candidates differ; the tail, which the base decides for all of them, is estimated."""
+    if not run.active:
+        return 0.0
+    total = run.cluster.total_capacity
+    gpu_based = total.gpu > 0
+    capacity = total.gpu if gpu_based else total.cpu
+    alone: list[float] = []
+    work: list[float] = []
+    for i in run.active:
+        spec = run.specs[i]
+        left = max(run.true_epochs[i] - run.progress[i], 0.0) / run.true_epochs[i] if run.true_epochs[i] > 0 else 0.0
+        seconds = left * run.isolated_s(i)
+        if not math.isfinite(seconds):
+            return math.inf
+        demand = spec.worker_demand.gpu if gpu_based else spec.worker_demand.cpu
+        alone.append(seconds)
+        work.append(seconds * demand * spec.requested_workers)
+    order = sorted(range(len(work)), key=work.__getitem__)
+    served = 0.0
+    added = 0.0
+    for position in order:
+        served += work[position]
+        added += max(alone[position], served / capacity)
+    return added

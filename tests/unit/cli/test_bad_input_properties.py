@@ -284,6 +284,16 @@ GOOD_RECORD = json.loads((CORPUS / "log/mode-unknown.jsonl").read_text().splitli
 
 
 def _bad_value(kind: str, name: str) -> st.SearchStrategy[Any]:
+    if kind == "label":  # may be empty, but text of bounded length
+        return st.one_of(NOT_A_STRING, st.text(min_size=257, max_size=300))
+    if kind == "totals":  # names to seconds or null: anything else, a bad name or a bad number is refused
+        bad_seconds = st.one_of(NEGATIVE, LETTERS, st.booleans(), st.just(float("inf")), st.just([1.0]))
+        return st.one_of(
+            st.one_of(NOT_A_STRING, NEGATIVE, st.lists(st.floats(0, 10), max_size=2)).filter(lambda v: v is not None),
+            st.dictionaries(st.sampled_from(["optimus", "dl2"]), bad_seconds, min_size=1, max_size=2),
+            st.just({"": 1.0}),
+            st.dictionaries(st.text(min_size=1, max_size=4), st.just(1.0), min_size=17, max_size=20),
+        )
     if kind == "text":
         bad = st.one_of(NOT_A_STRING, st.just(""), st.text(min_size=257, max_size=300))
         if name in ("mode", "architecture"):

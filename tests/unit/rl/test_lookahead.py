@@ -5,6 +5,7 @@ exactly as the cluster does, and the lookahead is never worse than its base."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -12,16 +13,19 @@ from pathlib import Path
 import pytest
 
 from dl2.core import InputError, Workload
+from dl2.core.log_format import read_log
 from dl2.kube.models import smoke_test
 from dl2.resolve import UnknownPolicy, scheduler_builder, trained_scheduler
 from dl2.rl.learned import LearnedScheduler
-from dl2.rl.lookahead import LookaheadScheduler, load_policy, make_lookahead
+from dl2.rl.lookahead import MAX_SLOTS, LookaheadScheduler, load_policy, make_lookahead
 from dl2.rl.model_io import PolicyConfig
 from dl2.schedulers.registry import make_scheduler
+from dl2.sim.attribution import slot_attribution
 from dl2.sim.config import Mode, RescaleCost, RescaleKind, SimConfig
+from dl2.sim.decision_log import log_run
 from dl2.sim.run import World, interference_model, speed_model
 from dl2.sim.simulator import Simulation, simulate
-from dl2.sim.what_if import what_if
+from dl2.sim.what_if import remaining_jct_estimate_s, what_if
 from dl2.workload.synthetic import PRESETS, generate, scaled
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -130,3 +134,109 @@ def test_a_lookahead_a_folder_cannot_run_is_refused_when_it_loads(
     with pytest.raises(InputError, match=message) as refused:
         load_policy(folder)
     assert "lookahead" in str(refused.value)
+
+
+def _contested_lookahead(horizon_slots: int = 0) -> tuple[Workload, LookaheadScheduler, World]:
+    workload, speed = all_at_once(), speed_model(Mode.REALISTIC)
+    world = World(speed, interference_model())
+    build = lambda name: make_scheduler(name, speed, False, "isolate-strict")  # noqa: E731
+    return workload, make_lookahead("lookahead:drf+srtf+drf", build, world, EXACT, horizon_slots), world
+
+
+def test_every_slot_says_which_candidates_decided_and_what_each_one_predicted() -> None:
+    """Attribution: the applied allocation's proposers (all of them where they agreed, each repeated name made
+    unique), each candidate's predicted total equal to its continuation's, and tallies that add up."""
+    workload, lookahead, world = _contested_lookahead()
+    assert lookahead.labels == ["drf#0", "srtf", "drf#2"]
+    cluster = Simulation(workload, EXACT, world.speed, world.interference)
+    lookahead.reset()
+    seen_contested = seen_agreed = 0
+    while not cluster.done:
+        view = cluster.begin_slot()
+        proposals = {label: c.schedule(view) for label, c in zip(lookahead.labels, lookahead.candidates, strict=True)}
+        applied = lookahead.schedule(view)
+        attribution = lookahead.attribution
+        assert attribution is not None
+        assert set(attribution.decided_by) == {label for label, a in proposals.items() if a.jobs == applied.jobs}
+        if attribution.contested:
+            seen_contested += 1
+            assert set(attribution.predicted_total_s) == set(lookahead.labels)
+            assert attribution.predicted_total_s["drf#0"] == attribution.predicted_total_s["drf#2"]
+            best = min(attribution.predicted_total_s.values())
+            assert all(attribution.predicted_total_s[label] == best for label in attribution.decided_by)
+            for label, allocation in proposals.items():
+                predicted = lookahead.total_jct_after(view, allocation)
+                assert attribution.predicted_total_s[label] == pytest.approx(predicted)
+        else:
+            seen_agreed += 1
+            assert attribution.decided_by == tuple(lookahead.labels)
+        cluster.apply(applied)
+    assert seen_contested == lookahead.contested > 0 and seen_agreed > 0
+    assert sum(lookahead.chosen.values()) == lookahead.contested
+    assert lookahead.decided["drf#0"] == lookahead.decided["drf#2"]
+    shares = lookahead.decided_shares()
+    assert shares["drf#0"] + shares["srtf"] == pytest.approx(1.0)  # drf's two copies always agree
+
+
+def test_a_horizon_as_long_as_the_run_changes_nothing_and_a_short_one_estimates_the_rest() -> None:
+    workload, full, world = _contested_lookahead()
+    _, long, _ = _contested_lookahead(horizon_slots=MAX_SLOTS)
+    _, short, _ = _contested_lookahead(horizon_slots=2)
+    cluster = Simulation(workload, EXACT, world.speed, world.interference)
+    drf = make_scheduler("drf", world.speed, False, "isolate-strict")
+    for _ in range(3):
+        cluster.apply(drf.schedule(cluster.begin_slot()))
+    view = cluster.begin_slot()
+    allocation = drf.schedule(view)
+    exact = full.total_jct_after(view, allocation)
+    assert long.total_jct_after(view, allocation) == exact
+    estimated = short.total_jct_after(view, allocation)
+    assert math.isfinite(estimated) and estimated > 0
+    # the estimate lies within a factor of the exact continuation (it is no bound, only a common yardstick)
+    assert 0.3 * exact <= estimated <= 3 * exact
+    short.beyond = "sparse"  # played to the end, the base deciding every 2, 4, 8, ... slots past the horizon
+    before = short.continuations
+    sparse = short.total_jct_after(view, allocation)
+    assert short.continuations == before + 1 and math.isfinite(sparse) and 0.5 * exact <= sparse <= 2 * exact
+    long.beyond = "sparse"
+    assert long.total_jct_after(view, allocation) == exact
+    with pytest.raises(ValueError, match="horizon"):
+        LookaheadScheduler(full.candidates, full.continuation, world, EXACT, horizon_slots=-1)
+
+
+def test_the_remaining_estimate_serves_the_shortest_work_first_on_the_whole_cluster() -> None:
+    """Two jobs of one model, one with half its epochs done: hand-computed from `isolated_s`."""
+    workload, speed = all_at_once(2), speed_model(Mode.REALISTIC)
+    first = workload.jobs[0]
+    workload = replace(workload, jobs=(first, replace(first, spec=replace(first.spec, job_id="twin"))))
+    run = Simulation(workload, EXACT, speed, None)
+    run.begin_slot()
+    run.progress[0] = run.true_epochs[0] / 2
+    alone = run.isolated_s(1)
+    spec = run.specs[0]
+    gpus = spec.worker_demand.gpu * spec.requested_workers
+    capacity = workload.cluster.total_capacity.gpu
+    expected = max(alone / 2, alone / 2 * gpus / capacity) + max(alone, 1.5 * alone * gpus / capacity)
+    assert remaining_jct_estimate_s(run) == pytest.approx(expected)
+    run.active = []
+    assert remaining_jct_estimate_s(run) == 0.0
+
+
+def test_a_search_proposer_s_records_say_which_candidate_proposed_and_read_back(tmp_path: Path) -> None:
+    workload, lookahead, world = _contested_lookahead()
+    drf = make_scheduler("drf", world.speed, False, "isolate-strict")
+    log_run(workload, drf, lookahead, "active", EXACT, world.speed, world.interference, tmp_path, "search/1")
+    records = read_log(tmp_path)
+    assert records and all(record.proposed_by for record in records)
+    contested = [record for record in records if record.predicted_total_s]
+    assert contested and all(set(record.predicted_total_s) == set(lookahead.labels) for record in contested)
+    assert {label for record in contested for label in record.proposed_by.split("+")} <= set(lookahead.labels)
+    summary = slot_attribution(records)
+    assert summary.searched == summary.slots and summary.contested == lookahead.contested > 0
+    assert (summary.decided, summary.alone) == (lookahead.decided, lookahead.alone)
+    assert summary.share("srtf") == pytest.approx(lookahead.decided_shares()["srtf"])
+    assert summary.alone.get("drf#0", 0) == 0  # drf's two copies always propose together
+    alone = tmp_path / "alone"
+    log_run(workload, drf, make_scheduler("srtf", world.speed, False), "active", EXACT, world.speed, None, alone, "h/1")
+    assert all(record.proposed_by == "" and record.predicted_total_s == {} for record in read_log(alone))
+    assert slot_attribution(read_log(alone)).searched == 0

@@ -3,12 +3,13 @@ failover exact, the journal's protocol over it, and what `collect` reads back.""
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import replace
 
 import pytest
 
-from dl2.core import Allocation, InputError, JobAllocation
+from dl2.core import Allocation, Attribution, InputError, JobAllocation
 from dl2.core.log_format import read_log
 from dl2.kube.models import smoke_view
 from dl2.kube.reconcile import Reason, Target
@@ -126,3 +127,22 @@ def test_an_object_another_replica_removed_is_gone_for_this_one(s3_session, s3_u
     bucket, _, prefix = s3_url.removeprefix("s3://").partition("/")
     (s3_session.folder / bucket / prefix / ".journal" / "slot-000000002.json").unlink()  # through another client
     assert not store.exists(".journal/slot-000000002.json") and store.names(".journal") == []
+
+
+def test_which_candidate_proposed_survives_the_journal_and_a_never_ending_continuation_is_null(location):
+    """A model inside a search: its records say which candidate proposed the slot's allocation and what each one's
+    continuation predicted, through the journal (a restart reads it back) into the segment."""
+    view = smoke_view()
+    targets = [Target(j.spec.job_id, 1, j.spec.max_ps and 1, Reason.PROPOSED) for j in view.jobs]
+    attribution = Attribution(("optimus", "dl2"), {"optimus": 5400.0, "speedup-hull": math.inf, "dl2": 5400.0})
+    records = draft_records(
+        view, Allocation(), Allocation(), targets, "active", "dl2-policy/1", "drf", "test", None, attribution
+    )
+    log = DecisionLog(location)
+    entries = tuple(JournalEntry(r, "ns", r.job_id, t) for r, t in zip(records, targets, strict=True))
+    log.write_journal(SlotJournal(5, entries))
+    assert DecisionLog(location).journal(5).entries[0].record == records[0]
+    assert log.complete(6, {}) == (2, 0)
+    for record in read_store_log(RecordStore(location)):
+        assert record.proposed_by == "optimus+dl2"
+        assert record.predicted_total_s == {"optimus": 5400.0, "speedup-hull": None, "dl2": 5400.0}

@@ -1,0 +1,133 @@
+"""What one slot's decision costs at Philly scale: the network alone, the heuristics, and the search that ships.
+
+The Philly week (`philly`, 6,391 jobs on 352 servers) with its arrivals `--density` times as dense (8: it peaks
+near 1,500 active jobs), Optimus placing with `isolate-strict` deciding every slot; the first views with at least
+each of `--active` jobs are kept (as a deployment would meet them: active jobs, their progress and what they hold).
+On each view every scheduler decides once, timed on one core (its fastest of `--repeat` runs: on a shared virtual
+machine the slower runs measure other load). The rows: Optimus and `speedup-hull` (what a heuristic costs), the
+network alone (`models/dl2-philly`), and the lookahead over both heuristics with the network as third candidate,
+as the loop ships it (`online.twin.lookahead` in params.yaml), with and without a horizon on its continuations.
+
+    .venv/bin/python benchmarks/lookahead_latency.py [--active 200,1000,1500 --density 8 --horizons 0,8]
+
+Bars (the learned-parts issue): the network alone at most 50 ms, the search as shipped at most 1 s, at the
+densest load. Prints the table and writes `benchmarks/results/lookahead_latency.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from common import environment, pin_to_one_core, print_table, write_json
+
+from dl2.core import ClusterView, Scheduler, Workload
+from dl2.resolve import scheduler_builder
+from dl2.rl.lookahead import LookaheadScheduler
+from dl2.sim.config import Mode, SimConfig
+from dl2.sim.run import interference_model, speed_model
+from dl2.sim.simulator import Simulation
+from dl2.workload.registry import load_workloads
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = str(ROOT / "models" / "dl2-philly")
+PLACER = "isolate-strict"
+NETWORK_BAR_MS = 50.0
+SEARCH_BAR_MS = 1000.0
+
+
+def dense(workload: Workload, density: float) -> Workload:
+    """`workload` with every arrival `density` times as early (the gaps between arrivals shrink alike)."""
+    jobs = tuple(replace(job, spec=replace(job.spec, arrival_s=job.spec.arrival_s / density)) for job in workload.jobs)
+    return replace(workload, jobs=jobs)
+
+
+def views_at(workload: Workload, targets: list[int], driver: Scheduler) -> dict[int, ClusterView]:
+    """For each target, the first view with at least that many active jobs while `driver` decides every slot (a
+    target never reached gets the busiest view)."""
+    simulation = Simulation(workload, SimConfig.realistic(seed=0), speed_model(Mode.REALISTIC), interference_model())
+    found: dict[int, ClusterView] = {}
+    busiest: ClusterView | None = None
+    while not simulation.done and len(found) < len(targets):
+        view = simulation.begin_slot()
+        if busiest is None or len(view.jobs) > len(busiest.jobs):
+            busiest = view
+        for target in targets:
+            if target not in found and len(view.jobs) >= target:
+                found[target] = view
+        simulation.apply(driver.schedule(view))
+    assert busiest is not None
+    return {target: found.get(target, busiest) for target in targets}
+
+
+def timed_ms(scheduler: Scheduler, view: ClusterView, repeat: int) -> float:
+    """The fastest of `repeat` decisions on `view`, after one untimed (compilation is not a decision's latency)."""
+    scheduler.reset()
+    scheduler.schedule(view)
+    runs = []
+    for _ in range(repeat):
+        scheduler.reset()
+        tick = time.perf_counter()
+        scheduler.schedule(view)
+        runs.append(1000 * (time.perf_counter() - tick))
+    return min(runs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--active", default="200,1000,1500", help="active-job counts to time a slot at")
+    parser.add_argument("--density", type=float, default=8.0, help="arrivals this many times as dense as Philly's")
+    parser.add_argument("--horizons", default="0", help="lookahead horizons in slots to time (0: to the end)")
+    parser.add_argument("--repeat", type=int, default=2, help="times each decision is timed (its fastest counts)")
+    parser.add_argument("--model", default=MODEL, help="the network (a model folder)")
+    parser.add_argument("--out", default="lookahead_latency.json", help="file name under benchmarks/results/")
+    args = parser.parse_args()
+    core = pin_to_one_core()
+    targets = sorted(int(part) for part in args.active.split(","))
+    horizons = [int(part) for part in args.horizons.split(",")]
+    speed = speed_model(Mode.REALISTIC)
+    workload = dense(load_workloads("philly", 0)[0], args.density)
+    optimus = scheduler_builder("optimus", PLACER, Mode.REALISTIC)(speed, False)
+    views = views_at(workload, targets, optimus)
+    search = f"lookahead:optimus+speedup-hull+{args.model}"
+    rows: dict[str, Any] = {
+        "optimus": optimus,
+        "speedup-hull": scheduler_builder("speedup-hull", PLACER, Mode.REALISTIC)(speed, False),
+        "network alone": scheduler_builder(args.model, PLACER, Mode.REALISTIC)(speed, False),
+    }
+    for horizon in horizons:
+        lookahead = scheduler_builder(search, PLACER, Mode.REALISTIC)(speed, False)
+        assert isinstance(lookahead, LookaheadScheduler)
+        lookahead.horizon_slots = horizon
+        rows[f"search, horizon {horizon or 'to the end'}"] = lookahead
+    measured: dict[str, dict[str, float]] = {}
+    for name, scheduler in rows.items():
+        measured[name] = {}
+        for target, view in views.items():
+            measured[name][str(target)] = timed_ms(scheduler, view, args.repeat)
+            print(f"{name} at {len(view.jobs)} active jobs: {measured[name][str(target)]:.1f} ms", flush=True)
+    active = {str(target): len(view.jobs) for target, view in views.items()}
+    columns = ["one slot's decision (ms)", *(f"{active[str(t)]:,} active" for t in targets)]
+    table = [[name, *(f"{measured[name][str(t)]:,.1f}" for t in targets)] for name in rows]
+    print_table(f"Decision latency, Philly week at {args.density:g}x arrivals, {PLACER}, one core #{core}", columns,
+                table)  # fmt: skip
+    densest = str(targets[-1])
+    record = {
+        "environment": environment(),
+        "core": core,
+        "density": args.density,
+        "placer": PLACER,
+        "model": args.model,
+        "active_jobs": active,
+        "ms": measured,
+        "bars_ms": {"network alone": NETWORK_BAR_MS, "search as shipped": SEARCH_BAR_MS},
+        "network_met": measured["network alone"][densest] <= NETWORK_BAR_MS,
+    }
+    print(f"wrote {write_json(args.out, record)}")
+
+
+if __name__ == "__main__":
+    main()
