@@ -58,18 +58,18 @@ def hours(cluster: TrueCluster, build: Any, seed: int, oracle: bool = False) -> 
 
 
 def lookahead_in(
-    name: str, world: World | None, horizon: int = 0, beyond: Beyond = "estimate"
+    name: str, world: World | None, horizon: int = 0, beyond: Beyond = "estimate", growth: int = 2
 ) -> tuple[Any, dict[str, Any]]:
     """A builder of the lookahead `name` in `world` (None: the world of the speeds it is handed and the truth's
     interference, for the oracle), its continuations deciding every slot for `horizon` slots (0: to the end) and
-    `beyond` that, and where it reports what it did."""
+    `beyond` that (`growth`: `LookaheadScheduler`'s), and where it reports what it did."""
     facts: dict[str, Any] = {}
 
     def build(speed: Any, compat: bool) -> LookaheadScheduler:
         model = world or World(speed, facts["interference"])
         scheduler = make_lookahead(
             name, lambda candidate: scheduler_builder(candidate, PLACER, Mode.REALISTIC)(model.speed, compat),
-            model, SimConfig.realistic(), horizon, beyond,
+            model, SimConfig.realistic(), horizon, beyond, growth,
         )  # fmt: skip
         facts["scheduler"] = scheduler
         return scheduler
@@ -77,8 +77,8 @@ def lookahead_in(
     return build, facts
 
 
-def run_cell(task: tuple[str, int, int, int, int, Beyond]) -> dict[str, Any]:
-    truth, seed, num_jobs, num_nodes, horizon, beyond = task
+def run_cell(task: tuple[str, int, int, int, int, Beyond, int]) -> dict[str, Any]:
+    truth, seed, num_jobs, num_nodes, horizon, beyond, growth = task
     cluster = realise(truth_named(truth), philly_like(seed, num_jobs, num_nodes))
     row: dict[str, float] = {}
     for name in HEURISTICS:
@@ -95,7 +95,7 @@ def run_cell(task: tuple[str, int, int, int, int, Beyond]) -> dict[str, Any]:
         "lookahead, oracle": (LOOKAHEAD, None, True),
     }
     for label, (name, world, oracle) in runs.items():
-        build, facts = lookahead_in(name, world, horizon, beyond)
+        build, facts = lookahead_in(name, world, horizon, beyond, growth)
         facts["interference"] = cluster.interference
         started = time.perf_counter()
         row[label] = hours(cluster, build, seed, oracle)
@@ -145,10 +145,11 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2, help="cells run in parallel")
     parser.add_argument("--horizon", type=int, default=0, help="slots each continuation decides every slot (0: all)")
     parser.add_argument("--beyond", choices=["estimate", "sparse"], default="estimate", help="past the horizon")
+    parser.add_argument("--growth", type=int, default=2, help="factor between gaps of a sparse continuation")
     parser.add_argument("--out", default="lookahead.json", help="file name under benchmarks/results/")
     args = parser.parse_args()
     tasks = [
-        (cell.split(":")[0], int(cell.split(":")[1]), args.jobs, args.nodes, args.horizon, args.beyond)
+        (cell.split(":")[0], int(cell.split(":")[1]), args.jobs, args.nodes, args.horizon, args.beyond, args.growth)
         for cell in args.cells.split(",")
     ]
     with multiprocessing.get_context("fork").Pool(args.processes) as pool:

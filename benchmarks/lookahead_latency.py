@@ -6,9 +6,11 @@ each of `--active` jobs are kept (as a deployment would meet them: active jobs, 
 On each view every scheduler decides once, timed on one core (its fastest of `--repeat` runs: on a shared virtual
 machine the slower runs measure other load). The rows: Optimus and `speedup-hull` (what a heuristic costs), the
 network alone (`models/dl2-philly`), and the lookahead over both heuristics with the network as third candidate,
-as the loop ships it (`online.twin.lookahead` in params.yaml), with and without a horizon on its continuations.
+as the loop ships it (`online.twin.lookahead` in params.yaml), with its continuations played to the end and with
+each variant of `--variants` (`H:beyond:growth`, `dl2.rl.lookahead.LookaheadScheduler`: the base decides every slot
+for H slots, then the rest is estimated or played sparsely, the gaps between decisions growing by `growth`).
 
-    .venv/bin/python benchmarks/lookahead_latency.py [--active 200,1000,1500 --density 8 --horizons 0,8]
+    .venv/bin/python benchmarks/lookahead_latency.py [--active 200,1000,1500 --density 8 --variants 2:sparse:4]
 
 Bars (the learned-parts issue): the network alone at most 50 ms, the search as shipped at most 1 s, at the
 densest load. Prints the table and writes `benchmarks/results/lookahead_latency.json`.
@@ -80,14 +82,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--active", default="200,1000,1500", help="active-job counts to time a slot at")
     parser.add_argument("--density", type=float, default=8.0, help="arrivals this many times as dense as Philly's")
-    parser.add_argument("--horizons", default="0", help="lookahead horizons in slots to time (0: to the end)")
+    parser.add_argument(
+        "--variants", default="0:estimate:2,4:estimate:2,4:sparse:2,2:sparse:4", help="H:beyond:growth, comma-separated"
+    )
     parser.add_argument("--repeat", type=int, default=2, help="times each decision is timed (its fastest counts)")
     parser.add_argument("--model", default=MODEL, help="the network (a model folder)")
     parser.add_argument("--out", default="lookahead_latency.json", help="file name under benchmarks/results/")
     args = parser.parse_args()
     core = pin_to_one_core()
     targets = sorted(int(part) for part in args.active.split(","))
-    horizons = [int(part) for part in args.horizons.split(",")]
+    variants = [variant.split(":") for variant in args.variants.split(",")]
     speed = speed_model(Mode.REALISTIC)
     workload = dense(load_workloads("philly", 0)[0], args.density)
     optimus = scheduler_builder("optimus", PLACER, Mode.REALISTIC)(speed, False)
@@ -98,11 +102,12 @@ def main() -> None:
         "speedup-hull": scheduler_builder("speedup-hull", PLACER, Mode.REALISTIC)(speed, False),
         "network alone": scheduler_builder(args.model, PLACER, Mode.REALISTIC)(speed, False),
     }
-    for horizon in horizons:
+    for horizon, beyond, growth in variants:
         lookahead = scheduler_builder(search, PLACER, Mode.REALISTIC)(speed, False)
-        assert isinstance(lookahead, LookaheadScheduler)
-        lookahead.horizon_slots = horizon
-        rows[f"search, horizon {horizon or 'to the end'}"] = lookahead
+        assert isinstance(lookahead, LookaheadScheduler) and beyond in ("estimate", "sparse")
+        lookahead.horizon_slots, lookahead.beyond, lookahead.growth = int(horizon), beyond, int(growth)  # type: ignore[assignment]
+        label = "to the end" if horizon == "0" else f"{horizon} slots, then {beyond}"
+        rows[f"search, {label}{f' x{growth}' if beyond == 'sparse' and horizon != '0' else ''}"] = lookahead
     measured: dict[str, dict[str, float]] = {}
     for name, scheduler in rows.items():
         measured[name] = {}

@@ -334,6 +334,9 @@ class TwinLearningConfig:
     lookahead: tuple[str, ...] = ()
     """Heuristics the challenger looks ahead with (`PolicyConfig.lookahead`, `dl2.rl.lookahead`), e.g.
     (optimus, speedup-hull); the twin judges it as it will run, inside them. Empty: as the running policy does."""
+    lookahead_horizon_slots: Annotated[int, Ge(0), Le(1_000)] = 0
+    """Its what-if runs' horizon (`PolicyConfig.lookahead_horizon_slots`): slots the base decides every one of
+    before deciding ever less often; 0: every slot to the end."""
     rollout: bool = False
     """Teach with the rollout teacher over the speed-reading heuristics (`rollout:<best>+<others>`,
     `dl2.rl.rollout_teacher`; the best pair's heuristic its base, its placement the placement) instead of the best

@@ -40,7 +40,10 @@ MAX_SLOTS = 20_000
 Beyond = Literal["estimate", "sparse"]
 """What a continuation does past its horizon: 'estimate' stops and adds what the jobs left would take
 (`dl2.sim.what_if.remaining_jct_estimate_s`); 'sparse' plays on to the end with the base deciding ever less
-often (2, 4, 8, ... slots apart, every job keeping what it holds in between)."""
+often (with a growth of 2: 2, 4, 8, ... slots apart), every job keeping what it holds in between."""
+SPARSE_GROWTH = 4
+"""The growth of the gaps between the base's decisions past the horizon of a model folder's lookahead
+(`PolicyConfig.lookahead_horizon_slots`): with 2 slots decided each, 4, 16, 64, ... slots apart."""
 
 
 class LookaheadScheduler:
@@ -54,22 +57,28 @@ class LookaheadScheduler:
         config: SimConfig,
         horizon_slots: int = 0,
         beyond: Beyond = "estimate",
+        growth: int = 2,
     ) -> None:
         """`candidates`: schedulers proposing each slot's allocation (the first is the base and wins ties);
         `continuation`: a separate instance of the base that decides the what-if runs' later slots (a scheduler
         with state would otherwise learn from runs that never happen); `config`: the cluster's (realistic) mode,
         rescale costs and interference switch; `horizon_slots`: slots a continuation plays with the base deciding
-        every one; 0 plays every continuation so to its end; `beyond`: what follows the horizon (`Beyond`)."""
+        every one; 0 plays every continuation so to its end; `beyond`: what follows the horizon (`Beyond`);
+        `growth`: past the horizon of a sparse continuation, each gap between the base's decisions is this many
+        times the one before."""
         if not candidates:
             raise ValueError("a lookahead needs at least one candidate scheduler")
         if horizon_slots < 0:
             raise ValueError(f"a lookahead's horizon is 0 (to the end) or a number of slots, got {horizon_slots}")
+        if growth < 2:
+            raise ValueError(f"a sparse continuation's gaps grow by a factor of 2 or more, got {growth}")
         self.candidates = list(candidates)
         self.continuation = continuation
         self.world = world
         self.config = config
         self.horizon_slots = horizon_slots
         self.beyond = beyond
+        self.growth = growth
         self.name = PREFIX + JOINER.join(candidate.name for candidate in self.candidates)
         self.labels = _unique([candidate.name for candidate in self.candidates])
         """Each candidate's name in attributions (a repeated name gets its position appended)."""
@@ -137,15 +146,19 @@ class LookaheadScheduler:
             run.apply(allocation)
             played, stride, decide_at = 1, 1, 1
             while not run.done and (horizon == 0 or sparse or played < horizon):
-                view = run.begin_slot()
                 if played >= decide_at:
-                    run.apply(self.continuation.schedule(view))
+                    run.apply(self.continuation.schedule(run.begin_slot()))
                     if horizon and played >= horizon:
-                        stride *= 2  # past the horizon the base decides ever less often: 1, 2, 4, ... slots apart
+                        stride *= self.growth  # past the horizon the base decides ever less often
                     decide_at = played + stride
-                else:
-                    run.apply(run.previous)  # every job keeps what it holds
-                played += 1
+                    played += 1
+                    continue
+                # every job keeps what it holds: in one step up to the next decision or the next job to finish
+                held = run.advance_held(decide_at - played)
+                if held == 0:
+                    run.begin_slot()
+                    run.apply(run.previous)
+                played += max(held, 1)
         except (SimulationError, InvalidAllocationError):
             return math.inf
         return run.total_jct_s() + (0.0 if run.done else remaining_jct_estimate_s(run))
@@ -182,29 +195,33 @@ def make_lookahead(
     config: SimConfig,
     horizon_slots: int = 0,
     beyond: Beyond = "estimate",
+    growth: int = 2,
 ) -> LookaheadScheduler:
     """The lookahead `name` names, its candidates and a continuation made by `build` (a heuristic's name or a
     model folder -> a fresh scheduler reading `world`'s speeds), its continuations deciding every slot for
-    `horizon_slots` (0: to the end) and `beyond` that."""
+    `horizon_slots` (0: to the end) and `beyond` that (`LookaheadScheduler`)."""
     names = candidate_names(name)
     if not all(names):
         raise ValueError(f"{name}: candidates are named as lookahead:A+B (A the base)")
     candidates = [build(candidate) for candidate in names]
-    return LookaheadScheduler(candidates, build(names[0]), world, config, horizon_slots, beyond)
+    return LookaheadScheduler(candidates, build(names[0]), world, config, horizon_slots, beyond, growth)
 
 
 def as_configured(policy: Scheduler, config: PolicyConfig, speed: SpeedModel | None = None) -> Scheduler:
     """`policy` as its model folder says it runs: alone, or as the last candidate of the lookahead its config names
     (`PolicyConfig.lookahead`: those heuristics first, placing with the policy's placer, the first deciding the
-    what-if runs' later slots, in the world of `speed`, the catalogue's by default, and the catalogue's
-    interference)."""
+    what-if runs' later slots, every one within `PolicyConfig.lookahead_horizon_slots` and sparsely past it, in the
+    world of `speed`, the catalogue's by default, and the catalogue's interference)."""
     if not config.lookahead:
         return policy
     speed = speed or speed_model(Mode.REALISTIC)
     heuristics = [make_scheduler(name, speed, False, config.placer) for name in config.lookahead]
     continuation = make_scheduler(config.lookahead[0], speed, False, config.placer)
     world = World(speed, interference_model())
-    return LookaheadScheduler([*heuristics, policy], continuation, world, SimConfig.realistic())
+    return LookaheadScheduler(
+        [*heuristics, policy], continuation, world, SimConfig.realistic(), config.lookahead_horizon_slots, "sparse",
+        SPARSE_GROWTH,
+    )  # fmt: skip
 
 
 def load_policy(

@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 from dataclasses import field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from annotated_types import Ge, Le
 
 from dl2.config import ConfigError, build, config, refuse
 from dl2.core import InputError
@@ -43,6 +45,11 @@ class PolicyConfig:
     """Heuristics (realistic mode) that propose beside the policy at every slot, the allocation whose what-if run
     ends soonest applied, the first of them deciding those runs' later slots (`dl2.rl.lookahead`); empty: the
     policy decides alone."""
+    lookahead_horizon_slots: Annotated[int, Ge(0), Le(1_000)] = 0
+    """The slots of a what-if run in which the first heuristic decides every slot; past them it decides ever less
+    often (`LookaheadScheduler`'s sparse continuation: gaps of `SPARSE_GROWTH`, its square, ...), every job keeping
+    what it holds in between. 0: every slot to the end (exact, and at a thousand active jobs several seconds a
+    decision: docs/results.md, "What a decision costs at Philly scale")."""
 
     def __post_init__(self) -> None:
         check_placer("placer", self.placer)
@@ -78,7 +85,7 @@ class PolicyConfig:
         missing = [name for name in ("observation", "network", "mode", "placer") if name not in data]
         if missing:
             raise InputError(where, "missing", field=missing[0])
-        known = ("observation", "network", "mode", "placer", "lookahead")  # a lookahead is optional
+        known = ("observation", "network", "mode", "placer", "lookahead", "lookahead_horizon_slots")  # optional
         fields = {name: data[name] for name in known if name in data}
         try:
             config = build(cls, fields)
@@ -225,9 +232,11 @@ def learned_from(metadata: dict[str, Any]) -> list[str]:
             logs = ", ".join(f"`{log.get('log')}` ({log.get('decisions')} decisions)" for log in steps["logs"])
             lines.append(f"{what} on {logs}: {'kept' if steps.get('kept') else 'not kept'}")
     if lookahead := metadata.get("lookahead"):
+        horizon = metadata.get("lookahead_horizon_slots")
+        played = f", its what-if runs decided every slot for {horizon} and sparsely after" if horizon else ""
         lines.append(
             f"runs inside a lookahead over {', '.join(f'`{name}`' for name in lookahead)} and itself "
-            "(`dl2.rl.lookahead`)"
+            f"(`dl2.rl.lookahead`){played}"
         )
     for verdict in metadata.get("online_twin") or ():
         if isinstance(verdict, dict) and isinstance(verdict.get("predicted_difference"), dict):

@@ -306,6 +306,57 @@ class Simulation:
         self.slot += 1
         return outcome
 
+    def advance_held(self, slots: int) -> int:
+        """Run up to `slots` slots with every job keeping what it holds, as `begin_slot` and `apply(self.previous)`
+        would slot by slot, but in one step per job: stops before the first slot in which a job would finish (that
+        one is `apply`'s). Only where every job has arrived and speeds are noiseless (a what-if run's continuation,
+        `dl2.rl.lookahead`), else nothing; returns the slots run."""
+        if slots <= 0 or self.next_arrival < len(self.specs) or self.config.speed_noise > 0 or not self.active:
+            return 0
+        start, slot_s = self.time_s, self.slot_s
+        active = self.active
+        throughputs = self._throughputs(active, [])
+        whole = min(slots, self.config.max_slots - self.slot)
+        for i, throughput in zip(active, throughputs, strict=True):
+            if throughput > 0.0:
+                run_from = max(start, self.paused_until[i])
+                left_s = (self.true_epochs[i] - self.progress[i]) * self.specs[i].samples_per_epoch / throughput
+                # only slots that end before it finishes, with a margin for rounding: its last slot is apply's
+                whole = min(whole, math.floor((run_from + left_s - start) / slot_s - 1e-6))
+        if whole <= 0:
+            return 0
+        end = start + whole * slot_s
+        units = 0.0
+        progressed = False
+        for i, throughput in zip(active, throughputs, strict=True):
+            spec, job_allocation = self.specs[i], self.allocation[i]
+            units += (
+                spec.worker_demand.gpu if self._gpu_based else spec.worker_demand.cpu
+            ) * job_allocation.num_workers
+            if not self._gpu_based:
+                units += spec.ps_demand.cpu * job_allocation.num_ps
+            if throughput > 0.0 or self.last_throughput[i] != throughput:
+                self._view_cache.pop(i, None)
+            self.last_throughput[i] = throughput
+            run_from = max(start, self.paused_until[i])
+            if throughput <= 0.0 or run_from >= end:
+                continue
+            if self.first_start_s[i] is None:  # the start of the first slot it runs in
+                self.first_start_s[i] = start + ((run_from - start) // slot_s) * slot_s
+            busy = end - run_from
+            self.progress[i] += throughput / spec.samples_per_epoch * busy
+            self.run_time_s[i] += busy
+            self.gpu_seconds[i] += busy * spec.worker_demand.gpu * job_allocation.num_workers
+            progressed = True
+        if not progressed:  # nothing runs through these slots: apply's stall check decides, slot by slot
+            return 0
+        fraction = units / self._total_units if self._total_units else 0.0
+        self.slot_start_s.extend(start + k * slot_s for k in range(whole))
+        self.allocated_gpu_fraction.extend([fraction] * whole)
+        self._idle_slots = 0
+        self.slot += whole
+        return whole
+
     # -- pieces of a slot -----------------------------------------------------------------------------------
 
     def _job_seconds(self, active: list[int], start: float, end: float) -> float:

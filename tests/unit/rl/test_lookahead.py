@@ -17,7 +17,7 @@ from dl2.core.log_format import read_log
 from dl2.kube.models import smoke_test
 from dl2.resolve import UnknownPolicy, scheduler_builder, trained_scheduler
 from dl2.rl.learned import LearnedScheduler
-from dl2.rl.lookahead import MAX_SLOTS, LookaheadScheduler, load_policy, make_lookahead
+from dl2.rl.lookahead import MAX_SLOTS, SPARSE_GROWTH, LookaheadScheduler, load_policy, make_lookahead
 from dl2.rl.model_io import PolicyConfig
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.attribution import slot_attribution
@@ -240,3 +240,55 @@ def test_a_search_proposer_s_records_say_which_candidate_proposed_and_read_back(
     log_run(workload, drf, make_scheduler("srtf", world.speed, False), "active", EXACT, world.speed, None, alone, "h/1")
     assert all(record.proposed_by == "" and record.predicted_total_s == {} for record in read_log(alone))
     assert slot_attribution(read_log(alone)).searched == 0
+
+
+def test_advancing_held_slots_in_one_step_is_slot_by_slot_holding() -> None:
+    """`Simulation.advance_held` against `apply(previous)` slot by slot from the same what-if state, to the end:
+    the same finish times, progress, run and GPU time, slots and first starts (up to rounding)."""
+    workload, speed = all_at_once(), speed_model(Mode.REALISTIC)
+    config = replace(SimConfig.realistic(0), speed_noise=0.0)  # rescale pauses on: held jobs still wait them out
+    cluster = Simulation(workload, config, speed, interference_model())
+    drf = make_scheduler("drf", speed, False, "isolate-strict")
+    for _ in range(2):
+        cluster.apply(drf.schedule(cluster.begin_slot()))
+    view = cluster.begin_slot()
+    allocation = drf.schedule(view)
+    runs = [what_if(view, config, speed, interference_model()) for _ in range(2)]
+    jumps = 0
+    for stepwise, run in enumerate(runs):
+        run.apply(allocation)
+        played = 1
+        while not run.done:
+            if played % 7 == 0:  # DRF decides every 7th slot; in between every job keeps what it holds
+                run.apply(drf.schedule(run.begin_slot()))
+                played += 1
+                continue
+            held = 0 if stepwise else run.advance_held(7 - played % 7)
+            jumps += held > 1
+            if held == 0:
+                run.begin_slot()
+                run.apply(run.previous)
+            played += max(held, 1)
+    assert jumps > 0
+    one_step, slot_by_slot = runs
+    assert one_step.slot == slot_by_slot.slot
+    for name in ("finish_s", "progress", "run_time_s", "gpu_seconds", "first_start_s", "slot_start_s"):
+        assert getattr(one_step, name) == pytest.approx(getattr(slot_by_slot, name), rel=1e-9), name
+    assert one_step.allocated_gpu_fraction == pytest.approx(slot_by_slot.allocated_gpu_fraction)
+    assert one_step.total_jct_s() == pytest.approx(slot_by_slot.total_jct_s(), rel=1e-12)
+    noisy = what_if(view, config, speed, None)
+    noisy.config = replace(config, speed_noise=0.05)
+    assert noisy.advance_held(5) == 0  # a noisy run draws per slot
+
+
+def test_a_model_folder_s_lookahead_horizon_plays_its_what_if_runs_sparsely_past_it(tmp_path: Path) -> None:
+    folder = _with_lookahead(ROOT / "models" / "dl2-philly", tmp_path / "sparse", ["optimus", "speedup-hull"])
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "lookahead_horizon_slots": 2}))
+    scheduler = load_policy(folder, compat=False)
+    assert isinstance(scheduler, LookaheadScheduler)
+    assert (scheduler.horizon_slots, scheduler.beyond, scheduler.growth) == (2, "sparse", SPARSE_GROWTH)
+    assert smoke_test(scheduler) is None
+    (folder / "config.json").write_text(json.dumps({**config, "lookahead_horizon_slots": -1}))
+    with pytest.raises(InputError, match="lookahead_horizon_slots"):
+        load_policy(folder)
