@@ -83,7 +83,9 @@ def main() -> None:
     parser.add_argument("--active", default="200,1000,1500", help="active-job counts to time a slot at")
     parser.add_argument("--density", type=float, default=8.0, help="arrivals this many times as dense as Philly's")
     parser.add_argument(
-        "--variants", default="0:estimate:2,4:estimate:2,4:sparse:2,2:sparse:4", help="H:beyond:growth, comma-separated"
+        "--variants",
+        default="0:estimate:2,4:estimate:2,4:sparse:2,2:sparse:2,2:sparse:4",
+        help="H:beyond:growth, comma-separated",
     )
     parser.add_argument("--repeat", type=int, default=2, help="times each decision is timed (its fastest counts)")
     parser.add_argument("--model", default=MODEL, help="the network (a model folder)")

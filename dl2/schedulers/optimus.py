@@ -78,9 +78,16 @@ class OptimusOracle(HeuristicScheduler):
     def __init__(self, speed: SpeedModel, compat: bool = False, placer: object | None = None) -> None:
         super().__init__(compat, placer)  # type: ignore[arg-type]
         self.speed = speed
+        self._known: dict[tuple[str, int, int], float] = {}
+        """Throughputs asked before: the speed function is fixed, and at a thousand jobs the greedy loop asks it
+        hundreds of thousands of times a slot for a few hundred distinct (model, PS, workers)."""
 
     def _throughput(self, spec: JobSpec, num_ps: int, num_workers: int) -> float:
-        return self.speed.throughput(spec.model, num_ps, num_workers)
+        key = (spec.model, num_ps, num_workers)
+        value = self._known.get(key)
+        if value is None:
+            value = self._known[key] = self.speed.throughput(spec.model, num_ps, num_workers)
+        return value
 
     def requests(self, view: ClusterView, counts: Counts) -> RequestStream:
         return marginal_gain_requests(view, counts, self._throughput, bundle_first=not self.compat)

@@ -306,56 +306,101 @@ class Simulation:
         self.slot += 1
         return outcome
 
+    def hold_slot(self) -> SlotOutcome:
+        """One slot in which every job keeps what it holds: `begin_slot` and `apply(self.previous)`, less the view
+        nobody reads, where every job has arrived (a what-if run's continuation between decisions)."""
+        if self.next_arrival < len(self.specs) or self.done or self.slot >= self.config.max_slots:
+            self.begin_slot()  # admits arrivals, or raises as there
+        return self.apply(self.previous)
+
     def advance_held(self, slots: int) -> int:
         """Run up to `slots` slots with every job keeping what it holds, as `begin_slot` and `apply(self.previous)`
-        would slot by slot, but in one step per job: stops before the first slot in which a job would finish (that
-        one is `apply`'s). Only where every job has arrived and speeds are noiseless (a what-if run's continuation,
-        `dl2.rl.lookahead`), else nothing; returns the slots run."""
+        would slot by slot, but in one step per job: jobs that finish meanwhile finish as there. It stops after the
+        slot in which a job that shares a server finishes (the others' interference changes from the next one)
+        and before a slot in which nothing would run. Only where every job has arrived and speeds are noiseless
+        (a what-if run's continuation, `dl2.rl.lookahead`), else nothing; returns the slots run."""
         if slots <= 0 or self.next_arrival < len(self.specs) or self.config.speed_noise > 0 or not self.active:
             return 0
         start, slot_s = self.time_s, self.slot_s
         active = self.active
         throughputs = self._throughputs(active, [])
+        sharing = self._sharing(active) if self._colocation is not None else set()
         whole = min(slots, self.config.max_slots - self.slot)
+        ends: list[tuple[float, float, int, float]] = []  # (when it stops running in the window, from, job, rate)
         for i, throughput in zip(active, throughputs, strict=True):
-            if throughput > 0.0:
-                run_from = max(start, self.paused_until[i])
-                left_s = (self.true_epochs[i] - self.progress[i]) * self.specs[i].samples_per_epoch / throughput
-                # only slots that end before it finishes, with a margin for rounding: its last slot is apply's
-                whole = min(whole, math.floor((run_from + left_s - start) / slot_s - 1e-6))
-        if whole <= 0:
+            if throughput <= 0.0:
+                continue
+            run_from = max(start, self.paused_until[i])
+            finish = run_from + (self.true_epochs[i] - self.progress[i]) * self.specs[i].samples_per_epoch / throughput
+            if i in sharing:  # its end changes the others' speeds: the window ends with the slot it finishes in
+                whole = min(whole, math.floor((finish - start) / slot_s) + 1)
+            ends.append((finish, run_from, i, throughput))
+        # the window's last slot must see a job run: past the last end (or before the first start) nothing does
+        last_busy = max((math.ceil((finish - start) / slot_s) for finish, *_ in ends), default=0)
+        first_busy = min((math.floor((run_from - start) / slot_s) for _, run_from, *_ in ends), default=whole)
+        whole = min(whole, last_busy)
+        if whole <= 0 or first_busy > 0:
             return 0
         end = start + whole * slot_s
-        units = 0.0
-        progressed = False
+        finished: list[int] = []
+        for finish, run_from, i, throughput in ends:
+            if run_from >= end:
+                continue
+            spec = self.specs[i]
+            if self.first_start_s[i] is None:  # the start of the first slot it runs in
+                self.first_start_s[i] = start + ((run_from - start) // slot_s) * slot_s
+            if finish < end:
+                busy = finish - run_from
+                self.progress[i] = self.true_epochs[i]
+                self.finish_s[i] = finish
+                finished.append(i)
+            else:
+                busy = end - run_from
+                self.progress[i] += throughput / spec.samples_per_epoch * busy
+            self.run_time_s[i] += busy
+            self.gpu_seconds[i] += busy * spec.worker_demand.gpu * self.allocation[i].num_workers
+        held_units = 0.0
+        leaving: list[tuple[float, float]] = []  # (finish, units) of the jobs that finished in the window
         for i, throughput in zip(active, throughputs, strict=True):
-            spec, job_allocation = self.specs[i], self.allocation[i]
-            units += (
-                spec.worker_demand.gpu if self._gpu_based else spec.worker_demand.cpu
-            ) * job_allocation.num_workers
-            if not self._gpu_based:
-                units += spec.ps_demand.cpu * job_allocation.num_ps
             if throughput > 0.0 or self.last_throughput[i] != throughput:
                 self._view_cache.pop(i, None)
             self.last_throughput[i] = throughput
-            run_from = max(start, self.paused_until[i])
-            if throughput <= 0.0 or run_from >= end:
-                continue
-            if self.first_start_s[i] is None:  # the start of the first slot it runs in
-                self.first_start_s[i] = start + ((run_from - start) // slot_s) * slot_s
-            busy = end - run_from
-            self.progress[i] += throughput / spec.samples_per_epoch * busy
-            self.run_time_s[i] += busy
-            self.gpu_seconds[i] += busy * spec.worker_demand.gpu * job_allocation.num_workers
-            progressed = True
-        if not progressed:  # nothing runs through these slots: apply's stall check decides, slot by slot
-            return 0
-        fraction = units / self._total_units if self._total_units else 0.0
-        self.slot_start_s.extend(start + k * slot_s for k in range(whole))
-        self.allocated_gpu_fraction.extend([fraction] * whole)
+            spec, job_allocation = self.specs[i], self.allocation[i]
+            units = (spec.worker_demand.gpu if self._gpu_based else spec.worker_demand.cpu) * job_allocation.num_workers
+            if not self._gpu_based:
+                units += spec.ps_demand.cpu * job_allocation.num_ps
+            held_units += units
+            finish = self.finish_s[i]
+            if finish is not None:
+                leaving.append((finish, units))
+        leaving.sort()
+        gone = 0
+        for k in range(whole):  # a slot counts the jobs active as it starts, as `apply` does
+            slot_start = start + k * slot_s
+            while gone < len(leaving) and leaving[gone][0] <= slot_start:
+                held_units -= leaving[gone][1]
+                gone += 1
+            self.slot_start_s.append(slot_start)
+            self.allocated_gpu_fraction.append(held_units / self._total_units if self._total_units else 0.0)
+        if finished:
+            self.num_finished += len(finished)
+            self.active = [i for i in active if self.finish_s[i] is None]
+            self._finished_since.extend(finished)
         self._idle_slots = 0
         self.slot += whole
         return whole
+
+    def _sharing(self, active: list[int]) -> set[int]:
+        """The active jobs with a task on a server where another active job has one."""
+        first_on: dict[int, int] = {}
+        sharing: set[int] = set()
+        for i in active:
+            allocation = self.allocation[i]
+            for node in (*allocation.worker_nodes, *allocation.ps_nodes):
+                other = first_on.setdefault(node, i)
+                if other != i:
+                    sharing.update((i, other))
+        return sharing
 
     # -- pieces of a slot -----------------------------------------------------------------------------------
 
