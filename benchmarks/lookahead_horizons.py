@@ -4,8 +4,9 @@ Each file is one run of `lookahead.py` over the same cells (the loop benchmark's
 one way (`--horizon H --beyond estimate|sparse --growth G`); the first file is the reference, continuations played
 to the end. Per file: the mean and worst change of the two lookahead rows (over the heuristics in the catalogue's
 world; with the champion as a third candidate in the calibrated world) against the reference, both against the best
-heuristic placed alike, the seconds all cells' lookahead runs took, and who decided the contested slots of the
-second row (the network's share, alone or with a heuristic that proposed the same).
+heuristic placed alike, and who decided the contested slots of the second row (the network's share; in brackets,
+where it alone proposed the applied allocation). What each costs is `benchmarks/lookahead_latency.py`'s: the
+seconds the runs took are in the JSON, but runs that shared the cores differently do not compare.
 
     .venv/bin/python benchmarks/lookahead_horizons.py results/lookahead.json results/lookahead_h2_sparse4.json ...
 
@@ -90,15 +91,13 @@ def main() -> None:
             row["variant"],
             *(f"{change[name]['mean']:+.2%} ({change[name]['worst']:+.1%})" for name in ROWS),
             *(f"{best[name]:+.2%}" for name in ROWS),
-            *(f"{row['seconds'][name]:,.0f}" for name in ROWS),
             f"{row['network_decided']:.0%} ({row['network_alone']:.0%})" if row["network_decided"] is not None else "-",
         ])  # fmt: skip
     print_table(
         f"lookahead continuations on {len(reference['cells'])} cells: mean change (worst cell) against playing them"
         " to the end",
         ["continuations", *(f"{name}: vs to the end" for name in ROWS),
-         *(f"{name}: vs best heuristic" for name in ROWS), *(f"{name}: seconds" for name in ROWS),
-         "network decided (alone)"],
+         *(f"{name}: vs best heuristic" for name in ROWS), "network decided (alone)"],
         table,
     )  # fmt: skip
     print(f"wrote {write_json(args.out, {'files': args.files, 'variants': rows})}")

@@ -44,8 +44,8 @@ often (with a growth of 2: 2, 4, 8, ... slots apart), every job keeping what it 
 SPARSE_GROWTH = 8
 """The growth of the gaps between the base's decisions past the horizon of a model folder's lookahead
 (`PolicyConfig.lookahead_horizon_slots`): past it they come 8, 64, 512, ... slots apart. On the loop benchmark's
-cells it changes the JCT by +0.1% against continuations decided every slot, at a twelfth of their cost, and keeps a
-decision at 1,400 active jobs under a second (docs/results.md, "What a decision costs at Philly scale")."""
+cells it changes the JCT by +0.0-0.2% against continuations decided every slot, and it keeps a decision at 1,400
+active jobs under a second (docs/results.md, "What a decision costs at Philly scale, and who decides")."""
 
 
 class LookaheadScheduler:

@@ -49,7 +49,7 @@ class PolicyConfig:
     """The slots of a what-if run in which the first heuristic decides every slot; past them it decides ever less
     often (`LookaheadScheduler`'s sparse continuation: gaps of `SPARSE_GROWTH`, its square, ...), every job keeping
     what it holds in between. 0: every slot to the end (exact, and at a thousand active jobs several seconds a
-    decision: docs/results.md, "What a decision costs at Philly scale")."""
+    decision: docs/results.md, "What a decision costs at Philly scale, and who decides")."""
 
     def __post_init__(self) -> None:
         check_placer("placer", self.placer)

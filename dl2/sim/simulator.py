@@ -370,9 +370,9 @@ class Simulation:
             if not self._gpu_based:
                 units += spec.ps_demand.cpu * job_allocation.num_ps
             held_units += units
-            finish = self.finish_s[i]
-            if finish is not None:
-                leaving.append((finish, units))
+            finished_at = self.finish_s[i]
+            if finished_at is not None:
+                leaving.append((finished_at, units))
         leaving.sort()
         gone = 0
         for k in range(whole):  # a slot counts the jobs active as it starts, as `apply` does
