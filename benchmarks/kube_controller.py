@@ -79,7 +79,7 @@ def models_root(folder: Path) -> Path:
     (folder / "dl2-policy").mkdir(parents=True, exist_ok=True)
     link = folder / "dl2-policy" / "1"
     if not link.exists():
-        link.symlink_to(MODEL)
+        link.symlink_to(MODEL.resolve())
     return folder
 
 
@@ -474,6 +474,7 @@ def load_philly() -> Any:
 
 
 def main() -> None:
+    global MODEL  # the served folder (--model), read where the harness links it
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", default="load,kills,failover,philly", help="which parts to run (comma-separated)")
     parser.add_argument("--failovers", type=int, default=5, help="failover: leader SIGKILLs")
@@ -507,9 +508,13 @@ def main() -> None:
         help="file name under benchmarks/results/ (docs/results.md names "
         "kube_controller_load.json for --part load, kube_controller_kills_philly.json for the rest)",
     )
+    parser.add_argument(
+        "--model", type=Path, default=MODEL, help="load: the model folder served (one naming a lookahead runs in it)"
+    )
     args = parser.parse_args()
+    MODEL = args.model
     parts = set(args.part.split(","))
-    results: dict[str, Any] = {"environment": environment(), "arguments": vars(args)}
+    results: dict[str, Any] = {"environment": environment(), "arguments": {**vars(args), "model": str(args.model)}}
     with tempfile.TemporaryDirectory(prefix="dl2-bench-") as scratch:
         folder = Path(scratch)
         if "load" in parts:
