@@ -74,12 +74,12 @@ with LocalCluster(Path(sys.argv[2]), burst, SimConfig.realistic(seed=0)) as loca
 """The control plane and the twin, in a process of their own: one line out when up, one line in per slot."""
 
 
-def models_root(folder: Path) -> Path:
-    """`<folder>/dl2-policy/1` -> models/dl2-philly, as `dl2 serve --models-dir` reads versions."""
+def models_root(folder: Path, model: Path = MODEL) -> Path:
+    """`<folder>/dl2-policy/1` -> `model` (models/dl2-philly), as `dl2 serve --models-dir` reads versions."""
     (folder / "dl2-policy").mkdir(parents=True, exist_ok=True)
     link = folder / "dl2-policy" / "1"
     if not link.exists():
-        link.symlink_to(MODEL.resolve())
+        link.symlink_to(model.resolve())
     return folder
 
 
@@ -106,11 +106,16 @@ def shipped_guardrails() -> dict[str, int]:
 
 
 def load_size(
-    num_jobs: int, slots: int, folder: Path, guardrails: dict[str, int] | None = None, placement: str = "split"
+    num_jobs: int,
+    slots: int,
+    folder: Path,
+    guardrails: dict[str, int] | None = None,
+    placement: str = "split",
+    model: Path = MODEL,
 ) -> dict[str, Any]:
     """One size; `guardrails` those of the policy (None: none, every proposal applied); `placement`: `split` pins the
     control plane with the twin to one core and the controller to the other, `shared` lets both use every core
-    (as a control plane with more than one core would serve the controller's writes)."""
+    (as a control plane with more than one core would serve the controller's writes); `model`: the folder served."""
     from kubernetes import config as kube_config
 
     from dl2.kube.controller import Controller, ControllerConfig
@@ -136,7 +141,7 @@ def load_size(
             "bench", decision_log=folder / f"decisions-{num_jobs}-{bool(guardrails)}", clock="cluster",
             request_timeout_s=60.0, cache_timeout_s=120.0,
         )  # fmt: skip
-        controller = Controller(api, config, directory_loader(models_root(folder / "models")))
+        controller = Controller(api, config, directory_loader(models_root(folder / "load-models", model)))
         admin = Rest(kube_config.new_client_from_config(started["admin"]))  # the bench's reads, not the controller's
         controller.refresh_policy(admin.get(POLICIES, None, "default"))
         walls, calls, decide, jobs, resizes, phases, twin_s, gc_s, watches = [], [], [], [], [], [], [], [], []
@@ -474,7 +479,6 @@ def load_philly() -> Any:
 
 
 def main() -> None:
-    global MODEL  # the served folder (--model), read where the harness links it
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", default="load,kills,failover,philly", help="which parts to run (comma-separated)")
     parser.add_argument("--failovers", type=int, default=5, help="failover: leader SIGKILLs")
@@ -512,21 +516,23 @@ def main() -> None:
         "--model", type=Path, default=MODEL, help="load: the model folder served (one naming a lookahead runs in it)"
     )
     args = parser.parse_args()
-    MODEL = args.model
     parts = set(args.part.split(","))
     results: dict[str, Any] = {"environment": environment(), "arguments": {**vars(args), "model": str(args.model)}}
     with tempfile.TemporaryDirectory(prefix="dl2-bench-") as scratch:
         folder = Path(scratch)
         if "load" in parts:
-            sizes = [load_size(int(n), args.slots, folder, None, args.cores) for n in args.jobs.split(",") if n]
+            sizes = [
+                load_size(int(n), args.slots, folder, None, args.cores, args.model) for n in args.jobs.split(",") if n
+            ]
             sizes += [
-                load_size(int(n), args.slots, folder, shipped_guardrails(), args.cores)
+                load_size(int(n), args.slots, folder, shipped_guardrails(), args.cores, args.model)
                 for n in args.guarded.split(",")
                 if n
             ]
             results["load"] = sizes
             print_table(
-                f"slot latency: Philly's first N jobs at once on 352 nodes, dl2-philly active ({args.slots} slots)",
+                f"slot latency: Philly's first N jobs at once on 352 nodes, {args.model.name} active "
+                f"({args.slots} slots)",
                 ["jobs", "guardrails", "cores", "active", "first slot (s)", "median (ms)", "p99 (ms)", "observe",
                  "of it wait", "decide", "of it policy", "record", "act", "gc", "API calls/slot", "max",
                  "resizes/slot"],

@@ -27,6 +27,7 @@ from dl2.core import Allocation, Attribution, ClusterView, InvalidAllocationErro
 from dl2.rl.model_io import PolicyConfig
 from dl2.schedulers.placement import Placer
 from dl2.schedulers.registry import make_scheduler
+from dl2.sim.attribution import SlotAttribution
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.run import World, interference_model, speed_model
 from dl2.sim.simulator import SimulationError
@@ -88,12 +89,8 @@ class LookaheadScheduler:
         """What-if runs simulated so far."""
         self.chosen: dict[int, int] = {}
         """How often each candidate (by index, the first of those proposing it) was applied where they disagreed."""
-        self.contested = 0
-        """Slots where the candidates disagreed."""
-        self.decided: dict[str, int] = {}
-        """Per candidate label, the contested slots whose applied allocation it proposed (alone or with others)."""
-        self.alone: dict[str, int] = {}
-        """Per candidate label, the contested slots whose applied allocation only it proposed."""
+        self.tally = SlotAttribution()
+        """Its slots by which candidates' proposal was applied (what its decision records add up to)."""
         self.attribution: Attribution | None = None
         """What decided the last slot (`dl2.core.decision_attribution`)."""
 
@@ -103,9 +100,7 @@ class LookaheadScheduler:
         self.continuation.reset()
         self.continuations = 0
         self.chosen = {}
-        self.contested = 0
-        self.decided = {}
-        self.alone = {}
+        self.tally = SlotAttribution()
         self.attribution = None
 
     def schedule(self, view: ClusterView) -> Allocation:
@@ -119,6 +114,7 @@ class LookaheadScheduler:
         if len(proposals) == 1 or not view.jobs:
             first = next(iter(proposals))
             self.attribution = Attribution(tuple(proposers[first]))
+            self.tally.count(self.attribution.decided_by, False)
             return proposals[first][1]
         totals = {key: self.total_jct_after(view, allocation) for key, (_, allocation) in proposals.items()}
         best_key = next(iter(proposals))
@@ -127,13 +123,9 @@ class LookaheadScheduler:
                 best_key = key
         best_index, best_allocation = proposals[best_key]
         self.chosen[best_index] = self.chosen.get(best_index, 0) + 1
-        self.contested += 1
-        for label in proposers[best_key]:
-            self.decided[label] = self.decided.get(label, 0) + 1
-        if len(proposers[best_key]) == 1:
-            self.alone[proposers[best_key][0]] = self.alone.get(proposers[best_key][0], 0) + 1
         predicted = {label: totals[key] for key, labels in proposers.items() for label in labels}
         self.attribution = Attribution(tuple(proposers[best_key]), predicted)
+        self.tally.count(self.attribution.decided_by, True)
         return best_allocation
 
     def total_jct_after(self, view: ClusterView, allocation: Allocation) -> float:
@@ -164,9 +156,24 @@ class LookaheadScheduler:
             return math.inf
         return run.total_jct_s() + (0.0 if run.done else remaining_jct_estimate_s(run))
 
+    @property
+    def contested(self) -> int:
+        """Slots where the candidates disagreed."""
+        return self.tally.contested
+
+    @property
+    def decided(self) -> dict[str, int]:
+        """Per candidate label, the contested slots whose applied allocation it proposed (alone or with others)."""
+        return self.tally.decided
+
+    @property
+    def alone(self) -> dict[str, int]:
+        """Per candidate label, the contested slots whose applied allocation only it proposed."""
+        return self.tally.alone
+
     def decided_shares(self) -> dict[str, float]:
         """Per candidate label, the share of contested slots whose applied allocation it proposed."""
-        return {label: self.decided.get(label, 0) / self.contested if self.contested else 0.0 for label in self.labels}
+        return {label: self.tally.share(label) for label in self.labels}
 
 
 AllocationKey = tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...]

@@ -17,20 +17,36 @@ from dl2.core.log_format import records_by_slot
 from dl2.sim.decision_log import JOINER
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SlotAttribution:
-    """A log's slots by who proposed what the proposer applied."""
+    """Slots by who proposed what the proposer applied: counted from a log (`slot_attribution`) or, slot by slot,
+    by the search itself (`dl2.rl.lookahead.LookaheadScheduler.tally`)."""
 
-    slots: int
-    """Slots with records."""
-    searched: int
+    slots: int = 0
+    """Slots counted."""
+    searched: int = 0
     """Slots whose proposer searched over candidates (`proposed_by` recorded)."""
-    contested: int
+    contested: int = 0
     """Searched slots where the candidates disagreed."""
     decided: dict[str, int] = field(default_factory=dict)
     """Per candidate, the contested slots whose proposal it made (alone or with others that proposed the same)."""
     alone: dict[str, int] = field(default_factory=dict)
     """Per candidate, the contested slots whose proposal only it made."""
+
+    def count(self, decided_by: Sequence[str], contested: bool) -> None:
+        """One more slot: `decided_by` the candidates whose proposal was applied (empty: the proposer decided alone,
+        no search); `contested`, whether they disagreed."""
+        self.slots += 1
+        if not decided_by:
+            return
+        self.searched += 1
+        if not contested:
+            return
+        self.contested += 1
+        for name in decided_by:
+            self.decided[name] = self.decided.get(name, 0) + 1
+        if len(decided_by) == 1:
+            self.alone[decided_by[0]] = self.alone.get(decided_by[0], 0) + 1
 
     def share(self, candidate: str) -> float:
         """The share of contested slots whose chosen proposal `candidate` made (0 with none contested)."""
@@ -39,21 +55,9 @@ class SlotAttribution:
 
 def slot_attribution(records: Sequence[DecisionRecord]) -> SlotAttribution:
     """How a log's slots were decided (one cluster's records: `records_by_slot`)."""
-    decided: dict[str, int] = {}
-    alone: dict[str, int] = {}
-    searched = contested = 0
-    by_slot = records_by_slot(records)
-    for slot_records in by_slot.values():
+    tally = SlotAttribution()
+    for slot_records in records_by_slot(records).values():
         first = slot_records[0]
-        if not first.proposed_by:
-            continue
-        searched += 1
-        if not first.predicted_total_s:
-            continue
-        contested += 1
-        names = first.proposed_by.split(JOINER)
-        for name in names:
-            decided[name] = decided.get(name, 0) + 1
-        if len(names) == 1:
-            alone[names[0]] = alone.get(names[0], 0) + 1
-    return SlotAttribution(len(by_slot), searched, contested, decided, alone)
+        decided_by = first.proposed_by.split(JOINER) if first.proposed_by else []
+        tally.count(decided_by, bool(first.predicted_total_s))
+    return tally
