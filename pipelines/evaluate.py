@@ -94,14 +94,15 @@ def simulate_each(entries: dict[str, str], digests: dict[str, str], params: Para
     return outcomes
 
 
-def simulate(scheduler: str, params: Params, limit: int | None = None) -> Outcome:
-    """Run `scheduler` (a heuristic name or a model folder) on the test workloads (the first `limit` of them)."""
+def simulate(scheduler: str, params: Params, limit: int | None = None, placer: str = PLACER) -> Outcome:
+    """Run `scheduler` (a heuristic name or a model folder) on the test workloads (the first `limit` of them); a
+    heuristic places with `placer`, a policy as its model says (as on the cluster)."""
     from dl2.resolve import scheduler_builder
     from dl2.schedulers.registry import SCHEDULERS
     from dl2.sim.config import Mode
 
-    placer = PLACER if scheduler in SCHEDULERS else None  # a policy places as its model says, as on the cluster
-    return simulate_builder(scheduler_builder(scheduler, placer, Mode(params.workloads.mode)), params, limit)
+    placed = placer if scheduler in SCHEDULERS else None
+    return simulate_builder(scheduler_builder(scheduler, placed, Mode(params.workloads.mode)), params, limit)
 
 
 def simulate_builder(build: Any, params: Params, limit: int | None = None) -> Outcome:

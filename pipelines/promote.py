@@ -62,7 +62,7 @@ from pipelines.promotion.report import (
     summary,
     version_tags,
 )
-from pipelines.promotion.scoring import evaluate
+from pipelines.promotion.scoring import ASKED_SIZES, challenger_placer, evaluate
 from pipelines.registry import CHALLENGER, CHAMPION, Version
 from pipelines.stage import Layout, StageFailed, StageResult, main, read_json_object, write_json
 from pipelines.workloads import test_dataset
@@ -105,7 +105,8 @@ def run(
     with tempfile.TemporaryDirectory(prefix="dl2-gate-") as scratch:
         challenger_dir = registry.download(challenger.version, Path(scratch) / "challenger")
         champion_dir = registry.download(champion.version, Path(scratch) / "champion") if champion else None
-        scores = evaluate(params, challenger_dir, champion_dir, layout)
+        placer = challenger_placer(challenger_dir)
+        scores = evaluate(params, challenger_dir, champion_dir, layout, placer)
         cluster = cluster_evidence(gate, layout, challenger_dir, champion_dir)
     incumbents = {name: scores[name] for name in gate["incumbent"]}
 
@@ -115,6 +116,7 @@ def run(
     )  # fmt: skip
     decision = decision_document(key, gate, challenger, champion, scores, verdict, score_roles(params, scores))
     decision["cluster"] = cluster.to_json() if cluster is not None else None
+    decision["heuristic_placer"] = placer
     decision["mlflow_run_id"] = run_id = log_gate(decision, scores, test_dataset(params), layout)
     write_json(decision_path, decision)
     registry.annotate(challenger.version, version_tags(decision))
@@ -205,10 +207,13 @@ def _fingerprint(log: Path) -> str:
 
 
 def score_roles(params: Params, names: Iterable[str]) -> dict[str, str]:
-    """What each row of the report is: challenger, champion, incumbent, teacher or heuristic."""
+    """What each row of the report is: challenger, champion, incumbent, teacher, heuristic or asked sizes."""
     incumbents, teacher = set(params.promote.incumbent), params.warmup.teacher
     roles = {}
     for name in names:
+        if name == ASKED_SIZES:
+            roles[name] = "asked sizes"
+            continue
         labels = [label for label, yes in (("incumbent", name in incumbents), ("teacher", name == teacher)) if yes]
         roles[name] = name if name in ("challenger", "champion") else ", ".join(labels) or "heuristic"
     return roles

@@ -16,6 +16,7 @@ from dl2.sim.metrics import interval_text, report_unit
 from pipelines import registry, tracking
 from pipelines.promotion.gate import Score, Verdict, best_heuristic, finite, margin_against
 from pipelines.promotion.ledger import now
+from pipelines.promotion.scoring import ASKED_SIZES
 from pipelines.registry import CHALLENGER, CHAMPION, NAME, Version
 from pipelines.stage import Layout, StageResult
 
@@ -64,7 +65,10 @@ def report_lines(decision: Mapping[str, Any]) -> list[str]:
     scale, unit_name = report_unit(decision["gate"]["mode"])
     reference = decision["reference_avg_jct_s"]
     best = decision["scores"].get(decision["best_heuristic"] or "", {}).get("avg_jct_s")
-    table = Table(box=None, pad_edge=False, title=f"promotion gate on {decision['gate']['test']} ({unit_name})")
+    placer = decision.get("heuristic_placer")
+    placed = f"; heuristics and asked sizes place with {placer}, as the challenger" if placer else ""
+    title = f"promotion gate on {decision['gate']['test']} ({unit_name}{placed})"
+    table = Table(box=None, pad_edge=False, title=title)
     for column in ("scheduler", "role", "avg JCT", "p99 JCT", "vs reference", "vs best heuristic", "safe"):
         table.add_column(column, justify="left" if column in ("scheduler", "role") else "right")
     for name, row in decision["scores"].items():
@@ -86,11 +90,16 @@ def report_lines(decision: Mapping[str, Any]) -> list[str]:
     console.print(table)
     lines = console.export_text().rstrip().splitlines()
     margin = decision.get("margin_vs_best_heuristic")
+    alike = " placed alike" if placer else ""
     if margin is not None:
         lines.append(
-            f"challenger vs best heuristic ({decision['best_heuristic']}): {100 * margin:+.1f}% average JCT"
+            f"challenger vs best heuristic{alike} ({decision['best_heuristic']}): {100 * margin:+.1f}% average JCT"
             " (negative: faster)"
         )
+    asked = decision["scores"].get(ASKED_SIZES, {}).get("avg_jct_s")
+    challenger = decision["scores"]["challenger"]["avg_jct_s"]
+    if asked and challenger is not None:
+        lines.append(f"challenger vs the jobs at their asked sizes{alike}: {100 * (challenger / asked - 1):+.1f}%")
     cluster = decision.get("cluster")
     if cluster:
         lines.append(

@@ -17,36 +17,57 @@ from pipelines.promotion.gate import Score
 from pipelines.stage import Layout, read_json_object
 
 
-def score(scheduler: str, params: Params) -> Score:
-    """Run `scheduler` (a heuristic name or a model folder) on every held-out workload.
+def score(scheduler: str, params: Params, placer: str | None = None) -> Score:
+    """Run `scheduler` (a heuristic name placing with `placer`, the `evaluate` stage's by default, or a model
+    folder) on every held-out workload.
 
     The same runs as the `evaluate` stage (its test set, its stall guard), so the gate and the metrics table
     agree. A run that cannot finish (an invalid allocation, a capacity breach, a stall) is a score that fails
     the safety check, not an error: a bad challenger is a result."""
-    from pipelines.evaluate import simulate
+    from pipelines.evaluate import PLACER, simulate
 
-    outcome = simulate(scheduler, params)
+    outcome = simulate(scheduler, params, placer=placer or PLACER)
     if not outcome.safe or not outcome.avg_jct_s:
         return Score.failed(len(outcome.avg_jct_s), outcome.failure or "no test workload")
     runs = len(outcome.avg_jct_s)
     return Score(sum(outcome.avg_jct_s) / runs, sum(outcome.p99_jct_s) / runs, True, runs)
 
 
-def evaluate(params: Params, challenger: Path, champion: Path | None, layout: Layout) -> dict[str, Score]:
-    """Scores of the challenger, the champion (if any) and every heuristic (`pipelines.evaluate.heuristics`):
-    the `evaluate` stage's where they are the gate's runs (`evaluated_scores`), the others run here, models from
-    the registry's copies."""
-    from pipelines.evaluate import heuristics
+ASKED_SIZES = "asked-sizes"
+"""The row of the same jobs at the sizes they asked for (no scheduler resizing them), placed alike."""
+
+
+def challenger_placer(challenger: Path) -> str:
+    """The placement the challenger's model names: every heuristic row of the gate places the same way, so that
+    each row differs from the challenger in its allocations only."""
+    from dl2.rl.model_io import load_config
+
+    config, _ = load_config(challenger)
+    return config.placer
+
+
+def evaluate(
+    params: Params, challenger: Path, champion: Path | None, layout: Layout, placer: str | None = None
+) -> dict[str, Score]:
+    """Scores of the challenger, the champion (if any), every heuristic (`pipelines.evaluate.heuristics`) and the
+    jobs at their asked sizes (realistic mode), the heuristics and the asked sizes placing with `placer` (the challenger's, by
+    default). The `evaluate` stage's scores are reused where they are the gate's runs (`evaluated_scores`: its
+    heuristics place with its own placer), the others run here, models from the registry's copies."""
+    from pipelines.evaluate import PLACER, heuristics
     from pipelines.registry import model_digest
 
+    placer = placer or challenger_placer(challenger)
     entries = {"challenger": str(challenger), **({"champion": str(champion)} if champion is not None else {})}
-    entries.update({name: name for name in heuristics(params)})
+    asked = (ASKED_SIZES,) if params.workloads.mode == "realistic" else ()  # compat mode has no asked sizes
+    entries.update({name: name for name in (*heuristics(params), *asked)})
     evaluated = evaluated_scores(params, layout)
     scores = {}
     for name, scheduler in entries.items():
-        key = model_digest(Path(scheduler)) if name in ("challenger", "champion") else name
-        found = evaluated.get(key)
-        scores[name] = found if found is not None else score(scheduler, params)
+        if name in ("challenger", "champion"):
+            found = evaluated.get(model_digest(Path(scheduler)))
+        else:
+            found = evaluated.get(name) if placer == PLACER else None
+        scores[name] = found if found is not None else score(scheduler, params, placer)
     return scores
 
 

@@ -31,3 +31,33 @@ def test_a_policy_is_evaluated_with_its_own_placement(tmp_path: Path, placer: st
     heuristic = evaluate.simulate("optimus", params, limit=1)
     placed = scheduler_builder("optimus", evaluate.PLACER, Mode.REALISTIC)
     assert heuristic.avg_jct_s == evaluate.simulate_builder(placed, params, limit=1).avg_jct_s
+
+
+def test_the_gate_places_every_heuristic_and_the_asked_sizes_as_the_challenger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gate's rows differ from the challenger in their allocations only: each heuristic, the incumbent
+    included, and the jobs at their asked sizes place with the challenger's placer, while the models place as
+    their own configs say; the `evaluate` stage's heuristic figures (placed with its own placer) are not reused."""
+    from pipelines.promotion import scoring
+    from pipelines.stage import Layout
+
+    params = load(ROOT / "params.yaml", overrides=["workloads.test_seeds=[9000]", "evaluate.workers=1"])
+    config, state = load_config(ROOT / "models" / "dl2-philly")[0], load_state(ROOT / "models" / "dl2-philly")
+    challenger = save_model(tmp_path / "challenger", replace(config, placer="isolate-strict"), state, card="t\n")
+    champion = save_model(tmp_path / "champion", replace(config, placer="binpack"), state, card="t\n")
+    placed: dict[str, str] = {}
+
+    def fake(scheduler: str, params: object, limit: int | None = None, placer: str = evaluate.PLACER) -> object:
+        placed[scheduler] = placer
+        return evaluate.Outcome((1.0,), (2.0,), (1.0,))
+
+    monkeypatch.setattr(evaluate, "simulate", fake)
+    monkeypatch.setattr(scoring, "evaluated_scores", lambda *_: {h: scoring.Score(9.0, 9.0, True, 1)
+                                                                 for h in evaluate.heuristics(params)})  # fmt: skip
+    scores = scoring.evaluate(params, challenger, champion, Layout(tmp_path))
+
+    assert scoring.challenger_placer(challenger) == "isolate-strict"
+    assert set(scores) == {"challenger", "champion", *evaluate.heuristics(params), scoring.ASKED_SIZES}
+    assert {placed[name] for name in (*evaluate.heuristics(params), scoring.ASKED_SIZES)} == {"isolate-strict"}
+    assert all(score.avg_jct_s == 1.0 for score in scores.values())  # run here, not the stage's load-balanced 9.0
