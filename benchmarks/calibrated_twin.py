@@ -17,8 +17,8 @@ Per truth (`dl2.truth`; `catalogue` is the no-shift control) and seed, on Philly
    interval of the mean relative difference lies below zero; otherwise the champion;
 3. this week (the workload of the seed) is played under the truth by: the champion, each candidate, the twin's
    choice, the heuristics a deployment has (DRF, Optimus and `speedup-hull` on the catalogue, `optimus-fitted`,
-   and the best of Optimus and `speedup-hull` reading the calibrated speeds), and the oracle (the best of Optimus
-   and `speedup-hull` handed the truth; a ceiling, not a baseline).
+   and the best of Optimus and `speedup-hull` reading the calibrated speeds), and the heuristics reading the truth
+   (the best of Optimus and `speedup-hull` handed the truth, which no deployment has; not a ceiling).
 
 Also reported: the twin's prediction (each candidate's validation in the twin against the champion's) next to the
 outcome under the truth.
@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 from common import environment, print_table, write_json
-from truth_scenarios import CHAMPION, ORACLES, philly_like, previous_week
+from truth_scenarios import CHAMPION, SPEED_HEURISTICS, TRUTH_HEURISTICS_ROW, philly_like, previous_week
 
 from dl2.core.log_format import CLUSTER_FILE, cluster_to_json
 from dl2.env.config import EnvConfig
@@ -169,7 +169,8 @@ def play(
     oracle: bool = False,
     placer: str | None = None,
 ) -> float:
-    """Average JCT (h) of `scheduler` (placing with `placer`; None: its own default) under the truth."""
+    """Average JCT (h) of `scheduler` (placing with `placer`; None: its own default) under the truth; `oracle`:
+    handed the truth's speeds and the jobs' true types (`dl2.truth.run.run_on`)."""
     cluster = realise(truth_named(truth), philly_like(seed, num_jobs, num_nodes))
     build = scheduler_builder(scheduler, placer, Mode.REALISTIC)
     result = run_on(cluster, build, SimConfig.realistic(seed=seed), oracle)
@@ -242,9 +243,11 @@ def main() -> None:
                 rows["the twin's choice"] = rows[choice]
                 rows |= {name: play(truth, seed, args.jobs, args.nodes, name) for name in BASELINES}
                 rows["best heuristic on the calibrated speeds"] = min(
-                    play_calibrated(truth, seed, args.jobs, args.nodes, name, world) for name in ORACLES
+                    play_calibrated(truth, seed, args.jobs, args.nodes, name, world) for name in SPEED_HEURISTICS
                 )
-                rows["oracle"] = min(play(truth, seed, args.jobs, args.nodes, name, True) for name in ORACLES)
+                rows[TRUTH_HEURISTICS_ROW] = min(
+                    play(truth, seed, args.jobs, args.nodes, name, True) for name in SPEED_HEURISTICS
+                )
                 learned |= {"twin_validation_h": in_twin, "twin_prediction": predicted, "twin_choice": choice}
                 for label, difference in predicted.items():
                     outcome = rows[label] / rows["champion dl2-philly"] - 1
@@ -256,13 +259,13 @@ def main() -> None:
                 results["cells"].append(cell)
                 for label, hours in rows.items():
                     table.append([truth, str(seed), label, f"{hours:.3f}", f"{hours / champion - 1:+.1%}",
-                                  f"{hours / rows['oracle'] - 1:+.1%}"])  # fmt: skip
+                                  f"{hours / rows[TRUTH_HEURISTICS_ROW] - 1:+.1%}"])  # fmt: skip
                 print(f"{truth} seed {seed}: {json.dumps(learned)}", flush=True)
                 print(json.dumps({"truth": truth, "seed": seed, "avg_jct_h": rows}), flush=True)
                 write_json(args.out, results)  # each cell as it ends: a long run keeps what it measured
     print_table(
         f"average JCT (h) under the truth, synthetic-philly's first {args.jobs} jobs on {args.nodes} servers",
-        ["truth", "seed", "scheduler", "avg JCT (h)", "vs champion", "vs oracle"],
+        ["truth", "seed", "scheduler", "avg JCT (h)", "vs champion", f"vs {TRUTH_HEURISTICS_ROW}"],
         table,
     )
     print_table(

@@ -58,8 +58,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--oracle",
         action="store_true",
-        help="with --truth: hand the scheduler the truth's speeds and the jobs' true types (a ceiling, labelled "
-        "oracle; a deployment has only the catalogue)",
+        help="with --truth: hand the scheduler the truth's speeds and the jobs' true types, which a deployment, "
+        "reading only the catalogue, cannot know (labelled 'reading the truth'; the same scheduler, not a ceiling)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the workload mapping and of the simulation")
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report)
     else:
-        scheduler = f"{args.scheduler} (oracle)" if args.oracle else args.scheduler
+        scheduler = f"{args.scheduler} (reading the truth)" if args.oracle else args.scheduler
         workload = args.workload if args.truth is None else f"{args.workload} under the truth {args.truth.name}"
         print_table(report, scheduler, workload, config.mode)
     return 0

@@ -43,7 +43,7 @@ class TrueCluster:
 
     def oracle_workload(self) -> Workload:
         """The same jobs, each labelled with what it really is: what a heuristic reading the truth is given (a
-        new type's name is unknown to the catalogue, so only an oracle can be handed it)."""
+        new type's name is unknown to the catalogue, so only a scheduler reading the truth can be handed it)."""
         jobs = tuple(
             replace(job, spec=replace(job.spec, model=self.new_type_of[job.spec.job_id]))
             if job.spec.job_id in self.new_type_of

@@ -37,8 +37,8 @@ class TrueSpeedModel(ShiftedSpeedModel):
         self.new_types = {new.name: new for new in truth.new_types}
 
     def type_factors(self, model: str) -> tuple[str, TermFactors | None]:
-        """A catalogue type's shift, or a new type's own (by its name: only the oracle, which reads jobs by their
-        true type, `TrueCluster.oracle_workload`, asks for one)."""
+        """A catalogue type's shift, or a new type's own (by its name: only a scheduler reading the truth, which
+        reads jobs by their true type, `TrueCluster.oracle_workload`, asks for one)."""
         new = self.new_types.get(model)
         if new is not None:
             return new.base, factors(new.shift)
@@ -86,5 +86,6 @@ class TrueInterference(InterferenceModel):
         self.new_type_of = {job_id: new.name for job_id, new in new_type_of.items()}
 
     def type_index(self, spec: JobSpec) -> int:
-        """A job's true type's row: its new type's (by id, or by name in the oracle's workload) or its label's."""
+        """A job's true type's row: its new type's (by id, or by name in `TrueCluster.oracle_workload`) or its
+        label's."""
         return self.model_index[self.new_type_of.get(spec.job_id, spec.model)]
