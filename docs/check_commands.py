@@ -25,6 +25,8 @@ PAGES = ("README.md", "docs/*.md", "benchmarks/README.md", "k8s/README.md", "mod
 BENCHMARK = re.compile(r"^(?:\.venv/bin/)?python \S*benchmarks/(\w+)\.py\b")
 INLINE = re.compile(r"`((?:\$ )?(?:dl2 |(?:\.venv/bin/)?python \S*benchmarks/)[^`]*)`")
 PLACEHOLDER = re.compile(r"<[^>]*>|\[|\.\.\.")
+OUTPUT = re.compile(r"^dl2 [\w-]+: ")
+"""A line a command printed (`dl2 serve: error: ...`), shown in a console block: not a command."""
 
 
 class Parsed(Exception):
@@ -49,7 +51,7 @@ def commands(path: Path) -> Iterator[tuple[int, str, bool]]:
                     pending = []
                 continue
             line = line.removeprefix("$ ")
-            if line.startswith("dl2 ") or BENCHMARK.match(line):
+            if (line.startswith("dl2 ") and not OUTPUT.match(line)) or BENCHMARK.match(line):
                 start = number
                 if line.endswith("\\"):
                     pending = [line.rstrip("\\").strip()]

@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import ssl
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dl2.cli.common import UsageError
+
+if TYPE_CHECKING:
+    from dl2.kube.extender_http import ServerTLS
 
 
 def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser = subparsers.add_parser(
         "extender",
         help="serve Harmony's placer as a kube-scheduler extender",
-        description="HTTP filter and prioritize verbs of the scheduler-extender protocol under --prefix, for the "
+        description="HTTPS filter and prioritize verbs of the scheduler-extender protocol under --prefix, for the "
         "second kube-scheduler profile of k8s/scheduler-extender.yaml (ignorable: kube-scheduler schedules without "
-        "it when it is down or slow). The cluster's managed jobs, pods and nodes are watched, and the placer's view "
-        "of them rebuilt every --refresh-s seconds off the request path.",
+        "it when it is down or slow). Only a client with a certificate that --client-ca-file signed may call the "
+        "verbs (kube-scheduler, with the client certificate of its extender tlsConfig); /healthz is open. The "
+        "cluster's managed jobs, pods and nodes are watched, and the placer's view of them rebuilt every "
+        "--refresh-s seconds off the request path.",
     )
     parser.add_argument("--placer", type=Path, required=True, help="a Harmony placer folder (models/harmony-placer-*)")
     parser.add_argument("--kubeconfig", type=Path, default=None, help="kubeconfig (default: in-cluster config)")
@@ -26,6 +32,17 @@ def add_parser(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--port", type=int, default=8888)
     parser.add_argument("--prefix", default="/extender", help="the urlPrefix path of the scheduler's configuration")
     parser.add_argument("--refresh-s", type=float, default=2.0, help="seconds between rebuilds of the view")
+    parser.add_argument("--tls-cert-file", type=Path, default=None, help="PEM serving certificate (HTTPS)")
+    parser.add_argument("--tls-key-file", type=Path, default=None, help="PEM private key of --tls-cert-file")
+    parser.add_argument(
+        "--client-ca-file", type=Path, default=None, help="PEM CA whose client certificates may call the verbs"
+    )
+    parser.add_argument(
+        "--insecure-http",
+        action="store_true",
+        help="plain HTTP and no authentication, for a test on one machine: anyone who reaches the port steers "
+        "placement (the default, and a cluster's, is HTTPS with the three files above)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -43,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--refresh-s must be positive, got {args.refresh_s}")
     if not 0 <= args.port < 65536:
         raise UsageError(f"--port must be a TCP port, got {args.port}")
+    tls = _tls(args)
     make_placer = placer_factory(str(args.placer))
     placer = make_placer() if make_placer is not None else None
     if not isinstance(placer, HarmonyPlacer):
@@ -62,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
             stop.wait(args.refresh_s)
 
     threading.Thread(target=refresh, name="dl2-extender-refresh", daemon=True).start()
-    server = ExtenderServer(HarmonyExtender(placer, cache), args.host, args.port, args.prefix)
+    server = ExtenderServer(HarmonyExtender(placer, cache), args.host, args.port, args.prefix, tls)
     print(f"dl2 extender: {server.url} ({args.placer})", file=sys.stderr)
     try:
         server.serve_forever()
@@ -71,3 +89,28 @@ def run(args: argparse.Namespace) -> int:
     finally:
         stop.set()
     return 0
+
+
+def _tls(args: argparse.Namespace) -> ServerTLS | None:
+    """The serving certificate, its key and the client CA, all three, or none with --insecure-http."""
+    from dl2.kube.extender_http import ServerTLS
+
+    files = {"--tls-cert-file": args.tls_cert_file, "--tls-key-file": args.tls_key_file,
+             "--client-ca-file": args.client_ca_file}  # fmt: skip
+    given = [flag for flag, path in files.items() if path is not None]
+    if args.insecure_http:
+        if given:
+            raise UsageError(f"--insecure-http serves plain HTTP: drop {', '.join(given)}")
+        return None
+    if len(given) < len(files):
+        missing = ", ".join(flag for flag in files if flag not in given)
+        raise UsageError(f"HTTPS needs {missing} (or --insecure-http for plain HTTP on a test machine)")
+    for flag, path in files.items():
+        if not path.is_file():
+            raise UsageError(f"{flag} {path}: no such file")
+    tls = ServerTLS(args.tls_cert_file, args.tls_key_file, args.client_ca_file)
+    try:
+        tls.context()
+    except ssl.SSLError as error:  # not PEM, or a key that is not the certificate's
+        raise UsageError(f"--tls-cert-file, --tls-key-file, --client-ca-file: {error}") from None
+    return tls

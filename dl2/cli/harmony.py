@@ -107,7 +107,7 @@ def run_speed(args: argparse.Namespace) -> int:
         from dl2.workload.registry import load_workloads
 
         cluster = load_workloads(args.log_cluster)[0].cluster
-        train = SpeedSamples.concatenate([train, samples_from_records(read_log(path), cluster, -1, "log")])
+        train = SpeedSamples.concatenate([train, samples_from_records(read_log(path, cluster), cluster, -1, "log")])
     test = collect(test_runs, data.every, lambda run: bar.update())
     bar.close()
     bar = tqdm(total=training.epochs, desc="speed model", unit="epoch", file=sys.stderr)
@@ -226,6 +226,7 @@ def run_refit(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from dl2.config import ConfigError
+    from dl2.core.log_format import read_cluster_log
     from dl2.placement.refit import HarmonyRefitConfig, refit_harmony
     from dl2.sim.calibrated import calibrated_world
 
@@ -241,6 +242,7 @@ def run_refit(args: argparse.Namespace) -> int:
         config = replace(config, speed=speed, placer=replace(config.placer, **placer_changes))
     except (ConfigError, ValueError) as error:
         raise UsageError(str(error)) from None
+    read_cluster_log(args.log)  # a bad record is refused before any output or progress bar (refit reads it again)
     world, _ = calibrated_world(args.log)
     bar = tqdm(total=config.placer.iterations, desc="placer", unit="iter", file=sys.stderr)
     staging = args.out.with_name(f".{args.out.name}.refit")

@@ -27,7 +27,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "Volcano Jobs of namespaces labelled dl2.io/managed=true, ask the pinned model version (or the incumbent "
         "heuristic when the model cannot be used), clamp to the guardrails, write one decision record per job "
         "to the decision log and resize jobs where the mode allows (off, shadow, canary, active). Only the "
-        "replica holding the Lease writes. Serves /metrics, /healthz and /readyz. Stops on SIGINT or SIGTERM.",
+        "replica holding the Lease writes. Refuses to start (exit status 2) when the decision log cannot be "
+        "written and read back. Serves /metrics, /healthz and /readyz. Stops on SIGINT or SIGTERM.",
     )
     from dl2.kube.settings import LEASE_KEYS, SERVE_KEYS
 
@@ -100,14 +101,19 @@ def run(args: argparse.Namespace) -> int:
         loader = directory_loader(args.models_dir)
     else:
         loader = mlflow_loader(args.model_cache, args.mlflow_uri)
+    # the libraries' chatter (botocore's "Found credentials ...") only at DEBUG: a refusal at start stays one line
     logging.basicConfig(
-        level=args.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=args.log_level if args.log_level == "DEBUG" else "WARNING",
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    logging.getLogger("dl2").setLevel(args.log_level)
     api = _api(args.kubeconfig)
     api.user_agent = f"dl2-serve/{identity}"
     metrics = Metrics()
     elector = None if args.no_leader_election else LeaseElector(api, identity, lease)
     controller = Controller(api, config, loader, metrics, elector)
+    controller.log.probe(identity)  # an unwritable decision log stops the start with one line (exit status 2)
     server = HealthServer(metrics, controller.health, args.metrics_host, args.metrics_port).start()
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -34,6 +34,12 @@ KINDS: dict[tuple[str, str], Resource] = {
     ),
     ("rbac.authorization.k8s.io/v1", "Role"): Resource("rbac.authorization.k8s.io", "v1", "roles"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): Resource("rbac.authorization.k8s.io", "v1", "rolebindings"),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): Resource(
+        "admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", namespaced=False
+    ),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): Resource(
+        "admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings", namespaced=False
+    ),
     ("dl2.io/v1alpha1", "SchedulerPolicy"): Resource("dl2.io", "v1alpha1", "schedulerpolicies", namespaced=False),
 }
 CRDS = KINDS[("apiextensions.k8s.io/v1", "CustomResourceDefinition")]

@@ -72,13 +72,16 @@ def _answers(endpoint: str) -> bool:
 
 
 @contextmanager
-def object_store(folder: Path, logs: Path | None = None) -> Iterator[ObjectStore]:
-    """versitygw serving `folder` on a free loopback port until the block ends."""
+def object_store(folder: Path, logs: Path | None = None, like: ObjectStore | None = None) -> Iterator[ObjectStore]:
+    """versitygw serving `folder` on a free loopback port until the block ends; `like`: on that store's endpoint
+    with its credentials instead (the same store back after an outage)."""
     folder.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    store = ObjectStore(f"http://127.0.0.1:{port}", "dl2", secrets.token_hex(16), folder)
+    if like is None:
+        store = ObjectStore(f"http://127.0.0.1:{free_port()}", "dl2", secrets.token_hex(16), folder)
+    else:
+        store = ObjectStore(like.endpoint, like.access_key, like.secret_key, folder)
     command = [VERSITYGW.path(), "--access", store.access_key, "--secret", store.secret_key]
-    command += ["--port", f"127.0.0.1:{port}", "posix", str(folder)]
+    command += ["--port", store.endpoint.removeprefix("http://"), "posix", str(folder)]
     server = Component("versitygw", command, logs or folder.parent / "logs").start()
     try:
         wait_until(lambda: _answers(store.endpoint), 30.0, "versitygw answering", [server])

@@ -113,14 +113,36 @@ def segments(location: Path) -> list[Path]:
     raise InputError(str(location), "no decision log here")
 
 
-def read_log(location: Path) -> list[DecisionRecord]:
-    """All records, validated: a bad line names the file, line and field."""
+def read_log(location: Path, cluster: ClusterSpec | None = None) -> list[DecisionRecord]:
+    """All records, validated: a bad line names the file, line and field. With `cluster` (the log's
+    `cluster.json`), each record must also be of that cluster and placed on its nodes."""
     records = []
     for path in segments(location):
         for number, line in enumerate(read_lines(path), start=1):
             if line.strip():
-                records.append(parse_record(line, str(path), number))
+                record = parse_record(line, str(path), number)
+                if cluster is not None:
+                    check_in_cluster(record, cluster, str(path), number)
+                records.append(record)
     return records
+
+
+def read_cluster_log(location: Path) -> tuple[list[DecisionRecord], ClusterSpec]:
+    """A log folder's records and its `cluster.json`, each record checked against that cluster."""
+    cluster = read_cluster(location / CLUSTER_FILE)
+    return read_log(location, cluster), cluster
+
+
+def check_in_cluster(record: DecisionRecord, cluster: ClusterSpec, where: str, number: int) -> None:
+    """A record of `cluster`, on its nodes: what reads placements indexes the cluster's nodes with them."""
+    if record.cluster != cluster.name:
+        message = f"a record of cluster {record.cluster!r:.80} in a log of {cluster.name!r:.80} (its {CLUSTER_FILE})"
+        raise InputError(where, message, row=number, field="cluster")
+    for name in NODE_FIELDS:
+        outside = [node for node in getattr(record, name) if node >= len(cluster.nodes)]
+        if outside:
+            message = f"node {outside[0]} is not one of the cluster's {len(cluster.nodes)} nodes ({CLUSTER_FILE})"
+            raise InputError(where, message, row=number, field=name)
 
 
 def record_problem(value: Any, kind: str) -> str | None:

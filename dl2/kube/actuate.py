@@ -8,6 +8,7 @@ patch to an absolute size, a status patch), so repeating one that did reach the 
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -26,6 +27,11 @@ RETRIED = frozenset({409, 429, 500, 502, 503, 504})
 
 class ApiUnavailable(RuntimeError):
     """A request still failed after every retry."""
+
+
+class ResizeRefused(RuntimeError):
+    """The API server refused a resize (403): RBAC, where the resize is not bound in the job's namespace, or the
+    admission policy (`k8s/admission.yaml`). Only that job keeps its size; the message is the server's."""
 
 
 class ApiCaller:
@@ -76,6 +82,14 @@ class ApiCaller:
         raise AssertionError("unreachable")
 
 
+def _message(error: Any) -> str:
+    """The message of the API server's Status in an error's body, or the error itself."""
+    try:
+        return str(json.loads(error.body)["message"])
+    except (TypeError, ValueError, KeyError):
+        return str(error)
+
+
 def _retry_after(error: Any) -> float | None:
     headers = getattr(error, "headers", None) or {}
     value = headers.get("Retry-After") if hasattr(headers, "get") else None
@@ -94,7 +108,18 @@ class Actuator:
 
     def resize(self, job: ManagedJob, workers: int, ps: int, slot: int) -> None:
         """Set a job's size and stamp the slot on it (its cooldown counts from there), in one request: a merge
-        patch of a PyTorchJob, a JSON patch of a Volcano Job (the size and the stamp land together or not at all)."""
+        patch of a PyTorchJob, a JSON patch of a Volcano Job (the size and the stamp land together or not at all).
+        `ResizeRefused` when the API server forbids it."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self._resize(job, workers, ps, slot)
+        except ApiException as error:
+            if error.status != 403:
+                raise
+            raise ResizeRefused(f"{job.key}: {_message(error)}") from error
+
+    def _resize(self, job: ManagedJob, workers: int, ps: int, slot: int) -> None:
         resource = PYTORCHJOBS if c.kind_of(job.obj) == c.PYTORCHJOB else VOLCANO_JOBS
         _, content_type, body = c.resize(job.obj, workers, ps)
         stamp = str(slot)

@@ -3,7 +3,8 @@
 Each slot (`run_slot`), on the replica that holds the Lease:
 
 1. observe: the managed jobs, the pods that hold nodes and the nodes, from the informers' caches (`cache`); on the
-   simulated clock, once each cache is as fresh as the clock's barrier says (`dl2.kube.clock`);
+   simulated clock, once each cache is as fresh as the clock's barrier says (`dl2.kube.clock`); a job whose inputs
+   are out of range is quarantined (`dl2.kube.quarantine`): left at its size, out of the policy's view, unrecorded;
 2. complete the previous slot's records with the progress observed since and write them (`records`);
 3. decide, unless this slot's journal exists (a restart within the slot): the policy's proposal (or the
    incumbent's, DL2 §7), clamped by the guardrails and the mode (`reconcile.plan`); the draft records and the
@@ -11,12 +12,16 @@ Each slot (`run_slot`), on the replica that holds the Lease:
 4. act: resize each job whose size differs from its target (`reconcile.changes`: desired against actual, so a
    resize that already happened is never repeated);
 5. report: the SchedulerPolicy's status (observed generation, loaded model, conditions, counts, last slot), and
-   Events on the objects concerned (`events`: resizes, promotions, fallbacks, refused specs, failed loads).
+   Events on the objects concerned (`events`: resizes, quarantined jobs, promotions, fallbacks, refused specs,
+   failed loads).
 
 Between slots (`run`) the loop watches the SchedulerPolicy: a new spec is validated (a malformed one is refused
 with a status condition and the last valid spec stays), its model version loaded and smoke-tested, and the status
 written at once, so that a promotion is confirmed in seconds rather than at the next slot. Slots come from the
-wall clock (`slot_s`) or, on a simulated cluster, from its clock ConfigMap (`dl2-system/dl2-clock`).
+wall clock (`slot_s`) or, on a simulated cluster, from its clock ConfigMap (`dl2-system/dl2-clock`). A slot that
+fails (the API or the record store, past their retries) is tried again a second later; after two failures in a row
+the replica is not ready and its status says why (`SlotsFailing`, `dl2.kube.metrics.Health`) until a slot
+completes, and `dl2_last_slot_completed_timestamp_seconds` stops moving (the `Dl2SlotsStalled` alert).
 """
 
 from __future__ import annotations
@@ -32,16 +37,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dl2.kube import clock as slot_clock
-from dl2.kube.actuate import Actuator, ApiCaller
+from dl2.kube.actuate import Actuator, ApiCaller, ResizeRefused
 from dl2.kube.cache import ClusterCache
 from dl2.kube.events import EventRecorder, ObjectRef
 from dl2.kube.exploration import explore, slot_draws
 from dl2.kube.leader import LeaseElector
 from dl2.kube.metrics import Health, Metrics
 from dl2.kube.models import Loader, PolicyRuntime
-from dl2.kube.observe import RawCluster, Snapshot, SpecCache, progress_queries, snapshot
+from dl2.kube.observe import ManagedJob, RawCluster, Snapshot, SpecCache, progress_queries, snapshot
 from dl2.kube.policy import API_VERSION, KIND, OFF, POLICIES, Mode, PolicyError, PolicySpec, parse_policy
 from dl2.kube.progress_metrics import PrometheusProgress
+from dl2.kube.quarantine import Cause
 from dl2.kube.reconcile import JobState, Target, changes, may_resize, plan
 from dl2.kube.records import DecisionLog, JournalEntry, SlotJournal, draft_records
 from dl2.kube.rest import CONFIGMAPS, Rest
@@ -49,6 +55,10 @@ from dl2.kube.settings import ControllerConfig
 from dl2.sim.record_store import RecordStore
 
 log = logging.getLogger("dl2.serve")
+
+RECORDED_MEMORY_SLOTS = 10_000
+"""How long the controller remembers a job's last recorded progress after its last record (slots): a job
+re-created under the same id within it is quarantined until it passes that progress (`Cause.PROGRESS_BACKWARDS`)."""
 
 CRASH_POINTS = ("observed", "completed", "journaled", "resized-1", "resized-2", "resized-3", "acted", "status")
 """Where a test may have `dl2 serve` kill itself (`crash_at`): after each step of a slot, and after the first
@@ -140,6 +150,20 @@ class Controller:
         self._conditions = _Conditions()
         self._fallback: str | None = None
         self._reported_error: str | None = None
+        self._reported_slot = -1
+        """The last slot whose status was written, by this process or, as its status says, the previous leader
+        (whose Events of that slot were sent: a slot's Events are held until its end)."""
+        self._announced: tuple[int, set[str]] = (-1, set())
+        """A slot and the jobs this process sent a `Resized` Event about in it."""
+        self._stall_reported = ""
+        """When the stall the status last reported began (`Health.failing_since`): one status write per stall."""
+        self.metrics.slot_length.set(config.slot_s)
+        self._recorded: dict[str, tuple[float, int]] = {}
+        """Job id -> (its progress in its last decision record, that record's slot): records never go back."""
+        self._recalled = False
+        """Whether `_recorded` has been seeded from the journals a previous run left."""
+        self._quarantine_noted: dict[str, Cause] = {}
+        """`namespace/name` -> the cause its last `Quarantined` Event gave (one Event per distinct cause)."""
 
     # -- leadership and the policy ----------------------------------------------------------------------------
 
@@ -196,6 +220,19 @@ class Controller:
         current, policy = self.runtime.current, self.policy
         return current is not None and (current.name, current.version) == (policy.model_name, policy.model_version)
 
+    def take_over(self, obj: dict[str, Any] | None) -> None:
+        """Adopt what the previous leader (or this replica's previous process) last reported on the SchedulerPolicy
+        `obj`: its fallback, so that a slot the model decides again says `Recovered` (its `Fallback` Event would
+        otherwise never be followed), and its last slot, whose Events it sent. Called on becoming leader."""
+        self.metrics.last_slot_completed.set_to_current_time()  # a stall counts from here
+        status = (obj or {}).get("status") or {}
+        for condition in status.get("conditions") or []:
+            if condition.get("type") == "Fallback" and condition.get("status") == "True":
+                self._fallback = str(condition.get("message") or "fallback")
+        last = status.get("lastSlot")
+        if isinstance(last, int):
+            self._reported_slot = max(self._reported_slot, last)
+
     # -- one slot ---------------------------------------------------------------------------------------------
 
     def _crash(self, point: str, slot: int) -> None:
@@ -227,6 +264,36 @@ class Controller:
         self.metrics.progress_query_failures.inc(self.progress_source.failures - failures)
         return measured
 
+    def _recorded_progress(self, slot: int) -> dict[str, float]:
+        """Job id -> its progress in its last decision record (seeded, after a restart, from the journals the
+        previous run left); entries older than `RECORDED_MEMORY_SLOTS` are forgotten."""
+        if not self._recalled:
+            self._recalled = True
+            for earlier in self.log.pending():
+                journal = self.log.journal(earlier)
+                for entry in journal.entries if journal is not None else ():
+                    self._recorded[entry.record.job_id] = (entry.record.progress_epochs, earlier)
+        horizon = slot - RECORDED_MEMORY_SLOTS
+        for job_id in [job_id for job_id, (_, at) in self._recorded.items() if at < horizon]:
+            del self._recorded[job_id]
+        return {job_id: epochs for job_id, (epochs, _) in self._recorded.items()}
+
+    def _report_quarantine(self, snap: Snapshot) -> None:
+        """The quarantined jobs on the gauge, and a Warning Event on each job once per distinct cause (not every
+        slot); nothing while the mode is off."""
+        self.metrics.quarantined.clear()
+        for cause in Cause:
+            count = sum(q.cause is cause for q in snap.quarantined)
+            if count:
+                self.metrics.quarantined.labels(cause.value).set(count)
+        noted: dict[str, Cause] = {}
+        for job in snap.quarantined:
+            noted[job.key] = job.cause
+            if self.policy.mode is not Mode.OFF and self._quarantine_noted.get(job.key) is not job.cause:
+                note = f"left at its size, not decided, not recorded: {job.cause.value}: {job.message}"
+                self._event("Warning", "Quarantined", "Decide", note, ObjectRef.of(job.obj))
+        self._quarantine_noted = noted
+
     def _run_slot(self, slot: int, time_s: float, slot_s: float, barrier: dict[str, int] | None) -> SlotReport | None:
         started, calls = time.perf_counter(), self.call.calls
         self.health.beat()
@@ -238,7 +305,8 @@ class Controller:
         waited = time.perf_counter() - started
         raw = self.cache.read()
         measured = self._measured_progress(raw)
-        snap = snapshot(raw, time_s, slot, slot_s, self.config.cluster_name, self.specs, measured)
+        recorded = self._recorded_progress(slot)
+        snap = snapshot(raw, time_s, slot, slot_s, self.config.cluster_name, self.specs, measured, recorded)
         phases = {"observe": time.perf_counter() - started, "wait": waited, "decide": 0.0}
         mark = time.perf_counter()
         self.last_snapshot = snap
@@ -249,8 +317,9 @@ class Controller:
         written, dropped = self.log.complete(slot, snap.progress, placed)
         self.metrics.records_written.inc(written)
         self.metrics.records_dropped.inc(dropped)
-        if snap.view.cluster.num_nodes:
-            self.log.describe_cluster(snap.view.cluster)
+        if snap.cluster.num_nodes:
+            self.log.describe_cluster(snap.cluster)
+        self._report_quarantine(snap)
         self._crash("completed", slot)
         policy = self.policy
         decided, fallback, resizes = False, None, 0
@@ -280,7 +349,7 @@ class Controller:
         phases["record"] = time.perf_counter() - mark - phases["decide"]
         mark = time.perf_counter()
         if journal is not None and policy.mode in (Mode.CANARY, Mode.ACTIVE):
-            resizes = self._act(snap, journal, policy, slot)
+            resizes = self._act(snap, journal, policy, slot, replayed=not decided)
         phases["act"] = time.perf_counter() - mark
         self._crash("acted", slot)
         seconds = time.perf_counter() - started
@@ -299,10 +368,18 @@ class Controller:
             self.call.calls - calls, targets, phases,
         )  # fmt: skip
         self.last_report = report
-        self.publish_status()
+        self.publish_status(slot_done=True)
+        self._slot_completed(slot, slot_s)
         report = self.last_report = replace(report, api_calls=self.call.calls - calls)  # the status patch too
         self._crash("status", slot)
         return report
+
+    def _slot_completed(self, slot: int, slot_s: float) -> None:
+        """A slot ran to its end, its status written: any stall is over."""
+        self.health.clear_failures()
+        self._reported_slot = max(self._reported_slot, slot)
+        self.metrics.last_slot_completed.set_to_current_time()
+        self.metrics.slot_length.set(slot_s)
 
     def _states(self, snap: Snapshot, policy: PolicySpec) -> list[JobState]:
         return [
@@ -337,14 +414,21 @@ class Controller:
             JournalEntry(record, job.namespace, job.name, target)
             for record, job, target in zip(records, snap.jobs, targets, strict=True)
         )
+        for record in records:
+            self._recorded[record.job_id] = (record.progress_epochs, slot)
         if decision.fallback:
             log.warning("slot %d: the incumbent %s decides: %s", slot, policy.incumbent, decision.fallback)
         return SlotJournal(slot, entries), decision.fallback
 
-    def _act(self, snap: Snapshot, journal: SlotJournal, policy: PolicySpec, slot: int) -> int:
-        """Resize the jobs whose size is not their target yet, if the (current) mode still lets it."""
+    def _act(self, snap: Snapshot, journal: SlotJournal, policy: PolicySpec, slot: int, replayed: bool) -> int:
+        """Resize the jobs whose size is not their target yet, if the (current) mode still lets it; `replayed`:
+        the journal is another process's (a restart, a failover), whose lost `Resized` Events are sent too."""
         actual = {job.job_id: job.replicas for job in snap.jobs}
         jobs = {job.job_id: job for job in snap.jobs}
+        if self._announced[0] != slot:
+            self._announced = (slot, set())
+        if replayed:
+            self._announce_replayed(journal, jobs, policy, slot)
         states = {state.job_id: state for state in self._states(snap, policy)}
         wanted = [
             target
@@ -356,7 +440,13 @@ class Controller:
         def resize(target: Target) -> Target | None:
             if not self.is_leader():
                 return None  # deposed meanwhile: write nothing more
-            self.actuator.resize(jobs[target.job_id], target.workers, target.ps, slot)
+            job = jobs[target.job_id]
+            try:
+                self.actuator.resize(job, target.workers, target.ps, slot)
+            except ResizeRefused as error:  # not bound in its namespace, or not admitted: the others still resize
+                log.warning("slot %d: resize refused: %s", slot, error)
+                self._event("Warning", "ResizeRefused", "Resize", f"slot {slot}: {error}", ObjectRef.of(job.obj))
+                return None
             return target
 
         # the resizes of different jobs are independent: several in flight at once, as many as the API allows
@@ -368,19 +458,41 @@ class Controller:
                 continue
             job = jobs[target.job_id]
             self.metrics.resizes.labels(job.obj.get("kind", "")).inc()
-            before = job.replicas
-            note = f"slot {slot}: {before[0]} -> {target.workers} workers"
-            note += f", {before[1]} -> {target.ps} PS" if target.ps or before[1] else ""
-            self._event("Normal", "Resized", "Resize", f"{note} ({policy.mode.value}, {policy.model_ref})",
-                        ObjectRef.of(job.obj))  # fmt: skip
+            self._resized_event(job, job.replicas, target, policy, slot)
             done += 1
             self._crash(f"resized-{done}", slot)
         return done
 
+    def _resized_event(
+        self, job: ManagedJob, before: tuple[int, int], target: Target, policy: PolicySpec, slot: int
+    ) -> None:
+        note = f"slot {slot}: {before[0]} -> {target.workers} workers"
+        note += f", {before[1]} -> {target.ps} PS" if target.ps or before[1] else ""
+        self._event("Normal", "Resized", "Resize", f"{note} ({policy.mode.value}, {policy.model_ref})",
+                    ObjectRef.of(job.obj))  # fmt: skip
+        self._announced[1].add(target.job_id)
+
+    def _announce_replayed(
+        self, journal: SlotJournal, jobs: dict[str, ManagedJob], policy: PolicySpec, slot: int
+    ) -> None:
+        """The `Resized` Events of the resizes another process made in this slot before it stopped: a slot's
+        Events are held until its end, so they died with it, unless its status reports the slot done. A job counts
+        when it holds its target, carries this slot's stamp, and this process has not announced it."""
+        if slot <= self._reported_slot:
+            return
+        for entry in journal.entries:
+            target, job = entry.target, jobs.get(entry.target.job_id)
+            before = (entry.record.held_workers, entry.record.held_ps)
+            if job is None or job.resized_slot != slot or job.replicas != target.size or before == target.size:
+                continue
+            if target.job_id not in self._announced[1]:
+                self._resized_event(job, before, target, policy, slot)
+
     # -- status -----------------------------------------------------------------------------------------------
 
-    def status(self) -> dict[str, Any]:
-        """The SchedulerPolicy status this replica would write now."""
+    def status(self, slot_done: bool = False) -> dict[str, Any]:
+        """The SchedulerPolicy status this replica would write now; `slot_done`: at the end of a slot, which ends
+        a stall of the slot loop (`Health.stalled`)."""
         policy, runtime, report, snap = self.policy, self.runtime, self.last_report, self.last_snapshot
         current = runtime.current
         spec_ok = self.policy_error is None
@@ -395,10 +507,13 @@ class Controller:
             model_condition = (False, "LoadFailed", runtime.load_error + kept)
         else:
             model_condition = (False, "Loading", f"loading {policy.model_ref}")
-        fallback = report.fallback if report is not None else None
-        ready = spec_ok and model_ok
+        fallback = report.fallback if report is not None else self._fallback  # the previous leader's, until a slot
+        stalled = None if slot_done else self.health.stalled()
+        ready = spec_ok and model_ok and stalled is None
         ready_reason = "Ready" if ready else ("InvalidSpec" if not spec_ok else model_condition[1])
         ready_message = "serving" if ready else (self.policy_error or model_condition[2])
+        if stalled is not None:  # first: while slots fail nothing is decided, recorded or resized at all
+            ready_reason, ready_message = "SlotsFailing", stalled[:1000]
         conditions = self._conditions.build(
             [
                 ("Ready", ready, ready_reason, ready_message),
@@ -425,7 +540,7 @@ class Controller:
             "kueueManaged": len(kueue),
             "sizeOwnedElsewhere": len(owned),
             "unknownModels": len(unknown),
-            "refused": len(snap.refused) if snap is not None else 0,
+            "quarantined": len(snap.quarantined) if snap is not None else 0,
             "records": report.records if report is not None else 0,
             "resizes": report.resizes if report is not None else 0,
             "fallbackSlots": self.total_fallbacks,
@@ -445,16 +560,29 @@ class Controller:
             "kueueJobs": kueue[:20],
             "sizeOwnedJobs": owned[:20],
             "unknownModelJobs": unknown[:20],
-            "refusedJobs": list(snap.refused[:20]) if snap is not None else [],
+            "quarantinedJobs": [job.describe() for job in snap.quarantined[:20]] if snap is not None else [],
         }
         if report is not None:
             status["lastSlot"] = report.slot
             status["lastSlotSeconds"] = round(report.seconds, 4)
         return status
 
-    def publish_status(self) -> None:
+    def publish_status(self, slot_done: bool = False) -> None:
         if self.is_leader() and self.policy_exists:
-            self.actuator.patch_status(self.config.policy_name, self.status())
+            self.actuator.patch_status(self.config.policy_name, self.status(slot_done))
+
+    def _slot_failed(self, error: Exception) -> None:
+        """Count a failed attempt of the slot loop; once it stalls, say so on the SchedulerPolicy, once per stall
+        (best effort: the API server may be what fails, and then `/readyz` is what tells)."""
+        self.metrics.slot_failures.inc()
+        self.health.slot_failed(error)
+        if self.health.stalled() is None or self._stall_reported == self.health.failing_since:
+            return
+        try:
+            self.publish_status()
+            self._stall_reported = self.health.failing_since
+        except Exception as status_error:  # the API is down too: try again at the next failure
+            log.warning("status not written: %s: %s", type(status_error).__name__, status_error)
 
     # -- the loop ---------------------------------------------------------------------------------------------
 
@@ -502,7 +630,11 @@ class Controller:
                 self.metrics.leader.set(1 if leader else 0)
                 if leader and not led:
                     done_slot = None  # a new leader runs the current slot (its journal makes that safe)
+                    self.take_over(policy_watch.get(name))
+                elif led and not leader:
+                    self.health.clear_failures()  # a standby runs no slot: its readiness is the API's and the model's
                 led = leader
+                self.health.unreachable = self.elector.unreachable() if self.elector is not None else None
                 try:
                     latest = policy_watch.get(name)
                     if policy_changed.is_set():
@@ -517,6 +649,8 @@ class Controller:
                     clock_key = f"{self.config.clock_namespace}/{self.config.clock_name}"
                     clock = clock_watch.get(clock_key) if clock_watch is not None else None
                     now = self.current_slot(clock)
+                    if now is not None:
+                        self.metrics.slot_length.set(now.slot_s)
                     if now is not None and now.slot != done_slot and leader:
                         report = self.run_slot(now.slot, now.time_s, now.slot_s, dict(now.resource_versions))
                         if report is not None:
@@ -526,8 +660,9 @@ class Controller:
                                 report.resizes, report.records, report.seconds,
                                 f", fallback: {report.fallback}" if report.fallback else "",
                             )  # fmt: skip
-                except Exception as error:  # the API failed past its retries: try again shortly
+                except Exception as error:  # the API or the record store failed past its retries: try again shortly
                     log.warning("slot loop: %s: %s", type(error).__name__, error)
+                    self._slot_failed(error)
                     stop.wait(1.0)
                     continue
                 wake.wait(self._idle_s())

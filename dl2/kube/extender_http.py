@@ -1,8 +1,14 @@
-"""The extender over HTTP: the server kube-scheduler calls, and the client the simulated cluster's scheduler uses.
+"""The extender over HTTPS: the server kube-scheduler calls, and the client the simulated cluster's scheduler uses.
 
 Server (`ExtenderServer`): `POST <prefix>/filter` and `POST <prefix>/prioritize` take an `ExtenderArgs` JSON body
 and answer an `ExtenderFilterResult` and a `HostPriorityList`; `GET /healthz`. A body that is not `ExtenderArgs`
 gets 400 (for `filter`, with the reason in the result's `Error`, where kube-scheduler reads it).
+
+With `ServerTLS` it serves HTTPS and answers the verbs only to a client that presented a certificate its client CA
+signed (kube-scheduler, whose extender `tlsConfig` carries one): whoever calls the verbs steers placement. A
+certificate of another CA fails the handshake; a client with none gets 401, so that the kubelet's probes (which
+present no certificate) still reach `/healthz`. Without `ServerTLS` it is plain HTTP with no authentication, for
+tests and local runs only.
 
 Client (`ExtenderClient`): the calls kube-scheduler makes, with its `httpTimeout`; any failure (refused, timed out,
 an HTTP error, a body of the wrong shape) raises `ExtenderUnavailable`, which an `ignorable` extender's caller
@@ -12,10 +18,15 @@ treats as "no opinion" (kube-scheduler then schedules without it).
 from __future__ import annotations
 
 import json
+import os
+import ssl
+import sys
 import threading
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from dl2.core import InputError
@@ -23,20 +34,105 @@ from dl2.kube.extender import FILTER_VERB, PRIORITIZE_VERB, ExtenderArgs, Harmon
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 """Largest request accepted (a NodeList of a few thousand nodes fits)."""
+HANDSHAKE_TIMEOUT_S = 10.0
+"""How long a connection may take to finish its TLS handshake and send its request (a slow client holds only its own
+thread: the handshake runs there, not in the loop that accepts connections)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerTLS:
+    """The extender's HTTPS: its serving certificate and key, and the CA whose client certificates it accepts."""
+
+    cert_file: Path
+    """PEM serving certificate (its chain after it), for the names kube-scheduler's `urlPrefix` uses."""
+    key_file: Path
+    """PEM private key of `cert_file`."""
+    client_ca_file: Path
+    """PEM CA certificate(s): a client must present a certificate one of them signed to call the verbs."""
+
+    def context(self) -> ssl.SSLContext:
+        """A server context: TLS 1.2 or later, client certificates verified against the CA when presented."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(self.cert_file, self.key_file)
+        context.load_verify_locations(cafile=self.client_ca_file)
+        # OPTIONAL, not REQUIRED: a certificate that is presented must verify (else the handshake fails), and one
+        # that is not is refused per request (401) rather than per connection, so the kubelet's probes reach /healthz
+        context.verify_mode = ssl.CERT_OPTIONAL
+        return context
+
+
+class _ReloadingContext:
+    """The server's context, made again at a connection's handshake when a file of `tls` has changed since: the
+    kubelet updates a mounted Secret in place when it is renewed (cert-manager), and a restart is not needed."""
+
+    def __init__(self, tls: ServerTLS) -> None:
+        self.tls = tls
+        self._stamp = self._files()
+        self.context = tls.context()
+        self.context.sni_callback = self._on_hello
+        self._current = self.context
+        self._lock = threading.Lock()
+
+    def _files(self) -> tuple[int, ...]:
+        return tuple(
+            os.stat(path).st_mtime_ns for path in (self.tls.cert_file, self.tls.key_file, self.tls.client_ca_file)
+        )
+
+    def _on_hello(self, connection: ssl.SSLObject | ssl.SSLSocket, server_name: str | None, _: ssl.SSLContext) -> None:
+        """Called at every handshake (with or without SNI): hand the connection the newest context."""
+        with self._lock:
+            try:
+                stamp = self._files()
+                if stamp != self._stamp:
+                    self._current, self._stamp = self.tls.context(), stamp
+            except (OSError, ssl.SSLError) as error:  # mid-update (a key that is not yet the certificate's): wait
+                print(f"dl2 extender: keeping the certificates loaded before: {error}", file=sys.stderr)
+            if self._current is not self.context:
+                connection.context = self._current
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """One line for a connection that failed (a handshake refused, plain HTTP on the TLS port), no traceback."""
+        error = sys.exc_info()[1]
+        print(f"dl2 extender: {client_address[0]}: {error}", file=sys.stderr)
 
 
 class ExtenderServer:
-    """A threaded HTTP server for one `HarmonyExtender` (`start()`, `url`, `stop()`; also a context manager)."""
+    """A threaded HTTP(S) server for one `HarmonyExtender` (`start()`, `url`, `stop()`; also a context manager)."""
 
-    def __init__(self, extender: HarmonyExtender, host: str = "127.0.0.1", port: int = 0, prefix: str = "/extender"):
+    def __init__(
+        self,
+        extender: HarmonyExtender,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        prefix: str = "/extender",
+        tls: ServerTLS | None = None,
+    ):
         self.extender = extender
         self.prefix = "/" + prefix.strip("/")
+        self.tls = tls
         self.requests = 0
+        self.refused = 0
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = HANDSHAKE_TIMEOUT_S
+
+            def setup(self) -> None:
+                super().setup()
+                if isinstance(self.request, ssl.SSLSocket):
+                    self.request.do_handshake()
+
             def log_message(self, format: str, *args: Any) -> None:
                 return  # one line per request would swamp a busy scheduler's logs
+
+            def _authenticated(self) -> bool:
+                """Plain HTTP, or a client certificate the client CA signed (the handshake verified it)."""
+                return not isinstance(self.request, ssl.SSLSocket) or bool(self.request.getpeercert())
 
             def do_GET(self) -> None:
                 if self.path == "/healthz":
@@ -45,6 +141,10 @@ class ExtenderServer:
                     self._send(404, {"error": f"no route {self.path}"})
 
             def do_POST(self) -> None:
+                if not self._authenticated():
+                    outer.refused += 1
+                    self._send(401, {"error": "a client certificate signed by the extender's client CA is required"})
+                    return
                 outer.requests += 1
                 verb = self.path.removeprefix(outer.prefix + "/") if self.path.startswith(outer.prefix + "/") else ""
                 if verb not in (FILTER_VERB, PRIORITIZE_VERB):
@@ -74,14 +174,18 @@ class ExtenderServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server((host, port), Handler)
+        if tls is not None:
+            context = _ReloadingContext(tls).context
+            self._server.socket = context.wrap_socket(
+                self._server.socket, server_side=True, do_handshake_on_connect=False
+            )
         self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}{self.prefix}"
+        return f"{'https' if self.tls else 'http'}://{host!s}:{port}{self.prefix}"
 
     def start(self) -> ExtenderServer:
         self._thread = threading.Thread(target=self._server.serve_forever, name="dl2-extender", daemon=True)
@@ -117,11 +221,14 @@ class ExtenderClient:
         timeout_s: float = 2.0,
         filter_verb: str = FILTER_VERB,
         prioritize_verb: str = PRIORITIZE_VERB,
+        context: ssl.SSLContext | None = None,
     ) -> None:
         self.url_prefix = url_prefix.rstrip("/")
         self.timeout_s = timeout_s
         self.filter_verb = filter_verb
         self.prioritize_verb = prioritize_verb
+        self.context = context
+        """For an https `url_prefix`: the server's CA and the client certificate (`client_context`)."""
 
     def filter(self, args: ExtenderArgs) -> list[str]:
         """The node names that pass (an `Error` in the result counts as no answer)."""
@@ -156,15 +263,26 @@ class ExtenderClient:
             method="POST",
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            with urllib.request.urlopen(request, timeout=self.timeout_s, context=self.context) as response:
                 return json.loads(response.read())
         except (urllib.error.URLError, OSError, ValueError) as error:  # refused, timed out, HTTP error, not JSON
             raise ExtenderUnavailable(f"{verb}: {error}") from None
+
+
+def client_context(ca_file: Path, cert_file: Path | None = None, key_file: Path | None = None) -> ssl.SSLContext:
+    """What kube-scheduler's extender `tlsConfig` sets up: trust `ca_file` for the server (and check its name), and
+    present `cert_file` (`key_file`) when given."""
+    context = ssl.create_default_context(cafile=ca_file)
+    if cert_file is not None:
+        context.load_cert_chain(cert_file, key_file)
+    return context
 
 
 __all__ = [
     "ExtenderClient",
     "ExtenderServer",
     "ExtenderUnavailable",
+    "ServerTLS",
+    "client_context",
     "filter_result",
 ]

@@ -47,6 +47,24 @@ class LeaseElector:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._was_leader = False
+        self._answered_at = clock()
+        """Local time of the last attempt the API server answered (a refusal, a conflict included)."""
+        self.unanswered = ""
+        """Why the last attempt got no answer ("": it got one)."""
+
+    def unreachable(self) -> str | None:
+        """Why this replica can neither lead nor take over, once the API server has not answered for a renew
+        deadline (what a leader may go without renewing); else None."""
+        silent_s = self.clock() - self._answered_at
+        if not self.unanswered or silent_s < self.config.renew_deadline_s:
+            return None
+        return f"the API server has not answered for {silent_s:.0f} s: {self.unanswered}"
+
+    def _answered(self, answered: bool, error: Exception | None = None) -> None:
+        if answered:
+            self._answered_at, self.unanswered = self.clock(), ""
+        else:
+            self.unanswered = f"{type(error).__name__}: {error}"
 
     def is_leader(self) -> bool:
         renewed = self._renewed_at
@@ -59,11 +77,14 @@ class LeaseElector:
         config = self.config
         try:
             lease = self.coordination.read_namespaced_lease(config.name, config.namespace)
+            self._answered(True)
         except ApiException as error:
+            self._answered(True)
             if error.status != 404:
                 return self._result(False)
             return self._result(self._create())
-        except Exception:  # the API is unreachable: no renewal this time
+        except Exception as error:  # the API is unreachable: no renewal this time
+            self._answered(False, error)
             return self._result(False)
         from kubernetes import client
 

@@ -49,9 +49,6 @@ SMOKE_BUDGET_S = 5.0
 """Longest a smoke-test decision may take (three jobs on two nodes; a sound model needs milliseconds), after one
 untimed decision that compiles what a policy compiles on first use (numba's kernels, where no cache is
 writable: seconds)."""
-MAX_PROGRESS_RATIO = 2.0
-"""A job this far past its declared epochs is outside what a policy was trained on (the decision-log suite's
-bound)."""
 
 
 def directory_loader(root: Path) -> Loader:
@@ -154,20 +151,10 @@ def check_allocation(view: ClusterView, allocation: Allocation) -> str | None:
 
 
 def input_problem(view: ClusterView) -> str | None:
-    """Why a view is outside what a policy can be trusted with (DL2 §7), or None."""
+    """Why a view as a whole is outside what a policy can be trusted with (DL2 §7), or None. A job's own inputs
+    out of range quarantine that job alone (`dl2.kube.quarantine`), before the view is made."""
     if not (math.isfinite(view.time_s) and view.slot_s > 0):
         return f"bad clock (time {view.time_s}, slot {view.slot_s} s)"
-    largest = max((node.capacity.gpu for node in view.cluster.nodes), default=0.0)
-    for job in view.jobs:
-        spec = job.spec
-        if spec.model not in CATALOGUE:
-            return f"job {spec.job_id}: unknown job type {spec.model!r}"
-        if not (math.isfinite(job.progress_epochs) and job.progress_epochs >= 0 and spec.declared_epochs > 0):
-            return f"job {spec.job_id}: progress {job.progress_epochs} of {spec.declared_epochs} declared epochs"
-        if job.progress_epochs > MAX_PROGRESS_RATIO * spec.declared_epochs:
-            return f"job {spec.job_id}: {job.progress_epochs:g} epochs done, over {MAX_PROGRESS_RATIO:g}x declared"
-        if spec.worker_demand.gpu > largest:
-            return f"job {spec.job_id}: a worker needs {spec.worker_demand.gpu:g} GPUs, more than any node has"
     return None
 
 

@@ -10,13 +10,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dl2.core import Allocation, ClusterSpec, ClusterView, JobAllocation, JobSpec, JobView, NodeSpec
+from dl2.core import Allocation, ClusterSpec, ClusterView, JobAllocation, JobSpec, JobView, NodeSpec, Resources
 from dl2.kube import contract as c
 from dl2.kube.progress_metrics import ProgressQuery
+from dl2.kube.quarantine import Cause, Quarantined, Room, job_problem, reserved
 
 RESIZED_SLOT = "dl2.io/resized-slot"
 """Annotation the controller puts on a job it resizes: the slot of that resize (its cooldown is counted from it)."""
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+DISBELIEVED = (Cause.PROGRESS, Cause.PROGRESS_BACKWARDS)
+"""Causes of quarantine under which a job's progress is not taken for what it did (its last record observes 0)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,13 +67,17 @@ class ManagedJob:
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     view: ClusterView
-    """Active (arrived, unfinished) jobs in workload order: arrival time, then name."""
+    """Active (arrived, unfinished) jobs in workload order: arrival time, then name; quarantined jobs are not in
+    it, and what their pods hold is taken off its nodes (`quarantine.reserved`)."""
     jobs: tuple[ManagedJob, ...]
     """Aligned with `view.jobs`."""
+    cluster: ClusterSpec
+    """The cluster as its nodes are (what the decision log describes)."""
     progress: Mapping[str, float] = field(default_factory=dict)
-    """Epochs done of every job read, finished ones included (a slot's observed progress is its difference)."""
-    refused: tuple[str, ...] = ()
-    """`namespace/name: reason` of jobs that do not follow the contract (left alone)."""
+    """Epochs done of every job read, finished ones included (a slot's observed progress is its difference), except
+    jobs quarantined for their progress (`DISBELIEVED`)."""
+    quarantined: tuple[Quarantined, ...] = ()
+    """Unfinished jobs left alone because their inputs break the contract or are out of range, in key order."""
 
     @property
     def num_kueue(self) -> int:
@@ -201,10 +208,12 @@ def snapshot(
     cluster_name: str,
     specs: SpecCache | None = None,
     measured: Mapping[tuple[str, str], float] | None = None,
+    recorded: Mapping[str, float] | None = None,
 ) -> Snapshot:
     """The view of a slot from one read: active jobs in workload order with the tasks they hold (`specs` keeps
     the parsed job specs between slots; `measured`: (namespace, name) -> epochs from the jobs' own metrics, which
-    count where they are ahead of the reported annotation)."""
+    count where they are ahead of the reported annotation; `recorded`: job id -> its progress in its last decision
+    record). A job whose inputs break the contract or are out of range is quarantined (`dl2.kube.quarantine`)."""
     if specs is not None:
         cluster, node_index = specs.cluster(raw.nodes, cluster_name)
     else:
@@ -213,11 +222,12 @@ def snapshot(
     autoscaled = c.autoscaled_jobs(raw.autoscalers)
     active: list[tuple[float, str, JobView, ManagedJob]] = []
     progress: dict[str, float] = {}
-    refused: list[str] = []
+    quarantined: list[Quarantined] = []
     seen: set[str] = set()
+    room = Room.of(cluster)
     for obj in raw.jobs:
         metadata = obj.get("metadata") or {}
-        key = f"{metadata.get('namespace')}/{metadata.get('name')}"
+        namespace, name = str(metadata.get("namespace")), str(metadata.get("name"))
         try:
             spec: JobSpec = specs.spec(obj) if specs is not None else c.job_spec(obj)
             done = c.is_finished(obj)
@@ -226,16 +236,23 @@ def snapshot(
                 epochs = max(epochs, measured.get(_key(obj), 0.0))
             replicas = c.replicas(obj)
         except (c.ContractError, ValueError, TypeError) as error:
-            refused.append(f"{key}: {error}")
+            quarantined.append(Quarantined(namespace, name, Cause.CONTRACT, str(error), obj))
             continue
         if spec.job_id in seen:
-            refused.append(f"{key}: job id {spec.job_id!r} is used by another job")
+            message = f"job id {spec.job_id!r} is used by another job"
+            quarantined.append(Quarantined(namespace, name, Cause.DUPLICATE_ID, message, obj))
             continue
         seen.add(spec.job_id)
-        progress[spec.job_id] = epochs
         if done:
+            progress[spec.job_id] = epochs
             continue
-        namespace, name = metadata["namespace"], metadata["name"]
+        problem = job_problem(spec, epochs, replicas, room, (recorded or {}).get(spec.job_id))
+        if problem is not None:
+            quarantined.append(Quarantined(namespace, name, *problem, obj))
+            if problem[0] not in DISBELIEVED:  # its last record's outcome: what it really did
+                progress[spec.job_id] = epochs
+            continue
+        progress[spec.job_id] = epochs
         allocation = held.get((namespace, name), JobAllocation())
         job_view = JobView(spec, epochs, 0.0, allocation, 0.0, 0.0, 0)
         owner = c.size_owner(obj) or autoscaled.get((namespace, str(obj.get("kind")), name))
@@ -249,5 +266,29 @@ def snapshot(
     active.sort(key=lambda entry: (entry[0], entry[1]))
     views = tuple(entry[2] for entry in active)
     previous = Allocation({v.spec.job_id: v.allocation for v in views})
-    view = ClusterView(time_s, slot, slot_s, cluster, views, previous)
-    return Snapshot(view, tuple(entry[3] for entry in active), progress, tuple(sorted(refused)))
+    left_alone = {(q.namespace, q.name) for q in quarantined}
+    decided_on = reserved(cluster, _requests_on_nodes(raw.pods, node_index, left_alone))
+    view = ClusterView(time_s, slot, slot_s, decided_on, views, previous)
+    quarantined.sort(key=lambda q: q.key)
+    return Snapshot(view, tuple(entry[3] for entry in active), cluster, progress, tuple(quarantined))
+
+
+def _requests_on_nodes(
+    pods: Sequence[dict[str, Any]], node_index: Mapping[str, int], jobs: set[tuple[str, str]]
+) -> dict[int, Resources]:
+    """Node index -> what the training pods of `jobs` ((namespace, job name)) request on it."""
+    if not jobs:
+        return {}
+    taken: dict[int, Resources] = {}
+    for pod in pods:
+        metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        owner = c.pod_job_role(metadata.get("labels") or {})
+        node = node_index.get(spec.get("nodeName") or "")
+        if node is None or owner is None or (metadata.get("namespace", ""), owner[0]) not in jobs:
+            continue
+        try:
+            demand = c.pod_template_demand(pod)
+        except c.ContractError:
+            continue  # a request the API server would not have stored
+        taken[node] = taken.get(node, Resources()) + demand
+    return taken

@@ -23,17 +23,25 @@ previous slot (the controller was away for a slot) is dropped: its observed prog
 from __future__ import annotations
 
 import json
+import re
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dl2.core import Allocation, Attribution, ClusterSpec, ClusterView, DecisionRecord, JobAllocation
+from dl2.core import Allocation, Attribution, ClusterSpec, ClusterView, DecisionRecord, Dl2Error, JobAllocation
 from dl2.core.log_format import CLUSTER_FILE, cluster_to_json, parse_record, records_text, segment_name
 from dl2.kube.reconcile import Reason, Target
 from dl2.sim.decision_log import decision_record, read_store_log
 from dl2.sim.record_store import RecordStore
 
 JOURNAL = ".journal"
+PROBE = ".probe"
+"""Where `DecisionLog.probe` writes (hidden, as the journal: collection never reads it)."""
+
+
+class StoreUnusable(Dl2Error):
+    """The decision log cannot be written and read back: `dl2 serve` refuses to start (one line, exit status 2)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +205,30 @@ class DecisionLog:
 
     def records(self) -> list[DecisionRecord]:
         return read_store_log(self.store)
+
+    def probe(self, writer: str) -> None:
+        """Create a probe object, read it back, check that creating it again is refused, and remove it: what every
+        slot asks of the store (the journal's create-if-absent included), asked once at start, so that a store
+        that cannot serve stops `dl2 serve` with one line rather than failing every slot. Raises `StoreUnusable`."""
+        name = f"{PROBE}/{re.sub(r'[^A-Za-z0-9_.-]', '-', writer)}-{secrets.token_hex(4)}"
+        token = secrets.token_hex(16)
+        try:
+            created = self.store.create(name, token)
+            back = self.store.read(name)
+            again = self.store.create(name, "again")
+            self.store.delete(name)
+        except Exception as error:  # whatever the driver raises (no endpoint, no bucket, no credentials, no access)
+            raise StoreUnusable(
+                f"decision log {self.store}: cannot write and read back a probe object ({type(error).__name__}: "
+                f"{error}); check the URL, the bucket, the endpoint (AWS_ENDPOINT_URL) and the credentials"
+            ) from error
+        if not created or back != token:
+            raise StoreUnusable(f"decision log {self.store}: a probe object written was not read back as written")
+        if again:
+            raise StoreUnusable(
+                f"decision log {self.store}: creating an object that exists replaced it: the store ignores "
+                "If-None-Match: *, and the journal needs create-if-absent (use S3, MinIO, R2 or versitygw)"
+            )
 
     def describe_cluster(self, cluster: ClusterSpec) -> bool:
         """Write `cluster.json` if it is missing or says something else; whether it was written."""

@@ -14,6 +14,9 @@ from dl2.core.limits import MAX_TIME_S
 from dl2.kube import clock as slot_clock
 from dl2.schedulers.registry import check_placer
 
+PLACEHOLDER_BUCKET = "REPLACE-WITH-YOUR-BUCKET"
+"""The bucket name the manifests ship with (k8s/configmap.yaml, the chart's records.url): refused, not looped on."""
+
 
 @config
 class ControllerConfig:
@@ -53,6 +56,13 @@ class ControllerConfig:
 
     def __post_init__(self) -> None:
         check_placer("placer", self.placer)
+        if PLACEHOLDER_BUCKET in str(self.decision_log):
+            raise refuse(
+                "decision_log",
+                str(self.decision_log),
+                "the shipped placeholder: set your bucket, DL2_DECISION_LOG in the ConfigMap dl2-scheduler-config "
+                "(k8s/configmap.yaml) or the chart's records.url",
+            )
 
 
 SERVE_KEYS = Keys(

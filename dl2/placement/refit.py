@@ -30,7 +30,7 @@ import numpy as np
 
 from dl2.config import Probability, config
 from dl2.core import ClusterSpec, DecisionRecord, InputError
-from dl2.core.log_format import CLUSTER_FILE, read_cluster, read_log
+from dl2.core.log_format import read_cluster_log
 from dl2.nn.state_io import load_weights, write_model_dir
 from dl2.placement.config import PlacerConfig, PlacerTraining, PredictorTraining
 from dl2.placement.episodes import World
@@ -175,8 +175,7 @@ def refit_harmony(
     speeds, `dl2.sim.calibrated`, as a deployment reads them)."""
     config = config or HarmonyRefitConfig()
     started = time.perf_counter()
-    records = read_log(log)
-    cluster = read_cluster(log / CLUSTER_FILE)
+    records, cluster = read_cluster_log(log)  # a record of another cluster, or off its nodes, is bad input
     speed = refit_speed_model(records, cluster, load_speed_model(deployed_speed), config)
     speed_dir, placer_dir = out / "speed-model", out / "placer"
     speed_document = {"kind": "speed-model", **speed.model.config.to_json_dict(), "metadata": {

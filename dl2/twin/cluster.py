@@ -3,7 +3,8 @@ real API server by dl2's simulator, as a client like any controller.
 
 Nodes are real Node objects run by kwok. Every slot (`advance`):
 1. the twin lists the jobs and reads what each asks for now (its replicas, as a user or a controller set them;
-   a job whose object is gone is cancelled and gets nothing), clamped to the job's limits;
+   a job whose object is gone is cancelled and gets nothing; one deleted later in the slot, from then on),
+   clamped to the job's limits;
 2. it places the tasks: as dl2's placer does (`place_sticky`: running tasks stay; what fits nowhere stays
    Pending) and binds the pods itself (`pods/binding`, as a scheduler does), which is how every dl2 heuristic
    turns worker/PS counts into placements, so a client that sets a heuristic's counts gets that heuristic's run;
@@ -15,8 +16,9 @@ Nodes are real Node objects run by kwok. Every slot (`advance`):
    job status with replica counts, `dl2.io/progress-epochs` on every job that trained, finished jobs
    Succeeded/Completed and their pods removed;
 5. the next slot begins: jobs that have arrived are created as a user submits them (their pods Pending until the
-   slot places them); once kwok reports every bound pod Running, the clock ConfigMap (`dl2.kube.clock`) is
-   published last, naming the version of the last write of each resource the controller watches.
+   slot places them); once kwok reports every bound pod Running (or the pod is gone: a deleted job's), the clock
+   ConfigMap (`dl2.kube.clock`) is published last, naming the version of the last write of each resource the
+   controller watches.
 
 Writes of different jobs go out in parallel (`TwinOptions.parallel`). The twin authenticates as `dl2-twin`.
 """
@@ -292,7 +294,7 @@ class ClusterTwin:
 
         def sync(item: tuple[_Job, JobAllocation, tuple[int, int]]) -> None:
             job, placed, target = item
-            self._sync_job(job, placed, target, job.spec.job_id in finished, now)
+            self._unless_deleted(job, lambda: self._sync_job(job, placed, target, job.spec.job_id in finished, now))
 
         self._parallel(sync, work)
         if sim.done:
@@ -319,11 +321,7 @@ class ClusterTwin:
         stored = objects.get((job.namespace, job.name))
         if stored is None or (stored["metadata"].get("uid") not in ("", job.uid)):
             if not job.cancelled:
-                job.cancelled = True
-                for role in job.pods:
-                    for index in range(len(job.pods[role])):
-                        self._delete_pod(job, role, index)
-                    job.pods[role] = []
+                self._cancel(job)
             return 0, 0
         try:
             workers, ps = c.replicas(stored)
@@ -333,6 +331,39 @@ class ClusterTwin:
         workers = min(max(workers, 0), spec.max_workers)
         ps = min(max(ps, 0), spec.max_ps) if spec.architecture is Architecture.PS else 0
         return workers, ps
+
+    def _cancel(self, job: _Job) -> None:
+        """The job's object is gone (a user deleted it): it gets nothing from now on and its pods go (its
+        operator's garbage collector takes them too: one already gone is fine)."""
+        job.cancelled = True
+        for role in job.pods:
+            for index in range(len(job.pods[role])):
+                self._delete_pod(job, role, index)
+            job.pods[role] = []
+
+    def _unless_deleted(self, job: _Job, write: Callable[[], None]) -> None:
+        """`write` the job's objects; if one is not found because a user deleted the job since the slot listed it,
+        the job is cancelled instead (it ran this slot, and gets nothing after)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            write()
+        except ApiException as error:
+            if error.status != 404 or not self._deleted(job):
+                raise
+            self._cancel(job)
+
+    def _deleted(self, job: _Job) -> bool:
+        """Is the job's object gone (or replaced by another of its name)? A write that found nothing asks."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            stored = self.rest.get(job.resource, job.namespace, job.name)
+        except ApiException as error:
+            if error.status == 404:
+                return True
+            raise
+        return bool(stored["metadata"].get("uid") not in ("", job.uid))
 
     def _begin_slot(self) -> None:
         view = self._view = self.simulation.begin_slot()
@@ -349,6 +380,10 @@ class ClusterTwin:
         stored = self.rest.create(job.resource, job.namespace, body)
         job.uid = stored["metadata"]["uid"]
         job.created = True
+        self._unless_deleted(job, lambda: self._start_pods(job, stored))
+
+    def _start_pods(self, job: _Job, stored: dict[str, Any]) -> None:
+        """A new job's pods, Pending, and its first status (as its operator writes them)."""
         workers, ps = c.replicas(stored)
         spec = job.spec
         workers = min(workers, spec.max_workers)
@@ -490,11 +525,7 @@ class ClusterTwin:
         ]
         deadline = time.monotonic() + self.options.settle_timeout_s
         while time.monotonic() < deadline:
-            pending = [
-                (resource, key)
-                for resource, key in bound
-                if ((self._pods[resource].get(key) or {}).get("status") or {}).get("phase") != "Running"
-            ]
+            pending = [(resource, key) for resource, key in bound if _starting(self._pods[resource].get(key))]
             if not pending:
                 break
             bound = pending
@@ -578,6 +609,15 @@ def _schedulable(node: dict[str, Any]) -> bool:
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
     taints = (node.get("spec") or {}).get("taints") or []
     return ready and not any(str(t.get("key", "")).startswith("node.kubernetes.io/") for t in taints)
+
+
+def _starting(pod: dict[str, Any] | None) -> bool:
+    """A bound pod kwok has yet to report Running. One the cache (already past the twin's writes) does not hold,
+    or one being deleted, was removed by someone else (the garbage collector after its job was deleted, a user)
+    and will never run: waiting for it would hold the slot until the settle timeout."""
+    if pod is None or pod["metadata"].get("deletionTimestamp"):
+        return False
+    return bool((pod.get("status") or {}).get("phase") != "Running")
 
 
 def _undecided(pod: dict[str, Any]) -> bool:

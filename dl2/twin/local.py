@@ -55,7 +55,8 @@ class LocalCluster:
     def start(self) -> LocalCluster:
         try:
             self.plane.start()
-            identities = self.identities = install_dl2(self.plane)
+            namespaces = (self.options or TwinOptions()).namespaces
+            identities = self.identities = install_dl2(self.plane, namespaces)
             self.plane.write_kubeconfig(self.admin_kubeconfig)
             self.plane.write_kubeconfig(self.serve_kubeconfig, token=identities.controller)
             self.plane.write_kubeconfig(self.promoter_kubeconfig, token=identities.promoter)

@@ -50,9 +50,10 @@ def evaluate(
     params: Params, challenger: Path, champion: Path | None, layout: Layout, placer: str | None = None
 ) -> dict[str, Score]:
     """Scores of the challenger, the champion (if any), every heuristic (`pipelines.evaluate.heuristics`) and the
-    jobs at their asked sizes (realistic mode), the heuristics and the asked sizes placing with `placer` (the challenger's, by
-    default). The `evaluate` stage's scores are reused where they are the gate's runs (`evaluated_scores`: its
-    heuristics place with its own placer), the others run here, models from the registry's copies."""
+    jobs at their asked sizes (realistic mode), the heuristics and the asked sizes placing with `placer` (the
+    challenger's, by default). The `evaluate` stage's scores are reused where they are the gate's runs
+    (`evaluated_scores`: its heuristics place with its own placer), the others run here, models from the
+    registry's copies."""
     from pipelines.evaluate import PLACER, heuristics
     from pipelines.registry import model_digest
 

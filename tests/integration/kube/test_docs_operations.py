@@ -67,6 +67,10 @@ def installed(rest: Rest, policy: Policy) -> None:
     assert policy["metadata"]["generation"] == 1
     names = {d["metadata"]["name"] for d in rest.list(DEPLOYMENTS, "dl2-system")}
     assert names == {"dl2-scheduler", "dl2-extender", "dl2-kube-scheduler"}
+    # the certificates the extender and its kube-scheduler mount, which each install makes with the chart
+    certificates = {s["metadata"]["name"]: s for s in rest.list(SECRETS, "dl2-system")}
+    for name in ("dl2-extender-tls", "dl2-kube-scheduler-tls"):
+        assert set(certificates[name]["data"]) == {"ca.crt", "tls.crt", "tls.key"}
 
 
 def helm_installed(rest: Rest, policy: Policy) -> None:

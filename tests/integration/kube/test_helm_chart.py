@@ -6,6 +6,7 @@ server-side dry run to the real control plane (the session's, with the CRDs inst
 
 from __future__ import annotations
 
+import base64
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,11 @@ KEEP = {"helm.sh/resource-policy": "keep"}
 leaves them."""
 RBAC_KINDS = frozenset({"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"})
 DIGEST = "sha256:" + "0123456789abcdef" * 4
+CHART_MADE = frozenset(
+    {("v1", "Secret", "dl2-system", "dl2-extender-tls"), ("v1", "Secret", "dl2-system", "dl2-kube-scheduler-tls")}
+)
+"""What only the chart makes (`extender.tls.create`): the extender's and kube-scheduler's certificates, which a
+kustomize install makes once with the chart (`helm template --show-only templates/extender-tls.yaml`)."""
 Key = tuple[str, str, str | None, str]
 """An object's identity: (apiVersion, kind, namespace, name)."""
 
@@ -112,11 +118,14 @@ def test_helm_lint_passes_strict(helm_bin, values):
 
 
 def test_default_values_render_the_kustomize_base(helm_bin):
-    """Same identities, and each object equal to the base's but for Helm's labels; every object carries them but
-    the CRD (Helm installs crds/ as they are, untemplated)."""
+    """Same identities but for the certificates' Secrets, and each object equal to the base's but for Helm's
+    labels; every object carries them but the CRD (Helm installs crds/ as they are, untemplated)."""
     chart, base = render(helm_bin), kustomize(K8S)
-    assert sorted(chart) == sorted(base)
+    assert set(chart) - set(base) == CHART_MADE
+    assert sorted(set(chart) - CHART_MADE) == sorted(base)
     for key, obj in chart.items():
+        if key in CHART_MADE:
+            continue
         assert key[1] == "CustomResourceDefinition" or set(obj["metadata"].get("labels", {})) >= HELM_LABELS, key
         assert without_helm_labels(obj) == base[key], key
     kept = {key[1] for key, obj in chart.items() if obj["metadata"].get("annotations", {}).items() >= KEEP.items()}
@@ -161,9 +170,43 @@ def test_rbac_off_renders_no_roles_or_bindings_and_the_named_accounts(helm_bin):
 def test_account_names_follow_into_the_bindings(helm_bin):
     objects = render(helm_bin, "--set", "serviceAccounts.controller=ops-dl2")
     assert one(objects, "ServiceAccount", "ops-dl2")["metadata"]["namespace"] == "dl2-system"
-    for kind in ("ClusterRoleBinding", "RoleBinding"):
-        binding = one(objects, kind, "dl2-scheduler")
+    for kind, name in (("ClusterRoleBinding", "dl2-scheduler"), ("RoleBinding", "dl2-scheduler"),
+                       ("RoleBinding", "dl2-job-resizer")):  # fmt: skip
+        binding = one(objects, kind, name)
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "ops-dl2", "namespace": "dl2-system"}]
+    (condition,) = one(objects, "ValidatingAdmissionPolicy", "dl2-scheduler-resizes-only")["spec"]["matchConditions"]
+    assert condition["expression"] == "request.userInfo.username == 'system:serviceaccount:dl2-system:ops-dl2'"
+
+
+def resize_bindings(objects: dict[Key, dict[str, Any]]) -> list[tuple[str, str | None]]:
+    """(kind, namespace) of each binding of the controller's resize, dl2-job-resizer."""
+    return sorted(
+        (kind, namespace)
+        for (_, kind, namespace, name), obj in objects.items()
+        if kind in RBAC_KINDS and name == "dl2-job-resizer" and kind != "ClusterRole"
+    )
+
+
+def test_one_rolebinding_per_managed_namespace_or_one_clusterrolebinding(helm_bin):
+    """rbac.managedNamespaces: the resize bound in each (the default, the base's team-a); [] the cluster-wide mode."""
+    assert resize_bindings(render(helm_bin)) == [("RoleBinding", "team-a")]
+    listed = render(helm_bin, "--set", "rbac.managedNamespaces={team-b,team-c,ml-prod}")
+    assert resize_bindings(listed) == [("RoleBinding", "ml-prod"), ("RoleBinding", "team-b"), ("RoleBinding", "team-c")]
+    bindings = [obj for (_, kind, _, name), obj in listed.items() if (kind, name) == ("RoleBinding", "dl2-job-resizer")]
+    assert {(b["roleRef"]["kind"], b["roleRef"]["name"]) for b in bindings} == {("ClusterRole", "dl2-job-resizer")}
+    cluster_wide = render(helm_bin, "--set-json", "rbac.managedNamespaces=[]")
+    assert resize_bindings(cluster_wide) == [("ClusterRoleBinding", None)]
+
+
+def test_admission_policy_off_drops_both_policies_and_nothing_else(helm_bin):
+    default, objects = render(helm_bin), render(helm_bin, "--set", "admissionPolicy.enabled=false")
+    dropped = {(kind, name) for (_, kind, _, name) in set(default) - set(objects)}
+    assert set(objects) < set(default)
+    assert dropped == {
+        (kind, name)
+        for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+        for name in ("dl2-scheduler-resizes-only", "dl2-progress-reporter-progress-only")
+    }
 
 
 def test_extender_off_drops_its_objects_and_nothing_else(helm_bin):
@@ -186,6 +229,8 @@ def test_extender_off_drops_its_objects_and_nothing_else(helm_bin):
         ("Service", "dl2-extender"),
         ("NetworkPolicy", "dl2-extender"),
         ("NetworkPolicy", "dl2-kube-scheduler"),
+        ("Secret", "dl2-extender-tls"),
+        ("Secret", "dl2-kube-scheduler-tls"),
     }
 
 
@@ -211,6 +256,23 @@ def test_records_go_to_the_bucket_by_default_with_no_claim(helm_bin):
     # "": no Secret at all
     (serve,) = controller(render(helm_bin, "--set", "records.credentialsSecret="))["containers"]
     assert serve["envFrom"] == [{"configMapRef": {"name": "dl2-scheduler-config"}}]
+
+
+def test_an_https_registry_s_private_ca_reaches_mlflow_s_client(helm_bin):
+    """config.mlflowCaConfigMap: its ca.crt mounted, and MLFLOW_TRACKING_SERVER_CERT_PATH naming it."""
+    values = "config.mlflowTrackingUri=https://mlflow.example.com,config.mlflowCaConfigMap=corp-ca"
+    objects = render(helm_bin, "--set", values)
+    assert (
+        one(objects, "ConfigMap", "dl2-scheduler-config")["data"]["MLFLOW_TRACKING_URI"] == "https://mlflow.example.com"
+    )
+    pod = controller(objects)
+    (serve,) = pod["containers"]
+    assert {"name": "MLFLOW_TRACKING_SERVER_CERT_PATH", "value": "/etc/dl2/mlflow-ca/ca.crt"} in serve["env"]
+    assert {"name": "mlflow-ca", "mountPath": "/etc/dl2/mlflow-ca", "readOnly": True} in serve["volumeMounts"]
+    volume = {"name": "corp-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]}
+    assert {"name": "mlflow-ca", "configMap": volume} in pod["volumes"]
+    (serve,) = controller(render(helm_bin))["containers"]
+    assert "MLFLOW_TRACKING_SERVER_CERT_PATH" not in {e["name"] for e in serve["env"]}
 
 
 def test_the_controllers_account_carries_its_workload_identity(helm_bin):
@@ -300,6 +362,63 @@ def test_network_policy_off(helm_bin):
     assert not [key for key in render(helm_bin, "--set", "networkPolicy.enabled=false") if key[1] == "NetworkPolicy"]
 
 
+def egress_to(policy: dict[str, Any]) -> list[tuple[list[dict[str, Any]], list[int]]]:
+    """Each egress rule's peers and ports."""
+    return [(rule["to"], [port["port"] for port in rule["ports"]]) for rule in policy["spec"]["egress"]]
+
+
+def test_network_policy_peers_are_the_values(helm_bin):
+    """Each destination's peers and ports come from networkPolicy's values; an empty peer list drops the rule (a
+    rule with none would admit every address), so nothing is allowed there."""
+    api = "networkPolicy.egress.apiServer.to[0].ipBlock.cidr=10.0.0.10/32"
+    store = "networkPolicy.egress.objectStore.to[0].namespaceSelector.matchLabels.team=minio"
+    prometheus = 'networkPolicy.metricsFrom=[{"podSelector": {"matchLabels": {"app": "prom"}}}]'
+    objects = render(helm_bin, "--set", f"{api},{store},networkPolicy.egress.objectStore.ports={{9000}}",
+                     "--set-json", "networkPolicy.egress.prometheus.to=[]", "--set-json", prometheus)  # fmt: skip
+    minio = [{"namespaceSelector": {"matchLabels": {"team": "minio"}}}]
+    controller_rules = egress_to(one(objects, "NetworkPolicy", "dl2-scheduler"))
+    assert controller_rules[1:] == [
+        ([{"ipBlock": {"cidr": "10.0.0.10/32"}}], [443, 6443]),
+        (minio, [9000]),
+        ([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "mlflow"}}}], [5000, 443]),
+    ]  # and no rule for Prometheus
+    for name in ("dl2-extender", "dl2-kube-scheduler"):
+        assert egress_to(one(objects, "NetworkPolicy", name))[1] == (
+            [{"ipBlock": {"cidr": "10.0.0.10/32"}}],
+            [443, 6443],
+        )
+    for name, port in (("dl2-scheduler", 8080), ("dl2-kube-scheduler", 10259)):
+        assert one(objects, "NetworkPolicy", name)["spec"]["ingress"] == [
+            {"from": [{"podSelector": {"matchLabels": {"app": "prom"}}}], "ports": [{"port": port, "protocol": "TCP"}]}
+        ]
+    closed = render(helm_bin, "--set-json", "networkPolicy.metricsFrom=[]")
+    assert one(closed, "NetworkPolicy", "dl2-scheduler")["spec"]["ingress"] is None  # nothing may connect
+
+
+def test_the_chart_makes_certificates_for_the_extender_s_service_or_takes_yours(helm_bin):
+    """The serving certificate names the Service in the release's namespace, as kube-scheduler's urlPrefix does;
+    both Secrets carry the one CA. With tls.create false no Secret is made and the pods mount the named ones."""
+    from cryptography import x509
+
+    objects = render(helm_bin, "--set", "namespace.name=ml-scheduling")
+    config = yaml.safe_load(one(objects, "ConfigMap", "dl2-kube-scheduler-config")["data"]["config.yaml"])
+    (extender,) = config["extenders"]
+    assert extender["urlPrefix"] == "https://dl2-extender.ml-scheduling.svc:8888/extender"
+    server, client = (one(objects, "Secret", name) for name in ("dl2-extender-tls", "dl2-kube-scheduler-tls"))
+    assert server["type"] == client["type"] == "kubernetes.io/tls"
+    assert server["data"]["ca.crt"] == client["data"]["ca.crt"]
+    pem = base64.b64decode(server["data"]["tls.crt"])
+    names = x509.load_pem_x509_certificate(pem).extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    assert "dl2-extender.ml-scheduling.svc" in names.value.get_values_for_type(x509.DNSName)
+    yours = render(
+        helm_bin, "--set", "extender.tls.create=false,extender.tls.serverSecret=ours,extender.tls.clientSecret=theirs"
+    )
+    assert not [key for key in yours if key[1] == "Secret"]
+    for deployment, secret in (("dl2-extender", "ours"), ("dl2-kube-scheduler", "theirs")):
+        volumes = one(yours, "Deployment", deployment)["spec"]["template"]["spec"]["volumes"]
+        assert {"name": "tls", "secret": {"secretName": secret}} in volumes
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [
@@ -322,6 +441,15 @@ def test_network_policy_off(helm_bin):
         ("rbac.create=maybe", "at '/rbac/create': got string, want boolean"),
         ("extender.enabled=yes", "at '/extender/enabled': got string, want boolean"),
         ("replica=3", "additional properties 'replica' not allowed"),
+        (
+            "networkPolicy.egress.apiServer.to[0].ipBlock.cidr=api.example.com",
+            "at '/networkPolicy/egress/apiServer/to/0/ipBlock/cidr'",
+        ),
+        (
+            "networkPolicy.egress.mlflow.ports={http}",
+            "at '/networkPolicy/egress/mlflow/ports/0': got string, want integer",
+        ),
+        ("extender.tls.serverSecret=Ours", "at '/extender/tls/serverSecret': 'Ours' does not match pattern"),
     ],
 )
 def test_the_schema_refuses_bad_values_by_name(helm_bin, value, message):

@@ -10,7 +10,6 @@ import threading
 import time
 import urllib.request
 from collections import Counter
-from dataclasses import replace
 
 import pytest
 
@@ -22,7 +21,6 @@ from dl2.kube.controller import Controller, ControllerConfig
 from dl2.kube.informer import Informer
 from dl2.kube.leader import LeaseConfig, LeaseElector
 from dl2.kube.metrics import HealthServer, Metrics
-from dl2.kube.models import input_problem, smoke_view
 from dl2.kube.policy import POLICIES
 from dl2.kube.promotion import confirm_hook, promote_policy
 from dl2.kube.rest import AUTOSCALERS, EVENTS, PYTORCHJOBS, VOLCANO_JOBS, Rest
@@ -309,7 +307,7 @@ def test_jobs_an_hpa_or_gitops_sizes_are_left_alone_and_reported(setup, policies
     reasons = {entry.split(": ", 1)[0].split("/")[1]: entry.split(": ", 1)[1] for entry in status["sizeOwnedJobs"]}
     assert set(reasons) == owned and status["counts"]["sizeOwnedElsewhere"] == 2
     assert "argocd-controller" in reasons[name] and "Flux" in reasons[tracked["metadata"]["name"]]
-    assert status["refusedJobs"] == [] and status["counts"]["unknownModels"] == 1
+    assert status["quarantinedJobs"] == [] and status["counts"]["unknownModels"] == 1
     assert status["unknownModelJobs"][0].startswith(f"{tracked['metadata']['namespace']}/{tracked['metadata']['name']}")
     assert "'bert-large' not in the catalogue, profiled as" in status["unknownModelJobs"][0]
 
@@ -503,16 +501,6 @@ def test_a_model_that_fails_to_load_or_raises_falls_back_with_conditions_and_eve
     assert reasons.count("Fallback") == 1  # once when it starts, not every slot
     resized = [(kind, reason) for job in setup.jobs() for kind, reason, _ in events_about(setup.kube, job)]
     assert resized and set(resized) == {("Normal", "Resized")}
-
-
-def test_input_out_of_range_is_detected():
-    view = smoke_view()
-    assert input_problem(view) is None
-    job = view.jobs[0]
-    runaway = replace(job, progress_epochs=3 * job.spec.declared_epochs)
-    assert "over 2x declared" in input_problem(replace(view, jobs=(runaway, *view.jobs[1:])))
-    huge = replace(job, spec=replace(job.spec, worker_demand=replace(job.spec.worker_demand, gpu=16.0)))
-    assert "more than any node has" in input_problem(replace(view, jobs=(huge,)))
 
 
 def test_the_api_server_refuses_what_its_schema_forbids_and_the_controller_refuses_the_rest(

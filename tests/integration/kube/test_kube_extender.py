@@ -1,16 +1,20 @@
 """Harmony's placer as a kube-scheduler extender: the protocol's request and response shapes, the scores against
-the placer's own choice, the HTTP server, and the real kube-scheduler with the shipped extender configuration,
-where pods of managed jobs land on the node the extender ranks first and a refused, slow or broken extender never
-blocks scheduling (`ignorable: true`)."""
+the placer's own choice, the HTTPS server (which answers only a client certificate its client CA signed), and the
+real kube-scheduler with the shipped extender configuration and the Helm chart's certificates, where pods of managed
+jobs land on the node the extender ranks first and a refused, slow or broken extender never blocks scheduling
+(`ignorable: true`)."""
 
 from __future__ import annotations
 
+import base64
 import json
+import ssl
+import subprocess
 import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -19,6 +23,8 @@ import numpy as np
 import pytest
 import yaml
 
+from dl2.controlplane.assets import AssetsMissing, helm
+from dl2.controlplane.pki import CertificateAuthority
 from dl2.core import Architecture, InputError
 from dl2.kube.cache import ClusterCache
 from dl2.kube.extender import (
@@ -30,7 +36,7 @@ from dl2.kube.extender import (
     filter_result,
     host_priorities,
 )
-from dl2.kube.extender_http import ExtenderClient, ExtenderServer, ExtenderUnavailable
+from dl2.kube.extender_http import ExtenderClient, ExtenderServer, ExtenderUnavailable, ServerTLS, client_context
 from dl2.kube.metrics import Metrics
 from dl2.kube.observe import RawCluster, snapshot
 from dl2.kube.rest import Rest
@@ -42,6 +48,8 @@ from dl2.twin import manifests
 from tests.builders import tiny_workload
 
 K8S = Path(__file__).resolve().parents[3] / "k8s"
+SERVICE_NAME = "dl2-extender.dl2-system.svc"
+"""The name kube-scheduler's urlPrefix gives the extender, which its serving certificate must carry."""
 SCHEDULER_NAME = "dl2-scheduler"
 CONFIG = SimConfig.realistic(seed=1)
 
@@ -176,37 +184,139 @@ def test_a_pod_of_no_managed_job_gets_no_say_and_a_full_node_fails_the_filter() 
     assert unread.filter(args)["NodeNames"] == names  # no read yet
 
 
-# -- over HTTP -------------------------------------------------------------------------------------------------
+# -- over HTTPS ------------------------------------------------------------------------------------------------
 
 
-def post(url: str, body: bytes) -> tuple[int, Any]:
+@dataclass(frozen=True)
+class Certificates:
+    """Two CAs: the extender's, which signed its serving certificate (localhost, 127.0.0.1) and kube-scheduler's
+    client certificate, and a stranger's, which signed a client certificate of its own."""
+
+    server: ServerTLS
+    ca: Path
+    client: tuple[Path, Path]
+    stranger: tuple[Path, Path]
+
+
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory) -> Certificates:
+    folder = tmp_path_factory.mktemp("extender-pki")
+    ca = CertificateAuthority(folder / "extender")
+    serving = ca.issue("serving", "dl2-extender", server=True)
+    client = ca.issue("client", "dl2-kube-scheduler")
+    stranger = CertificateAuthority(folder / "stranger").issue("client", "dl2-kube-scheduler")
+    return Certificates(
+        ServerTLS(serving.cert, serving.key, ca.pair.cert),
+        ca.pair.cert,
+        (client.cert, client.key),
+        (stranger.cert, stranger.key),
+    )
+
+
+def post(url: str, body: bytes, context: ssl.SSLContext | None = None) -> tuple[int, Any]:
     request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
     try:
-        with urllib.request.urlopen(request, timeout=5) as response:
+        with urllib.request.urlopen(request, timeout=5, context=context) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read())
 
 
-def test_the_http_server_speaks_the_protocol() -> None:
+def test_the_https_server_speaks_the_protocol(certificates) -> None:
     raw, names = raw_cluster({0: [("worker", 1)]})
-    with ExtenderServer(extender_for(raw, random_placer())) as server:
+    scheduler = client_context(certificates.ca, *certificates.client)
+    with ExtenderServer(extender_for(raw, random_placer()), tls=certificates.server) as server:
+        assert server.url.startswith("https://")
         args = {"Pod": pending_pod(raw, 1, "worker"), "NodeNames": names}
-        status, priorities = post(f"{server.url}/prioritize", json.dumps(args).encode())
+        status, priorities = post(f"{server.url}/prioritize", json.dumps(args).encode(), scheduler)
         assert status == 200 and sorted(entry["Host"] for entry in priorities) == sorted(names)
-        status, result = post(f"{server.url}/filter", json.dumps(args).encode())
+        status, result = post(f"{server.url}/filter", json.dumps(args).encode(), scheduler)
         assert status == 200 and result["NodeNames"] == names and result["Error"] == ""
-        status, result = post(f"{server.url}/filter", b"{not json")
+        status, result = post(f"{server.url}/filter", b"{not json", scheduler)
         assert status == 400 and "not JSON" in result["Error"]
-        status, result = post(f"{server.url}/prioritize", json.dumps({"Pod": {}}).encode())
+        status, result = post(f"{server.url}/prioritize", json.dumps({"Pod": {}}).encode(), scheduler)
         assert status == 400 and "Pod" in result["error"]
-        assert post(f"{server.url}/bind", b"{}")[0] == 404
-        with urllib.request.urlopen(server.url.removesuffix("/extender") + "/healthz", timeout=5) as response:
-            assert json.loads(response.read()) == {"status": "ok"}
-        client = ExtenderClient(server.url, timeout_s=5)
+        assert post(f"{server.url}/bind", b"{}", scheduler)[0] == 404
+        client = ExtenderClient(server.url, timeout_s=5, context=scheduler)
         typed = ExtenderArgs.from_json(args)
         assert client.filter(typed) == names
         assert set(client.prioritize(typed)) == set(names)
+
+
+def test_the_extender_answers_only_a_client_certificate_its_ca_signed(certificates) -> None:
+    """No certificate: 401 for the verbs (the kubelet's probes still reach /healthz, as they present none); a
+    certificate of another CA: the handshake fails; plain HTTP on the port: no answer. None reaches the placer."""
+    raw, names = raw_cluster({0: [("worker", 1)]})
+    body = json.dumps({"Pod": pending_pod(raw, 1, "worker"), "NodeNames": names}).encode()
+    anonymous = client_context(certificates.ca)
+    stranger = client_context(certificates.ca, *certificates.stranger)
+    with ExtenderServer(extender_for(raw, random_placer()), tls=certificates.server) as server:
+        for verb in ("filter", "prioritize"):
+            status, result = post(f"{server.url}/{verb}", body, anonymous)
+            assert status == 401 and "client certificate" in result["error"]
+        assert server.refused == 2
+        with urllib.request.urlopen(
+            server.url.removesuffix("/extender") + "/healthz", timeout=5, context=anonymous
+        ) as response:
+            assert json.loads(response.read()) == {"status": "ok"}
+        typed = ExtenderArgs.from_json(json.loads(body))
+        plain = server.url.replace("https://", "http://")
+        for url, context in [(server.url, anonymous), (server.url, stranger), (plain, None)]:
+            with pytest.raises(ExtenderUnavailable):
+                ExtenderClient(url, timeout_s=5, context=context).prioritize(typed)
+        with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
+            post(f"{server.url}/prioritize", body, stranger)
+        with pytest.raises((urllib.error.URLError, ConnectionError)):
+            post(f"{plain}/prioritize", body)
+        assert server.requests == 0
+        # and the client that the CA signed is answered on the same server
+        assert ExtenderClient(
+            server.url, timeout_s=5, context=client_context(certificates.ca, *certificates.client)
+        ).prioritize(typed)
+        assert server.requests == 1
+
+
+def test_renewed_certificates_are_used_without_a_restart(certificates, tmp_path) -> None:
+    """As when cert-manager renews the Secrets and the kubelet updates the mounted files: the next handshake serves
+    the new certificate and accepts only clients of the new CA."""
+    raw, names = raw_cluster({0: [("worker", 1)]})
+    typed = ExtenderArgs(pending_pod(raw, 1, "worker"), tuple(names), None)
+    mounted = ServerTLS(tmp_path / "tls.crt", tmp_path / "tls.key", tmp_path / "ca.crt")
+
+    def mount(server: ServerTLS) -> None:
+        for source, target in zip(
+            (server.cert_file, server.key_file, server.client_ca_file),
+            (mounted.cert_file, mounted.key_file, mounted.client_ca_file),
+            strict=True,
+        ):
+            staged = target.with_suffix(".new")
+            staged.write_bytes(source.read_bytes())
+            staged.replace(target)
+
+    mount(certificates.server)
+    renewed = CertificateAuthority(tmp_path / "renewed")
+    serving, client = (
+        renewed.issue("serving", "dl2-extender", server=True),
+        renewed.issue("client", "dl2-kube-scheduler"),
+    )
+    with ExtenderServer(extender_for(raw, random_placer()), tls=mounted) as server:
+
+        def caller(ca: Path, cert: Path, key: Path) -> ExtenderClient:
+            return ExtenderClient(server.url, timeout_s=5, context=client_context(ca, cert, key))
+
+        old, new = caller(certificates.ca, *certificates.client), caller(renewed.pair.cert, client.cert, client.key)
+        assert old.prioritize(typed)
+        with pytest.raises(ExtenderUnavailable):
+            new.prioritize(typed)  # the server's certificate is not the renewed CA's yet
+        time.sleep(0.01)  # a later modification time
+        mount(ServerTLS(serving.cert, serving.key, renewed.pair.cert))
+        assert new.prioritize(typed)
+        with pytest.raises(ExtenderUnavailable):
+            old.prioritize(typed)
+        # the old CA's client certificate is refused, by a client that trusts the renewed server
+        with pytest.raises(ExtenderUnavailable):
+            caller(renewed.pair.cert, *certificates.client).prioritize(typed)
+        assert server.requests == 2
 
 
 # -- the real kube-scheduler ------------------------------------------------------------------------------------
@@ -239,15 +349,48 @@ class RecordingExtender(HarmonyExtender):
         return super().filter(args)
 
 
-def start_scheduler(kube, url: str, http_timeout: str = "2s") -> Any:
+def chart_certificates(folder: Path) -> tuple[ServerTLS, dict[str, str]]:
+    """The extender's serving certificate and kube-scheduler's client certificate as the Helm chart makes them
+    (`helm template --show-only templates/extender-tls.yaml`, also how a kustomize install makes its Secrets): the
+    extender's `ServerTLS` and the `tlsConfig` files for kube-scheduler."""
+    try:
+        binary = helm()
+    except AssetsMissing as error:
+        pytest.fail(f"{error} (make test builds it)")
+    chart = K8S / "chart" / "dl2"
+    done = subprocess.run([binary, "template", "dl2", str(chart), "--show-only", "templates/extender-tls.yaml"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for secret in [doc for doc in yaml.safe_load_all(done.stdout) if doc]:
+        (folder / secret["metadata"]["name"]).mkdir()
+        for key, value in secret["data"].items():
+            (folder / secret["metadata"]["name"] / key).write_bytes(base64.b64decode(value))
+    server, client = folder / "dl2-extender-tls", folder / "dl2-kube-scheduler-tls"
+    files = {"caFile": "ca.crt", "certFile": "tls.crt", "keyFile": "tls.key"}
+    return (
+        ServerTLS(server / "tls.crt", server / "tls.key", server / "ca.crt"),
+        {field: str(client / name) for field, name in files.items()},
+    )
+
+
+def start_scheduler(kube, url: str, tls: dict[str, str] | None = None, http_timeout: str = "2s") -> Any:
     """A second kube-scheduler with the shipped configuration, pointed at `url`, as the system:kube-scheduler
-    user of this control plane (leader election off: one replica)."""
+    user of this control plane (leader election off: one replica). `tls`: the shipped `tlsConfig`'s files, here
+    (the extender's certificate is checked for the Service's name, which `url`'s 127.0.0.1 is not); None: plain
+    HTTP, for the misbehaving extenders below."""
     shipped = shipped_scheduler_configuration()
     (extender,) = shipped["extenders"]
     assert extender["ignorable"] is True and extender["weight"] >= 1000
+    assert extender["urlPrefix"].startswith(f"https://{SERVICE_NAME}:") and extender["enableHTTPS"] is True
+    assert set(extender["tlsConfig"]) == {"caFile", "certFile", "keyFile"}  # mutual TLS
     configuration = kube.plane.default_scheduler_configuration()
     configuration["profiles"] = shipped["profiles"]
-    configuration["extenders"] = [{**extender, "urlPrefix": url, "httpTimeout": http_timeout}]
+    extender = {**extender, "urlPrefix": url, "httpTimeout": http_timeout}
+    if tls is None:
+        extender = {**{k: v for k, v in extender.items() if k != "tlsConfig"}, "enableHTTPS": False}
+    else:
+        extender["tlsConfig"] = {**tls, "serverName": SERVICE_NAME}
+    configuration["extenders"] = [extender]
     return kube.plane.start_scheduler(f"kube-scheduler-extender-{time.monotonic_ns()}", configuration)
 
 
@@ -256,12 +399,14 @@ def stop_scheduler(kube, scheduler: Any) -> None:
     kube.plane.components.remove(scheduler)
 
 
-def test_pods_of_managed_jobs_land_on_the_node_the_extender_ranks_first(kube, twin, training_pods) -> None:
+def test_pods_of_managed_jobs_land_on_the_node_the_extender_ranks_first(kube, twin, training_pods, tmp_path) -> None:
+    """Over HTTPS, each side checking the other's certificate (the chart's), as the shipped configuration says."""
     workload = tiny_workload(num_nodes=4)
+    server_tls, scheduler_tls = chart_certificates(tmp_path)
     informers = ClusterCache(Rest(kube.extender_api()), Metrics()).start()
     extender = RecordingExtender(random_placer(), SnapshotCache(informers.read))
-    with ExtenderServer(extender) as server:
-        scheduler = start_scheduler(kube, server.url)
+    with ExtenderServer(extender, tls=server_tls) as server:
+        scheduler = start_scheduler(kube, server.url, scheduler_tls)
         try:
             with twin(workload, CONFIG, scheduler_name=SCHEDULER_NAME) as cluster:
                 for _ in range(12):
@@ -281,6 +426,7 @@ def test_pods_of_managed_jobs_land_on_the_node_the_extender_ranks_first(kube, tw
     assert checked and all(node in best_hosts(host_priorities(ranked[name])) for name, node in checked)
     placed = {name for name, _ in bound}
     assert placed and placed <= set(extender.scores) | {n for n in placed if n not in extender.scores}
+    assert server.refused == 0  # every call kube-scheduler made carried its client certificate
 
 
 class BadExtender(BaseHTTPRequestHandler):
@@ -340,6 +486,24 @@ def test_with_the_extender_down_slow_or_failing_pods_still_schedule(kube, twin, 
             bad.server_close()
 
 
+def test_a_kube_scheduler_without_the_client_certificate_is_refused(kube, twin, training_pods, tmp_path) -> None:
+    """kube-scheduler trusting the extender's certificate but presenting none of its own: every call is refused
+    (401), none reaches the placer, and the pods are scheduled as without the extender (it is ignorable)."""
+    server_tls, scheduler_tls = chart_certificates(tmp_path)
+    raw, _ = raw_cluster({})
+    extender = RecordingExtender(random_placer(), SnapshotCache(lambda: raw))
+    with ExtenderServer(extender, tls=server_tls) as server:
+        scheduler = start_scheduler(kube, server.url, {"caFile": scheduler_tls["caFile"]}, http_timeout="1s")
+        try:
+            with twin(tiny_workload(num_jobs=2, num_nodes=2), CONFIG, scheduler_name=SCHEDULER_NAME) as cluster:
+                cluster.advance()
+                bound = [pod for pod in training_pods() if pod["spec"].get("nodeName")]
+        finally:
+            stop_scheduler(kube, scheduler)
+    assert bound and server.refused > 0
+    assert server.requests == 0 and not extender.scores
+
+
 def test_an_answer_of_the_wrong_shape_is_not_ignored_by_kube_scheduler(kube, twin, training_pods) -> None:
     """kube-scheduler ignores an ignorable extender that fails (refused, timed out, 5xx), not one that answers
     200 with a filter result that names no node: it reads that as every node filtered out, and the pod waits.
@@ -382,7 +546,30 @@ def test_the_client_raises_unavailable_for_every_kind_of_failure() -> None:
 def test_dl2_extender_refuses_a_folder_that_is_not_a_placer(tmp_path, capsys) -> None:
     from dl2.cli.main import main
 
-    assert main(["extender", "--placer", str(tmp_path)]) == 2
+    assert main(["extender", "--placer", str(tmp_path), "--insecure-http"]) == 2
     assert "placer" in capsys.readouterr().err
     assert main(["extender", "--placer", str(tmp_path), "--refresh-s", "0"]) == 2
     assert "--refresh-s" in capsys.readouterr().err
+
+
+def test_dl2_extender_serves_https_with_client_certificates_or_says_what_is_missing(
+    tmp_path, capsys, certificates
+) -> None:
+    """No TLS flags and no --insecure-http: refused, naming the three files; each file must exist and be PEM."""
+    from dl2.cli.main import main
+
+    placer = ["extender", "--placer", str(tmp_path)]
+    tls = certificates.server
+    files = ["--tls-cert-file", str(tls.cert_file), "--tls-key-file", str(tls.key_file)]
+    for arguments, message in [
+        ([], "HTTPS needs --tls-cert-file, --tls-key-file, --client-ca-file (or --insecure-http"),
+        (files, "HTTPS needs --client-ca-file"),
+        ([*files, "--client-ca-file", str(tmp_path / "absent.crt")], "absent.crt: no such file"),
+        ([*files, "--client-ca-file", str(tls.key_file)], "--client-ca-file"),  # a key is no CA
+        (["--insecure-http", *files], "--insecure-http serves plain HTTP: drop --tls-cert-file, --tls-key-file"),
+    ]:
+        assert main([*placer, *arguments]) == 2, arguments
+        assert message in capsys.readouterr().err, arguments
+    # with the three files it gets as far as the placer
+    assert main([*placer, *files, "--client-ca-file", str(tls.client_ca_file)]) == 2
+    assert "placer" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Installing dl2 as an operator would, with kubectl, on a fresh real control plane: the CRD and namespace first, then
+"""Installing dl2 as an operator would, with kubectl, on a fresh real control plane: the CRD and namespaces first, then
 `kubectl apply -k k8s/` (server-side dry-run, then apply), the Deployments' pods on kwok nodes, and
 `kubectl explain`, `get` (every printer column filled) and `describe` (conditions and Events) of the policy."""
 
@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from dl2.controlplane.assets import kubectl
+from dl2.controlplane.apply import install_crds
+from dl2.controlplane.assets import helm, kubectl
 from dl2.controlplane.cluster import ControlPlane
+from dl2.controlplane.install import THIRD_PARTY_CRDS
 from dl2.core import NodeSpec, Resources
 from dl2.kube.controller import Controller, ControllerConfig
 from dl2.kube.policy import POLICIES
@@ -42,12 +44,13 @@ def wait_for(condition, what: str, timeout_s: float = 60.0) -> None:
 
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory):
-    """A control plane with nothing of dl2 on it and two kwok nodes (the decision log is in object storage: no volume
-    is needed)."""
+    """A control plane with nothing of dl2 on it, the job operators' CRDs (as the operators install them) and two
+    kwok nodes (the decision log is in object storage: no volume is needed)."""
     folder = tmp_path_factory.mktemp("install")
     with ControlPlane(folder / "plane") as plane:
         kubeconfig = plane.write_kubeconfig(folder / "admin.kubeconfig")
         rest = Rest(plane.admin_client())
+        install_crds(rest, *THIRD_PARTY_CRDS)
         for index in range(2):
             node = NodeSpec(index, Resources(gpu=8.0, cpu=32.0, mem_gb=128.0), "kwok")
             rest.create(NODES, None, manifests.node(node, f"kwok-{index}"))
@@ -57,7 +60,7 @@ def fresh(tmp_path_factory):
 @pytest.mark.slow
 def test_kubectl_installs_dl2_and_shows_its_policy(fresh, tmp_path):
     plane, kubeconfig = fresh
-    # what the rest needs to exist before a server-side dry run can check it: the CRD and the namespace
+    # what the rest needs to exist before a server-side dry run can check it: the CRD and the namespaces
     run(
         kubeconfig,
         "apply",
@@ -67,7 +70,15 @@ def test_kubectl_installs_dl2_and_shows_its_policy(fresh, tmp_path):
         "-f",
         str(K8S / "namespace.yaml"),
     )
+    run(kubeconfig, "create", "namespace", "team-a")  # the managed namespace the base binds the resize in
     run(kubeconfig, "wait", "--for", "condition=established", "crd/schedulerpolicies.dl2.io", "--timeout=60s")
+    # the extender's and its kube-scheduler's certificates, made once with the chart's template (k8s/README.md)
+    template = [helm(), "template", "dl2", str(K8S / "chart" / "dl2"), "--show-only", "templates/extender-tls.yaml"]
+    certificates = subprocess.run(template, capture_output=True, text=True, timeout=60, check=True).stdout
+    made = subprocess.run([kubectl(), "--kubeconfig", str(kubeconfig), "apply", "--server-side", "-f", "-"],
+                          input=certificates, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert made.stdout.split() == ["secret/dl2-extender-tls", "serverside-applied", "secret/dl2-kube-scheduler-tls",
+                                   "serverside-applied"], made.stderr  # fmt: skip
     dry = run(kubeconfig, "apply", "--server-side", "--dry-run=server", "-k", str(K8S))
     assert "serverside-applied (server dry run)" in dry.stdout
     absent = run(kubeconfig, "get", "deployments", "-n", "dl2-system", "-o", "name", check=False)
@@ -95,6 +106,10 @@ def test_kubectl_installs_dl2_and_shows_its_policy(fresh, tmp_path):
     cannot = run(kubeconfig, "auth", "can-i", "delete", "pods", "-A",
                  "--as", "system:serviceaccount:dl2-system:dl2-scheduler", check=False).stdout.strip()  # fmt: skip
     assert cannot == "no"
+    for namespace, answer in (("kube-system", "no"), ("team-a", "yes")):  # the resize is bound where it is managed
+        can = run(kubeconfig, "auth", "can-i", "patch", "pytorchjobs.kubeflow.org", "-n", namespace,
+                  "--as", "system:serviceaccount:dl2-system:dl2-scheduler", check=False).stdout.strip()  # fmt: skip
+        assert can == answer, namespace
     # the controller, as its ServiceAccount, runs one slot on the wall clock: the policy's status fills in
     token = plane.service_account_token("dl2-system", "dl2-scheduler")
     api = plane.client(token=token, user_agent="dl2-serve/install")

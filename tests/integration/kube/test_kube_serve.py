@@ -1,13 +1,16 @@
 """`dl2 serve` as a real process: its command line, and SIGKILLs at points of its slot loop with restarts (no
-resize repeated, no record lost or written twice; the run is the one without kills)."""
+resize repeated, no record lost or written twice, no `Resized` Event lost where a restart replays the slot; the
+run is the one without kills)."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import pytest
 
 from dl2.kube.models import directory_loader
+from dl2.kube.rest import EVENTS
 from dl2.sim.config import SimConfig
 from dl2.sim.decision_log import read_store_log
 from dl2.sim.record_store import RecordStore
@@ -33,7 +36,7 @@ def test_serve_has_help_and_refuses_bad_options(tmp_path, capsys):
 @pytest.mark.slow
 @pytest.mark.parametrize("store", ["folder", "s3"])
 def test_serve_killed_at_three_points_repeats_no_resize_and_loses_no_record(
-    twin, policies, serve_under_kills, uninterrupted_run, tmp_path, store, request
+    kube, twin, policies, serve_under_kills, uninterrupted_run, tmp_path, store, request
 ):
     """With the records in a folder, and in object storage (the managed clusters' store)."""
     workload = tiny_workload(num_jobs=6, num_nodes=1, seed=5)
@@ -49,10 +52,16 @@ def test_serve_killed_at_three_points_repeats_no_resize_and_loses_no_record(
         run.run()
         through_api = {j.job_id: j.finish_s for j in cluster.result().jobs}
         resizes = run.resizes()
+        events = [e for e in kube.rest().list(EVENTS) if e["reason"] == "Resized"]
     assert run.kills == kills and run.starts == 4
     assert resizes and max(resizes.values()) == 1  # no resize was sent twice in a slot
     assert sum(resizes.values()) == sum(resized.values())  # nor lost
     assert through_api == finish == {j.job_id: j.finish_s for j in reference_result(workload, "drf", CONFIG).jobs}
+    announced = Counter((int(re.match(r"slot (\d+):", e["note"])[1]), e["regarding"]["name"]) for e in events)
+    assert set(announced) <= set(resizes) and max(announced.values()) == 1
+    # the slot killed amid its resizes: the killed process's Events were held until the slot's end and died with
+    # it, so the restart that replays the slot from its journal sends them, one for every resize of the slot
+    assert {key for key in resizes if key[0] == acting} == {key for key in announced if key[0] == acting}
     records = read_store_log(RecordStore(log).child("dl2-local"))
     assert max(Counter((r.time_s, r.job_id) for r in records).values()) == 1
     assert records == reference  # none lost, none added: the same run

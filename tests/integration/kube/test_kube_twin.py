@@ -163,6 +163,82 @@ def test_a_deleted_job_is_cancelled_and_the_rest_finish(kube, twin, training_pod
         assert cluster.done and cluster.status()["cancelled"] == 1
 
 
+@pytest.mark.parametrize("moment", ["_job_objects", "_settle"], ids=["after-listing", "before-settling"])
+def test_a_job_deleted_mid_slot_is_cancelled_and_the_slot_goes_on_at_once(kube, twin, training_pods, moment):
+    """A user deletes a running job while the twin is in a slot: after it listed the jobs (its writes for the job
+    then find it gone), or after its writes (its pods, which the garbage collector removes, never run). The slot
+    ends at once, as it would have without the deletion, and the job is cancelled; no 404, no wait for pods that
+    will never run (the settle timeout)."""
+    workload = tiny_workload(num_jobs=4, num_nodes=2)
+    rest = kube.rest()
+    with twin(workload, CONFIG, settle_timeout_s=60.0) as cluster:
+        cluster.advance()
+        running = [j for j in _jobs(rest) if any(p["spec"].get("nodeName") for p in training_pods(*_key(j)))]
+        victim = running[0]
+        resource = PYTORCHJOBS if victim["kind"] == "PyTorchJob" else VOLCANO_JOBS
+        namespace, name = _key(victim)
+        original = getattr(cluster, moment)
+        deleting: list[float] = []
+
+        def delete_once():
+            started = time.monotonic()
+            if not deleting:  # the user deletes the job; the garbage collector takes its pods
+                rest.request("DELETE", resource.path(namespace, name))
+                while training_pods(namespace, name):
+                    assert time.monotonic() - started < 30, "the garbage collector left the job's pods"
+                    time.sleep(0.05)
+                deleting.append(time.monotonic() - started)
+
+        def listed_then_deleted():
+            objects = original()
+            delete_once()
+            return objects
+
+        def deleted_then_settled():
+            delete_once()
+            return original()
+
+        setattr(cluster, moment, listed_then_deleted if moment == "_job_objects" else deleted_then_settled)
+        started = time.monotonic()
+        cluster.advance()
+        assert time.monotonic() - started - deleting[0] < 15  # the slot itself: seconds, not the settle timeout
+        cluster.advance()
+        assert training_pods(namespace, name) == []
+        cluster.run_to_end()
+        results = {r["name"]: r for r in cluster.job_results()}
+        assert results[name]["cancelled"] and results[name]["finish_s"] is None
+        assert all(r["finish_s"] is not None for n, r in results.items() if n != name)
+        assert cluster.done and cluster.status()["cancelled"] == 1
+
+
+def test_a_job_deleted_as_it_is_submitted_is_cancelled(kube, twin, training_pods):
+    """A user deletes a job the moment the twin created it, before its pods and first status: no 404."""
+    workload = tiny_workload(num_jobs=4, num_nodes=2)
+    rest = kube.rest()
+    with twin(workload, CONFIG, settle_timeout_s=60.0) as cluster:
+        create, deleted = cluster.rest.create, []
+
+        def created_then_deleted(resource, namespace, body):
+            stored = create(resource, namespace, body)
+            if resource in (PYTORCHJOBS, VOLCANO_JOBS) and not deleted:
+                deleted.append(_key(stored))
+                rest.request("DELETE", resource.path(*deleted[0]))
+            return stored
+
+        cluster.rest.create = created_then_deleted  # the first job submitted after the first slot
+        cluster.advance()
+        assert deleted, "no job arrived after the first slot"
+        cluster.run_to_end()
+        results = {r["name"]: r for r in cluster.job_results()}
+        assert results[deleted[0][1]]["cancelled"] and results[deleted[0][1]]["finish_s"] is None
+        assert training_pods(*deleted[0]) == []
+        assert cluster.done and cluster.status()["cancelled"] == 1
+
+
+def _key(job):
+    return job["metadata"]["namespace"], job["metadata"]["name"]
+
+
 def test_workload_slices():
     workload = tiny_workload(num_jobs=6, num_nodes=4)
     sliced = first_nodes(first_jobs(workload, 2), 1)

@@ -94,17 +94,19 @@ def test_progress_measured_from_metrics_drives_the_controller(kube, policies, ex
     """End to end on the real control plane: a PyTorchJob that never writes `dl2.io/progress-epochs` but exports
     its epoch to Prometheus and names the query; the controller records the progress Prometheus measures, slot by
     slot, and resizes the job as for any other."""
+    from dl2.controlplane.apply import apply
+    from dl2.controlplane.install import managed_namespace
     from dl2.core import NodeSpec, Resources
     from dl2.core.log_format import read_log
     from dl2.kube.controller import Controller, ControllerConfig
-    from dl2.kube.rest import KUBEFLOW_PODS, NAMESPACES, NODES, PYTORCHJOBS
+    from dl2.kube.rest import KUBEFLOW_PODS, NAMESPACES, NODES, PYTORCHJOBS, Resource
     from dl2.twin import manifests
     from tests.builders import allreduce_job, heuristic_loader
 
     epoch, _ = exporter
     rest = kube.rest()
     namespace = "metrics-team"
-    rest.create(NAMESPACES, None, {"metadata": {"name": namespace, "labels": {contract.MANAGED_LABEL: "true"}}})
+    apply(rest, managed_namespace(namespace))  # labelled managed, and the controller's resize bound there
     job = manifests.job(allreduce_job("gpt").spec, "gpt", namespace)
     job["metadata"]["annotations"].pop(contract.PROGRESS_EPOCHS, None)
     job["metadata"]["annotations"][contract.PROGRESS_QUERY] = 'max(training_epoch{job_name="gpt"})'
@@ -136,6 +138,8 @@ def test_progress_measured_from_metrics_drives_the_controller(kube, policies, ex
         rest.request("DELETE", PYTORCHJOBS.path(namespace, "gpt"))
         # namespaces outlive a test on the session's control plane: later tests count the managed ones
         rest.merge_patch(NAMESPACES, None, namespace, {"metadata": {"labels": {contract.MANAGED_LABEL: None}}})
+        bindings = Resource("rbac.authorization.k8s.io", "v1", "rolebindings")
+        rest.request("DELETE", bindings.path(namespace, "dl2-job-resizer"))
     records = [r for r in read_log(tmp_path / "decisions" / "dl2-local") if r.job_id == "gpt"]
     assert [r.progress_epochs for r in records] == [1.5, 4.0]  # what Prometheus measured, slot by slot
     assert [r.observed_epochs for r in records] == [2.5, 1.0]

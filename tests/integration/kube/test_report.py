@@ -529,6 +529,38 @@ def test_a_bound_service_account_writes_progress_on_both_job_kinds(kube, trainin
     }
 
 
+def test_a_bound_account_may_change_nothing_but_progress(kube, training_namespaces):
+    """RBAC lets the bound account patch every field of its namespace's jobs; the admission policy
+    (`k8s/admission.yaml`) refuses all but the `dl2.io/progress` annotations, in a dry run too. An account that may
+    update jobs (here the admin) is not held to it."""
+    from kubernetes.client.exceptions import ApiException
+
+    from dl2.kube.rest import MERGE_PATCH, PYTORCHJOBS, Rest
+
+    rest, tokens = training_namespaces
+    trainer = Rest(kube.plane.client(token=tokens[BOUND], user_agent="trainer"))
+    path = PYTORCHJOBS.path(BOUND, "pt")
+    trainer.request("PATCH", path, {"metadata": {"annotations": {PROGRESS_EPOCHS: "2.0"}}}, content_type=MERGE_PATCH)
+    (container,) = rest.get(PYTORCHJOBS, BOUND, "pt")["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"][
+        "containers"
+    ]
+    image = {"containers": [{"name": container["name"], "image": "attacker.example/evil:1"}]}
+    rewrites = [
+        {"spec": {"pytorchReplicaSpecs": {"Worker": {"template": {"spec": image}}}}},
+        {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 64}}}},
+        {"metadata": {"annotations": {contract.MAX_WORKERS: "64"}}},
+        {"metadata": {"labels": {"team": "other"}}},
+    ]
+    for body in rewrites:
+        for query in (None, {"dryRun": "All"}):
+            with pytest.raises(ApiException) as refused:
+                trainer.request("PATCH", path, body, query, MERGE_PATCH)
+            assert refused.value.status == 403, body
+            assert "may change only a job's dl2.io/progress annotations" in refused.value.body, refused.value.body
+        rest.request("PATCH", path, body, {"dryRun": "All"}, MERGE_PATCH)
+    assert _annotation(rest, PYTORCHJOB, BOUND, "pt") == ("2.0", 2.0)
+
+
 def test_a_pod_s_reporter_finds_everything_in_its_environment(kube, training_namespaces, tmp_path):
     rest, tokens = training_namespaces
     folder = tmp_path / "serviceaccount"  # as the kubelet mounts it
@@ -573,15 +605,17 @@ def test_a_kubeflow_job_s_reported_progress_drives_the_controller_s_decisions(
     labels, its progress reported by `dl2.report` under the trainer's ServiceAccount; the controller (its own
     ServiceAccount, DRF as the model) finds the pod by those labels, records the reported progress, resizes the
     job, and the next slot's record has the progress reported since."""
+    from dl2.controlplane.apply import apply
+    from dl2.controlplane.install import managed_namespace
     from dl2.core import NodeSpec, Resources
     from dl2.core.log_format import read_log
     from dl2.kube.controller import Controller, ControllerConfig
-    from dl2.kube.rest import KUBEFLOW_PODS, NAMESPACES, NODES, PYTORCHJOBS
+    from dl2.kube.rest import KUBEFLOW_PODS, NAMESPACES, NODES, PYTORCHJOBS, Resource
     from dl2.twin import manifests
     from tests.builders import heuristic_loader
 
     rest, tokens = training_namespaces
-    rest.merge_patch(NAMESPACES, None, BOUND, {"metadata": {"labels": {contract.MANAGED_LABEL: "true"}}})
+    apply(rest, managed_namespace(BOUND))  # labelled managed, and the controller's resize bound there
     node = rest.create(NODES, None, manifests.node(NodeSpec(0, Resources(32, 512, 4096)), "report-node-0"))
     job = rest.get(PYTORCHJOBS, BOUND, "pt")
     pod = manifests.pod(contract.job_spec(job), "pt", BOUND, "pytorchjobs", job["metadata"]["uid"], "worker", 0,
@@ -610,6 +644,8 @@ def test_a_kubeflow_job_s_reported_progress_drives_the_controller_s_decisions(
         rest.request("DELETE", NODES.path(None, "report-node-0"))
         # namespaces outlive a test on the session's control plane: later tests count the managed ones
         rest.merge_patch(NAMESPACES, None, BOUND, {"metadata": {"labels": {contract.MANAGED_LABEL: None}}})
+        bindings = Resource("rbac.authorization.k8s.io", "v1", "rolebindings")
+        rest.request("DELETE", bindings.path(BOUND, "dl2-job-resizer"))
     records = [r for r in read_log(tmp_path / "decisions" / "dl2-local") if r.job_id == job["metadata"]["name"]]
     assert [r.progress_epochs for r in records] == [1.5, 4.0]  # what the reporter wrote, slot by slot
     assert records[0].held_workers == 1  # its pod, found by Kubeflow's labels on the node it runs on

@@ -7,6 +7,7 @@ What only a real API server can say (the CRD's structural schema, CEL rules, adm
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
@@ -14,6 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from dl2.config import ConfigError
 from dl2.kube.policy import Mode, parse_policy
 from dl2.schedulers.registry import SCHEDULERS
 from dl2.sim.record_store import is_url
@@ -79,6 +81,7 @@ def test_rbac_grants_no_secrets_no_wildcards_and_no_cluster_admin():
     roles = [*by_kind("ClusterRole"), *by_kind("Role")]
     assert {role["metadata"]["name"] for role in roles} == {
         "dl2-scheduler",
+        "dl2-job-resizer",
         "dl2-policy-promoter",
         "dl2-extender",
         "dl2-kube-scheduler-lease",
@@ -98,6 +101,49 @@ def test_rbac_grants_no_secrets_no_wildcards_and_no_cluster_admin():
         {"apiGroups": ["dl2.io"], "resources": ["schedulerpolicies"], "resourceNames": ["default"],
          "verbs": ["get", "patch"]},
     ]  # fmt: skip
+
+
+def test_the_controller_writes_jobs_only_where_a_rolebinding_puts_it():
+    """Cluster-wide the controller reads jobs; its patch is dl2-job-resizer, which the base binds per namespace only
+    (the cluster-wide mode is the component `cluster-wide/`)."""
+    job_resources = {"pytorchjobs", "jobs"}
+    cluster_wide = named("ClusterRole", "dl2-scheduler")
+    for rule in cluster_wide["rules"]:
+        if job_resources & set(rule["resources"]):
+            assert set(rule["verbs"]) == {"list", "watch"}, rule
+    resizer = named("ClusterRole", "dl2-job-resizer")
+    assert {verb for rule in resizer["rules"] for verb in rule["verbs"]} == {"patch"}
+    bindings = [
+        b
+        for b in [*by_kind("ClusterRoleBinding"), *by_kind("RoleBinding")]
+        if b["roleRef"]["name"] == "dl2-job-resizer"
+    ]
+    assert [(b["kind"], b["metadata"]["namespace"]) for b in bindings] == [("RoleBinding", "team-a")]
+    (sample,) = by_kind("SchedulerPolicy")
+    assert sample["spec"]["canary"]["namespaces"] == ["team-a"]  # the base binds the sample's scope
+    component = documents(K8S / "cluster-wide" / "clusterrolebinding.yaml")
+    assert [(b["kind"], b["roleRef"]["name"]) for b in component] == [("ClusterRoleBinding", "dl2-job-resizer")]
+
+
+def test_the_admission_policies_bind_the_controller_and_the_reporter_role():
+    """The controller's policy matches its ServiceAccount by name; the reporter's, the marker verb its role grants."""
+    account = named("ServiceAccount", "dl2-scheduler")
+    user = f"system:serviceaccount:{account['metadata']['namespace']}:{account['metadata']['name']}"
+    controller = named("ValidatingAdmissionPolicy", "dl2-scheduler-resizes-only")
+    (condition,) = controller["spec"]["matchConditions"]
+    assert condition["expression"] == f"request.userInfo.username == '{user}'"
+    reporter = named("ValidatingAdmissionPolicy", "dl2-progress-reporter-progress-only")
+    (condition,) = reporter["spec"]["matchConditions"]
+    role = named("ClusterRole", "dl2-progress-reporter")
+    assert all("report-progress" in rule["verbs"] for rule in role["rules"])
+    assert "check('report-progress')" in condition["expression"]
+    for policy in (controller, reporter):
+        (binding,) = [
+            b
+            for b in by_kind("ValidatingAdmissionPolicyBinding")
+            if b["spec"]["policyName"] == policy["metadata"]["name"]
+        ]
+        assert binding["spec"]["validationActions"] == ["Deny"] and policy["spec"]["failurePolicy"] == "Fail"
 
 
 def test_the_deployment_is_locked_down_and_highly_available():
@@ -127,12 +173,14 @@ def test_the_deployment_is_locked_down_and_highly_available():
 
 def test_the_deployment_s_arguments_are_ones_dl2_serve_accepts():
     from dl2.cli.main import build_parser
-    from dl2.kube.settings import LEASE_KEYS, SERVE_KEYS, ControllerConfig
+    from dl2.kube.settings import LEASE_KEYS, PLACEHOLDER_BUCKET, SERVE_KEYS, ControllerConfig
 
     deployment = named("Deployment", "dl2-scheduler")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["command"] == ["dl2", "serve"]
     values = {**named("ConfigMap", "dl2-scheduler-config")["data"], "POD_NAME": "dl2-scheduler-0"}
+    shipped = values["DL2_DECISION_LOG"]
+    values["DL2_DECISION_LOG"] = shipped.replace(PLACEHOLDER_BUCKET, "my-bucket")  # what the install asks to set
     args = [re.sub(r"\$\((\w+)\)", lambda m: values[m[1]], arg) for arg in container["args"]]  # as the kubelet
     parsed = build_parser().parse_args(["serve", *args])
     assert parsed.metrics_port == 8080 and parsed.identity == "dl2-scheduler-0"
@@ -141,7 +189,9 @@ def test_the_deployment_s_arguments_are_ones_dl2_serve_accepts():
     lease = LEASE_KEYS.build_from_args(parsed)
     assert (config.policy_name, config.slot_s, config.placer) == ("default", 600.0, values["DL2_INCUMBENT_PLACER"])
     assert config.cluster_name == values["DL2_CLUSTER_NAME"] and lease.name == "dl2-scheduler"
-    assert is_url(config.decision_log) and str(config.decision_log).startswith("s3://")
+    assert is_url(config.decision_log) and str(config.decision_log).startswith("s3://my-bucket/")
+    with pytest.raises(ConfigError, match="the shipped placeholder: set your bucket, DL2_DECISION_LOG"):
+        replace(config, decision_log=shipped)  # as shipped, it is refused at start rather than failing every slot
     assert config.prometheus_url == ""  # no Prometheus configured: progress from the annotation only
 
 
@@ -199,8 +249,61 @@ def test_the_extender_url_reaches_the_extender_s_service_and_its_arguments_parse
     assert parsed.prefix == url.path and parsed.port == url.port
     assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "dl2-extender"
     scheduler = named("Deployment", "dl2-kube-scheduler")["spec"]["template"]["spec"]
-    (volume,) = scheduler["volumes"]
-    assert volume["configMap"]["name"] == "dl2-kube-scheduler-config"
+    volumes = {volume["name"]: volume for volume in scheduler["volumes"]}
+    assert volumes["config"]["configMap"]["name"] == "dl2-kube-scheduler-config"
+
+
+def mounted_secrets(deployment: str) -> dict[str, str]:
+    """Mount path -> Secret name of a Deployment's one container."""
+    pod = named("Deployment", deployment)["spec"]["template"]["spec"]
+    secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    (container,) = pod["containers"]
+    return {m["mountPath"]: secrets[m["name"]] for m in container["volumeMounts"] if m["name"] in secrets}
+
+
+def test_kube_scheduler_and_the_extender_speak_mutual_tls():
+    """kube-scheduler calls https and presents a client certificate from its Secret; the extender serves with its
+    own Secret's certificate and requires clients its ca.crt signed; its probes are HTTPS too."""
+    from dl2.cli.main import build_parser
+
+    (extender,) = scheduler_configuration()["extenders"]
+    assert extender["urlPrefix"].startswith("https://") and extender["enableHTTPS"] is True
+    tls = extender["tlsConfig"]
+    assert set(tls) == {"caFile", "certFile", "keyFile"}  # no `insecure`: the extender's certificate is checked
+    mounts = mounted_secrets("dl2-kube-scheduler")
+    for field, key in [("caFile", "ca.crt"), ("certFile", "tls.crt"), ("keyFile", "tls.key")]:
+        folder, name = tls[field].rsplit("/", 1)
+        assert name == key and mounts[folder] == "dl2-kube-scheduler-tls"
+    deployment = named("Deployment", "dl2-extender")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    parsed = build_parser().parse_args(["extender", *container["args"]])
+    assert not parsed.insecure_http
+    (folder,) = mounted_secrets("dl2-extender")
+    assert mounted_secrets("dl2-extender")[folder] == "dl2-extender-tls"
+    assert (parsed.tls_cert_file, parsed.tls_key_file, parsed.client_ca_file) == (
+        Path(folder) / "tls.crt",
+        Path(folder) / "tls.key",
+        Path(folder) / "ca.crt",
+    )
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"]["scheme"] == "HTTPS" and container[probe]["httpGet"]["path"] == "/healthz"
+
+
+def test_every_network_policy_rule_names_its_peers():
+    """A rule without `from`/`to` admits every address: each one names whom (metrics: the monitoring namespace only)."""
+    policies = by_kind("NetworkPolicy")
+    assert {p["metadata"]["name"] for p in policies} == {"dl2-scheduler", "dl2-extender", "dl2-kube-scheduler"}
+    for policy in policies:
+        assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+        for rule in policy["spec"]["ingress"]:
+            assert rule["from"] and rule["ports"], policy["metadata"]["name"]
+        for rule in policy["spec"]["egress"]:
+            assert rule["to"] and rule["ports"], policy["metadata"]["name"]
+    monitoring = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    (metrics,) = named("NetworkPolicy", "dl2-scheduler")["spec"]["ingress"]
+    assert metrics == {"from": monitoring, "ports": [{"port": 8080, "protocol": "TCP"}]}
+    (extender,) = named("NetworkPolicy", "dl2-extender")["spec"]["ingress"]
+    assert extender["from"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "dl2-kube-scheduler"}}}]
 
 
 def exported_series() -> set[str]:
@@ -217,7 +320,9 @@ def exported_series() -> set[str]:
 def test_every_alert_reads_a_metric_the_controller_exports():
     rule = yaml.safe_load((K8S / "monitoring" / "prometheusrule.yaml").read_text())
     alerts = [r for group in rule["spec"]["groups"] for r in group["rules"]]
-    assert {"Dl2NoLeader", "Dl2FallbackActive", "Dl2ModelLoadFailing", "Dl2SlotOverrun"} <= {a["alert"] for a in alerts}
+    assert {"Dl2SlotsStalled", "Dl2NoLeader", "Dl2FallbackActive", "Dl2ModelLoadFailing", "Dl2SlotOverrun"} <= {
+        a["alert"] for a in alerts
+    }
     exported = exported_series()
     for alert in alerts:
         used = set(re.findall(r"\bdl2_[a-z_]+", alert["expr"]))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -107,3 +108,51 @@ def test_cli_refits_and_refuses_what_it_cannot_use(tmp_path: Path, capsys: pytes
     assert "epochs" in capsys.readouterr().err
     assert main(["refit-harmony", "--log", str(tmp_path / "nowhere"), "--out", str(tmp_path / "y")]) == 2
     assert "nowhere" in capsys.readouterr().err and not (tmp_path / "y").exists()
+
+
+def _middle(records: list[DecisionRecord]) -> int:
+    """The index of a placed record of a middle slot (its samples are the ones the refit reads)."""
+    times = sorted({r.time_s for r in records})
+    return next(i for i, r in enumerate(records) if r.time_s == times[len(times) // 2] and r.applied_worker_nodes)
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "words"),
+    [
+        pytest.param(
+            lambda r: replace(r, applied_worker_nodes=(*r.applied_worker_nodes[:-1], 7)),
+            "applied_worker_nodes",
+            ["node 7", "3 nodes"],
+            id="worker-off-the-cluster",
+        ),
+        pytest.param(
+            lambda r: replace(r, applied_ps_nodes=(3,)),
+            "applied_ps_nodes",
+            ["node 3", "3 nodes"],
+            id="ps-off-the-cluster",
+        ),
+        pytest.param(lambda r: replace(r, cluster="elsewhere"), "cluster", ["'elsewhere'"], id="another-cluster"),
+    ],
+)
+def test_cli_refuses_a_record_the_logs_cluster_cannot_hold_naming_file_row_and_field(
+    change: Any, field: str, words: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dl2.cli.main import main
+
+    records = packed_records(doubled_interference())
+    bad = _middle(records)
+    records[bad] = change(records[bad])
+    log = _log(tmp_path, records)
+    before = sorted(tmp_path.rglob("*"))
+    out = tmp_path / "refit"
+    code = main(["refit-harmony", "--log", str(log), "--epochs", "1", "--iterations", "1", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == "", captured.err
+    (line,) = captured.err.splitlines()
+    (segment,) = log.glob("segment-*.jsonl")
+    for word in (str(segment), f"row {bad + 1}", f"field '{field}'", *words):
+        assert word in line, (word, line)
+    assert sorted(tmp_path.rglob("*")) == before  # nothing written, no staging left
+    with pytest.raises(InputError, match=field):  # the library refuses it too (the `harmony` stage calls it)
+        refit_harmony(log, DEPLOYED_SPEED, DEPLOYED_PLACER, out, SPEED, SMALL)
+    assert sorted(tmp_path.rglob("*")) == before

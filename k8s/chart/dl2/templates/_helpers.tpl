@@ -49,3 +49,40 @@ An image reference: repository@digest when a digest is given, else repository:ta
 {{- define "dl2.subject" -}}
 {kind: ServiceAccount, name: {{ index . 1 }}, namespace: {{ include "dl2.namespace" (index . 0) }}}
 {{- end }}
+
+{{/*
+A NetworkPolicy rule, or nothing when its peer list is empty: a rule with no peers would admit every address.
+  include "dl2.ingressRule" (list .Values.networkPolicy.metricsFrom 8080)   from the peers to one TCP port
+  include "dl2.egressRule" .Values.networkPolicy.egress.apiServer           {to, ports}: to the peers' TCP ports
+  include "dl2.dnsRule" .Values.networkPolicy.egress.dns                     {to}: to the peers' port 53
+*/}}
+{{- define "dl2.ingressRule" -}}
+{{- $from := index . 0 -}}
+{{- if $from -}}
+- from:
+    {{- toYaml $from | nindent 4 }}
+  ports:
+    - {port: {{ index . 1 }}, protocol: TCP}
+{{- end }}
+{{- end }}
+
+{{- define "dl2.egressRule" -}}
+{{- if .to -}}
+- to:
+    {{- toYaml .to | nindent 4 }}
+  ports:
+    {{- range .ports }}
+    - {port: {{ . }}, protocol: TCP}
+    {{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "dl2.dnsRule" -}}
+{{- if .to -}}
+- to:
+    {{- toYaml .to | nindent 4 }}
+  ports:
+    - {port: 53, protocol: UDP}
+    - {port: 53, protocol: TCP}
+{{- end }}
+{{- end }}
