@@ -11,8 +11,9 @@ This is the rollout algorithm (Bertsekas, Tsitsiklis & Wu 1997) run online, as a
 looks ahead in changes, `benchmarks/lookahead.py`.
 
 The candidates read speeds from the same model world, so a calibrated world changes both what they propose and
-how their continuations are judged. A decision costs one continuation per distinct proposal (none where they all
-agree): tens to hundreds of milliseconds on a Philly-sized cluster, against a slot of twenty minutes.
+how their continuations are judged (a world each job's own progress corrects as the run goes, which the candidates
+read per job: `dl2.rl.fitted_lookahead`). A decision costs one continuation per distinct proposal (none where they
+all agree): tens to hundreds of milliseconds on a Philly-sized cluster, against a slot of twenty minutes.
 """
 
 from __future__ import annotations

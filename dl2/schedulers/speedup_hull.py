@@ -33,7 +33,7 @@ strands CPU like any job-by-job order.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 
@@ -85,22 +85,7 @@ class SpeedupHull(HeuristicScheduler):
     def _build_hull(
         self, model: str, architecture: Architecture, max_workers: int, max_ps: int
     ) -> tuple[HullPoint, ...]:
-        fastest: dict[int, HullPoint] = {}
-        ps_range = range(1, max_ps + 1) if architecture is Architecture.PS else range(0, 1)
-        for ps in ps_range:
-            for workers in range(1, max_workers + 1):
-                point = HullPoint(ps + workers, self.speed.throughput(model, ps, workers), ps, workers)
-                if point.tasks not in fastest or point.throughput > fastest[point.tasks].throughput:
-                    fastest[point.tasks] = point
-        hull = [HullPoint(0, 0.0, 0, 0)]
-        for point in sorted(fastest.values(), key=lambda p: p.tasks):
-            if point.throughput <= hull[-1].throughput:
-                continue  # more tasks, no faster: never efficient
-            # drop the last point while it lies on or below the chord from the one before it to this point
-            while len(hull) >= 2 and _slope(hull[-2], hull[-1]) <= _slope(hull[-2], point):
-                hull.pop()
-            hull.append(point)
-        return tuple(hull)
+        return hull_of(lambda ps, workers: self.speed.throughput(model, ps, workers), architecture, max_workers, max_ps)
 
     def hull(self, spec: JobSpec) -> tuple[HullPoint, ...]:
         """The job type's efficient sizes, starting with the empty allocation."""
@@ -200,6 +185,29 @@ class SpeedupHull(HeuristicScheduler):
             target = targets[rank].workers if role is Role.WORKER else targets[rank].ps
             if counts[rank][role] < target:
                 yield rank, role
+
+
+def hull_of(
+    throughput: Callable[[int, int], float], architecture: Architecture, max_workers: int, max_ps: int
+) -> tuple[HullPoint, ...]:
+    """The upper concave hull of (tasks, fastest throughput) from the empty allocation, for a throughput of
+    (PS, workers): a type's (`SpeedupHull.hull`), or one job's where a model knows it otherwise."""
+    fastest: dict[int, HullPoint] = {}
+    ps_range = range(1, max_ps + 1) if architecture is Architecture.PS else range(0, 1)
+    for ps in ps_range:
+        for workers in range(1, max_workers + 1):
+            point = HullPoint(ps + workers, throughput(ps, workers), ps, workers)
+            if point.tasks not in fastest or point.throughput > fastest[point.tasks].throughput:
+                fastest[point.tasks] = point
+    hull = [HullPoint(0, 0.0, 0, 0)]
+    for point in sorted(fastest.values(), key=lambda p: p.tasks):
+        if point.throughput <= hull[-1].throughput:
+            continue  # more tasks, no faster: never efficient
+        # drop the last point while it lies on or below the chord from the one before it to this point
+        while len(hull) >= 2 and _slope(hull[-2], hull[-1]) <= _slope(hull[-2], point):
+            hull.pop()
+        hull.append(point)
+    return tuple(hull)
 
 
 def _slope(start: HullPoint, end: HullPoint) -> float:

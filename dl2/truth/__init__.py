@@ -8,8 +8,18 @@ pyproject.toml): they learn the truth, if at all, from the cluster's feedback.
     simulate(cluster.workload, scheduler, cluster.config(config), cluster.speed, cluster.interference)
 """
 
-from dl2.truth.model import NewJobType, SpeedShift, Truth
+from dl2.truth.model import NewJobType, ScalingKnee, SpeedShift, Truth
 from dl2.truth.realise import TrueCluster, realise
 from dl2.truth.scenarios import SCENARIOS, generate, truth_named
 
-__all__ = ["SCENARIOS", "NewJobType", "SpeedShift", "TrueCluster", "Truth", "generate", "realise", "truth_named"]
+__all__ = [
+    "SCENARIOS",
+    "NewJobType",
+    "ScalingKnee",
+    "SpeedShift",
+    "TrueCluster",
+    "Truth",
+    "generate",
+    "realise",
+    "truth_named",
+]

@@ -88,6 +88,22 @@ class NewJobType:
 
 
 @config
+class ScalingKnee:
+    """Jobs whose scaling departs from their type's: past `workers` workers their computation stops splitting (each
+    step's samples come from an input pipeline that feeds `workers` workers' worth, or a per-worker batch that cannot
+    shrink further), while synchronisation keeps growing with every worker. In the fit's form the compute term t0/w
+    is held at t0/k for w > k, every other term taking the job's real w and p: past the knee a job's throughput
+    declines slowly, as much as the catalogue's communication and per-task overheads say one more worker costs.
+    A job is one of them by its id, drawn with the truth's seed; its label and demands stay its type's, so no policy
+    can tell it apart but by how it runs."""
+
+    share: Annotated[float, Gt(0), Le(1)]
+    """The fraction of the workload's jobs that have the knee (drawn with the truth's seed, its own stream)."""
+    workers: Annotated[int, Ge(1), Le(64)] = 2
+    """k: the most workers whose computation still splits."""
+
+
+@config
 class Truth:
     """How a cluster's jobs really behave (see the module docstring). The identity truth is the catalogue."""
 
@@ -107,7 +123,9 @@ class Truth:
     arrival_density: Annotated[float, Ge(0.1), Le(10)] = 1.0
     """Arrivals come this many times as densely as the workload's (2: every gap between arrivals halves)."""
     seed: Annotated[int, Ge(0), Lt(2**32)] = 0
-    """Seeds which jobs are of the new types and the interference spread."""
+    """Seeds which jobs are of the new types, which have the knee, and the interference spread."""
+    knee: ScalingKnee | None = None
+    """Jobs whose throughput stops gaining past a few workers, whatever their type's fit says (None: none)."""
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.shifts) - set(CATALOGUE))
@@ -132,6 +150,7 @@ class Truth:
             and self.interference_spread == 0.0
             and self.rescale is None
             and self.arrival_density == 1.0
+            and self.knee is None
         )
 
 

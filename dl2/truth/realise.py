@@ -1,7 +1,8 @@
 """A truth played on a workload: the jobs as the cluster receives them, and the speed and interference they really
 run at.
 
-Which jobs are of a new type is drawn with the truth's seed. Such a job is submitted under its type's declared
+Which jobs are of a new type, and which have a scaling knee, is drawn with the truth's seed (each its own stream,
+so that adding a knee to a truth moves no other draw). Such a job is submitted under its type's declared
 catalogue label, with its type's demands, and with its epochs rescaled so that what a reader of the catalogue
 expects of it (its declared epochs at the label's speed at the asked size) takes as long as the job did in the
 workload: the arrivals and expected sizes stay the workload's, only the truth departs.
@@ -9,7 +10,7 @@ workload: the arrivals and expected sizes stay the workload's, only the truth de
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -32,6 +33,8 @@ class TrueCluster:
     interference: TrueInterference
     new_type_of: dict[str, str]
     """Job id -> the new type it really is (absent: the catalogue type it declares)."""
+    knee_of: dict[str, int] = field(default_factory=dict)
+    """Job id -> its knee (`dl2.truth.model.ScalingKnee.workers`), for the jobs that have one."""
 
     def config(self, config: SimConfig) -> SimConfig:
         """The run's configuration with the truth's cost of a resize."""
@@ -71,13 +74,28 @@ def realise(truth: Truth, workload: Workload) -> TrueCluster:
             job = replace(job, spec=spec)
         jobs.append(job)
     submitted = replace(workload, jobs=tuple(jobs), name=f"{workload.name}+{truth.name}")
+    knee_of = knee_jobs(truth, workload)
     return TrueCluster(
         truth,
         submitted,
-        TrueSpeedModel(truth, new_of, catalogue_speed()),
+        TrueSpeedModel(truth, new_of, catalogue_speed(), knee_of),
         TrueInterference(truth, new_of),
         {job_id: new.name for job_id, new in new_of.items()},
+        knee_of,
     )
+
+
+def knee_jobs(truth: Truth, workload: Workload) -> dict[str, int]:
+    """Job id -> its knee, for the share of the jobs the truth's knee names (none without one): drawn from the
+    truth's seed in a stream of its own, so the new types' and the interference's draws stay what they were."""
+    if truth.knee is None:
+        return {}
+    draws = np.random.default_rng([truth.seed, 13]).uniform(size=workload.num_jobs)
+    return {
+        job.spec.job_id: truth.knee.workers
+        for job, draw in zip(workload.jobs, draws, strict=True)
+        if draw < truth.knee.share
+    }
 
 
 def _as_new_type(job: Job, new: NewJobType) -> Job:

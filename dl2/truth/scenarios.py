@@ -6,10 +6,14 @@ The named ones are the cases DL2's online phase exists for, one departure each, 
   over a busier network and slower parameter servers, compute-bound ones faster on newer accelerators);
 - `new-types`: two job types the catalogue lacks, a quarter of the jobs between them, under catalogue labels;
 - `interference-2x`: every co-location costs twice the profiled extra slowdown;
-- `dense-arrivals`: arrivals twice as dense as the workload's.
+- `dense-arrivals`: arrivals twice as dense as the workload's;
+- `scaling-knee`: 40% of the jobs stop gaining past one worker (`ScalingKnee`: their computation no longer
+  splits, their synchronisation still grows), whatever their type's fit says. The catalogue's types peak at about
+  two workers on the cluster sizes played here, so a knee at two would depart from it on few allocations; at one,
+  a knee job on the two workers Optimus gives most jobs runs 9-15% slower than on one.
 
-`seed-N` draws a truth that mixes all of these (`generate`), so that a method is judged on cases nobody tuned
-it to.
+`seed-N` draws a truth that mixes all of these but the knee (`generate`; it draws none, so the truths drawn so
+far stay what they were), so that a method is judged on cases nobody tuned it to.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import numpy as np
 
 from dl2.config import ConfigError
 from dl2.sim.config import RescaleCost, RescaleKind
-from dl2.truth.model import NewJobType, SpeedShift, Truth
+from dl2.truth.model import NewJobType, ScalingKnee, SpeedShift, Truth
 from dl2.workload.catalogue import CATALOGUE, GPU_MODEL_NAMES, MODEL_NAMES
 
 _COMMUNICATION_HEAVY = SpeedShift(communication=1.8, parameter_server=1.35)
@@ -63,6 +67,7 @@ SCENARIOS: dict[str, Truth] = {
     ),
     "interference-2x": Truth("interference-2x", interference_scale=2.0),
     "dense-arrivals": Truth("dense-arrivals", arrival_density=2.0),
+    "scaling-knee": Truth("scaling-knee", knee=ScalingKnee(share=0.4, workers=1)),
 }
 
 

@@ -1,8 +1,8 @@
 """The truth's speed and interference: the catalogue's models with a truth's departures applied.
 
 `TrueSpeedModel` and `TrueInterference` stand where the simulator and the cluster twin take the catalogue's
-`ParametricSpeedModel` and `InterferenceModel`; a job of a new type is known by its id (its spec carries only the
-catalogue label it declares).
+`ParametricSpeedModel` and `InterferenceModel`; a job of a new type, or one with a scaling knee, is known by its id
+(its spec carries only the catalogue label it declares).
 """
 
 from __future__ import annotations
@@ -11,11 +11,17 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from dl2.core import JobSpec
+from dl2.core import Architecture, JobAllocation, JobSpec
 from dl2.truth.model import NewJobType, SpeedShift, Truth
-from dl2.workload.catalogue import MODEL_NAMES
+from dl2.workload.catalogue import CATALOGUE, MODEL_NAMES
 from dl2.workload.interference import InterferenceModel, default_matrix
-from dl2.workload.speed_fit import ParametricSpeedModel, ShiftedSpeedModel, TermFactors
+from dl2.workload.speed_fit import (
+    ParametricSpeedModel,
+    ShiftedSpeedModel,
+    TermFactors,
+    allreduce_inverse_speed,
+    placement_kappa,
+)
 
 
 def factors(shift: SpeedShift) -> TermFactors | None:
@@ -29,12 +35,20 @@ def factors(shift: SpeedShift) -> TermFactors | None:
 class TrueSpeedModel(ShiftedSpeedModel):
     """Placement-aware speed under a truth (the `SpeedModel` protocol)."""
 
-    def __init__(self, truth: Truth, new_type_of: Mapping[str, NewJobType], catalogue: ParametricSpeedModel) -> None:
-        """`new_type_of`: job id -> its new type, for the jobs that are of one."""
+    def __init__(
+        self,
+        truth: Truth,
+        new_type_of: Mapping[str, NewJobType],
+        catalogue: ParametricSpeedModel,
+        knee_of: Mapping[str, int] | None = None,
+    ) -> None:
+        """`new_type_of`: job id -> its new type, for the jobs that are of one; `knee_of`: job id -> its knee
+        (`dl2.truth.model.ScalingKnee`), for the jobs that have one."""
         super().__init__(catalogue)
         self.truth = truth
         self.new_type_of = dict(new_type_of)
         self.new_types = {new.name: new for new in truth.new_types}
+        self.knee_of = dict(knee_of or {})
 
     def type_factors(self, model: str) -> tuple[str, TermFactors | None]:
         """A catalogue type's shift, or a new type's own (by its name: only a scheduler reading the truth, which
@@ -49,6 +63,51 @@ class TrueSpeedModel(ShiftedSpeedModel):
         if new is not None:
             return new.base, factors(new.shift)
         return self.type_factors(spec.model)
+
+    def placed_throughput(self, spec: JobSpec, allocation: JobAllocation) -> float:
+        knee = self.knee_of.get(spec.job_id)
+        if knee is None or len(allocation.worker_nodes) <= knee:
+            return super().placed_throughput(spec, allocation)
+        base, factors = self.job_factors(spec)
+        profile, fit = CATALOGUE[base], self.fits[base]
+        workers = allocation.worker_nodes
+        if spec.architecture is Architecture.ALLREDUCE:
+            inverse = allreduce_inverse_speed(fit, profile, len(workers), len(set(workers)) > 1, factors)
+        else:
+            ps = allocation.ps_nodes
+            if not ps:
+                return 0.0
+            inverse = fit.inverse_speed(len(ps), len(workers), placement_kappa(profile, workers, ps), factors)
+        return 1.0 / (inverse + _held_compute(fit.coefficients[0], factors, knee, len(workers)))
+
+    def job_throughput(self, spec: JobSpec, num_ps: int, num_workers: int) -> float:
+        """A job's throughput, placement ignored (`throughput` for its type, past its knee held as
+        `placed_throughput` holds it): what the candidates of a lookahead reading the truth ask per job."""
+        base, factors = self.job_factors(spec)
+        speed = self._fit_throughput(base, factors, num_ps, num_workers)
+        knee = self.knee_of.get(spec.job_id)
+        if knee is None or num_workers <= knee or speed <= 0:
+            return speed
+        return 1.0 / (1.0 / speed + _held_compute(self.fits[base].coefficients[0], factors, knee, num_workers))
+
+    def job_key(self, spec: JobSpec) -> object | None:
+        """What makes a job's speed other than its label's (None: nothing; `dl2.workload.job_fit.JobSpeedModel`)."""
+        new, knee = self.new_type_of.get(spec.job_id), self.knee_of.get(spec.job_id)
+        return None if new is None and knee is None else (new.name if new else None, knee)
+
+    def _fit_throughput(self, base: str, factors: TermFactors | None, num_ps: int, num_workers: int) -> float:
+        if num_workers <= 0:
+            return 0.0
+        fit = self.fits[base]
+        if num_ps <= 0:
+            return 1.0 / allreduce_inverse_speed(fit, CATALOGUE[base], num_workers, num_workers > 1, factors)
+        return 1.0 / fit.inverse_speed(num_ps, num_workers, 1.0, factors)
+
+
+def _held_compute(t0: float, factors: TermFactors | None, knee: int, num_workers: int) -> float:
+    """What a job past its knee adds to its time per unit of throughput: its compute term t0/w held at t0/k."""
+    compute = factors[0] if factors is not None else 1.0
+    return compute * t0 * (1.0 / knee - 1.0 / num_workers)
 
 
 def true_matrix(truth: Truth) -> dict[str, dict[str, float]]:

@@ -1,0 +1,133 @@
+"""Lookahead in a world each job's own progress corrects: learning inside the decision.
+
+`dl2.rl.lookahead` looks ahead in a model world fixed for the run (the catalogue's, or the one a cluster's
+records calibrate), knowing jobs by their type. A `FittedLookahead` looks ahead in a `JobFittedSpeedModel` over
+that world (`dl2.workload.job_fit`): at every slot it first learns from what each job's progress showed (its
+observed throughput at the allocation it held), then its candidates propose and its continuations run in the
+corrected world. For the correction to change what is proposed, and not only how proposals are judged, the
+candidates read speeds per job: `JobAwareOptimus` and `JobAwareSpeedupHull` ask the model about a job it knows
+otherwise than its type (`JobSpeedModel.job_key`) by the job, and every other job by its type as before (the same
+numbers, the same caches). Any other heuristic named as a candidate reads types only.
+
+Its ablation is the same lookahead in the world it wraps, `benchmarks/per_job_fit.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+from dl2.core import Allocation, ClusterView, JobSpec, Scheduler
+from dl2.rl.lookahead import Beyond, LookaheadScheduler, candidate_names
+from dl2.schedulers.optimus import OptimusOracle
+from dl2.schedulers.placement import Placer
+from dl2.schedulers.registry import PLACERS, make_scheduler
+from dl2.schedulers.speedup_hull import HullPoint, SpeedupHull, hull_of
+from dl2.sim.config import SimConfig
+from dl2.sim.run import World
+from dl2.workload.interference import InterferenceModel
+from dl2.workload.job_fit import JobFittedSpeedModel, JobSpeedModel
+
+
+class JobAwareOptimus(OptimusOracle):
+    """Optimus whose marginal gains read a job's own speed where the model knows the job otherwise than its type."""
+
+    def __init__(self, speed: JobSpeedModel, compat: bool = False, placer: Placer | None = None) -> None:
+        super().__init__(speed, compat, placer)
+        self.job_speed = speed
+
+    def _throughput(self, spec: JobSpec, num_ps: int, num_workers: int) -> float:
+        if self.job_speed.job_key(spec) is None:
+            return super()._throughput(spec, num_ps, num_workers)
+        return self.job_speed.job_throughput(spec, num_ps, num_workers)
+
+
+class JobAwareSpeedupHull(SpeedupHull):
+    """`speedup-hull` whose hull of a job the model knows otherwise than its type is that job's own."""
+
+    def __init__(self, speed: JobSpeedModel, compat: bool = False, placer: Placer | None = None) -> None:
+        super().__init__(speed, compat, placer)
+        self.job_speed = speed
+        self._job_hulls: dict[str, tuple[Hashable, tuple[HullPoint, ...]]] = {}
+
+    def reset(self) -> None:
+        super().reset()
+        self._job_hulls = {}
+
+    def hull(self, spec: JobSpec) -> tuple[HullPoint, ...]:
+        key = self.job_speed.job_key(spec)
+        if key is None:
+            return super().hull(spec)
+        cached = self._job_hulls.get(spec.job_id)
+        if cached is None or cached[0] != key:
+            points = hull_of(
+                lambda ps, workers: self.job_speed.job_throughput(spec, ps, workers),
+                spec.architecture, spec.max_workers, spec.max_ps,
+            )  # fmt: skip
+            cached = self._job_hulls[spec.job_id] = (key, points)
+        return cached[1]
+
+
+JOB_AWARE: dict[str, type[JobAwareOptimus] | type[JobAwareSpeedupHull]] = {
+    "optimus": JobAwareOptimus,
+    "speedup-hull": JobAwareSpeedupHull,
+}
+"""The heuristics that read a job's own speed when handed a `JobSpeedModel`."""
+
+
+def job_aware_scheduler(name: str, speed: JobSpeedModel, placer: str = "load-balance") -> Scheduler:
+    """A heuristic by name reading `speed` per job where it can (`JOB_AWARE`), by type otherwise (realistic mode)."""
+    factory = JOB_AWARE.get(name)
+    if factory is None:
+        return make_scheduler(name, speed, False, placer)
+    return factory(speed, False, PLACERS[placer]())
+
+
+class FittedLookahead(LookaheadScheduler):
+    """A lookahead whose world's speed is a `JobFittedSpeedModel`, fitted from every real slot's view before its
+    candidates propose (the what-if runs' views teach it nothing: they are the model's own)."""
+
+    def __init__(
+        self,
+        fit: JobFittedSpeedModel,
+        candidates: Sequence[Scheduler],
+        continuation: Scheduler,
+        interference: InterferenceModel,
+        config: SimConfig,
+        horizon_slots: int = 0,
+        beyond: Beyond = "estimate",
+        growth: int = 2,
+    ) -> None:
+        """`fit`: the world's speed it learns and looks ahead in (its candidates and continuation read it too);
+        `interference`: the world's; the rest as `LookaheadScheduler`'s."""
+        world = World(fit, interference)
+        super().__init__(candidates, continuation, world, config, horizon_slots, beyond, growth)
+        self.fit = fit
+
+    def reset(self) -> None:
+        super().reset()
+        self.fit.reset()
+
+    def schedule(self, view: ClusterView) -> Allocation:
+        self.fit.observe(view)
+        return super().schedule(view)
+
+
+def make_fitted_lookahead(
+    name: str,
+    world: World,
+    config: SimConfig,
+    placer: str = "load-balance",
+    horizon_slots: int = 0,
+    beyond: Beyond = "estimate",
+    growth: int = 2,
+) -> FittedLookahead:
+    """`lookahead:A+B...` over heuristics (A the base), looking ahead in `world` corrected per job by a fresh
+    `JobFittedSpeedModel` (which divides out `world`'s interference), which its candidates and continuation read
+    per job (`job_aware_scheduler`)."""
+    names = candidate_names(name)
+    if not all(names):
+        raise ValueError(f"{name}: candidates are named as lookahead:A+B (A the base)")
+    fit = JobFittedSpeedModel(world.speed, world.interference)
+    candidates = [job_aware_scheduler(candidate, fit, placer) for candidate in names]
+    continuation = job_aware_scheduler(names[0], fit, placer)
+    return FittedLookahead(fit, candidates, continuation, world.interference, config, horizon_slots, beyond, growth)
