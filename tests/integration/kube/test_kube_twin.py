@@ -156,11 +156,7 @@ def test_a_deleted_job_is_cancelled_and_the_rest_finish(kube, twin, training_pod
         rest.request("DELETE", resource.path(namespace, name))
         cluster.advance()
         assert training_pods(namespace, name) == []
-        cluster.run_to_end()
-        results = {r["name"]: r for r in cluster.job_results()}
-        assert results[name]["cancelled"] and results[name]["finish_s"] is None
-        assert all(r["finish_s"] is not None for n, r in results.items() if n != name)
-        assert cluster.done and cluster.status()["cancelled"] == 1
+        _ends_with_only_cancelled(cluster, name)
 
 
 @pytest.mark.parametrize("moment", ["_job_objects", "_settle"], ids=["after-listing", "before-settling"])
@@ -204,11 +200,7 @@ def test_a_job_deleted_mid_slot_is_cancelled_and_the_slot_goes_on_at_once(kube, 
         assert time.monotonic() - started - deleting[0] < 15  # the slot itself: seconds, not the settle timeout
         cluster.advance()
         assert training_pods(namespace, name) == []
-        cluster.run_to_end()
-        results = {r["name"]: r for r in cluster.job_results()}
-        assert results[name]["cancelled"] and results[name]["finish_s"] is None
-        assert all(r["finish_s"] is not None for n, r in results.items() if n != name)
-        assert cluster.done and cluster.status()["cancelled"] == 1
+        _ends_with_only_cancelled(cluster, name)
 
 
 def test_a_job_deleted_as_it_is_submitted_is_cancelled(kube, twin, training_pods):
@@ -318,3 +310,12 @@ def test_dl2_cluster_serves_kubectl_until_sigterm_and_refuses_bad_options(tmp_pa
         bad = _dl2("cluster", *argv)
         _, err = bad.communicate(timeout=60)
         assert bad.returncode == 2 and len(err.strip().splitlines()) == 1 and words in err, err
+
+
+def _ends_with_only_cancelled(cluster, name: str) -> None:
+    """Run the twin to its end: the job `name` is cancelled (no finish), every other job finishes."""
+    cluster.run_to_end()
+    results = {r["name"]: r for r in cluster.job_results()}
+    assert results[name]["cancelled"] and results[name]["finish_s"] is None
+    assert all(r["finish_s"] is not None for n, r in results.items() if n != name)
+    assert cluster.done and cluster.status()["cancelled"] == 1
