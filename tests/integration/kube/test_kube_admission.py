@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,7 +106,25 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
         kubectl(config, "wait", "--for", "condition=established", "crd/schedulerpolicies.dl2.io", "--timeout=60s")
         kubectl(config, "apply", "--server-side", "-k", str(K8S))
         token = plane.service_account_token(SYSTEM_NAMESPACE, CONTROLLER)
-        yield Installed(config, admin, Rest(plane.client(token=token, user_agent="dl2-serve/admission")))
+        env = Installed(config, admin, Rest(plane.client(token=token, user_agent="dl2-serve/admission")))
+        await_enforced(env)
+        yield env
+
+
+def await_enforced(env: Installed, timeout_s: float = 60.0) -> None:
+    """Wait until the API server enforces the admission policy: it loads a new policy and its binding from its own
+    watch a moment after they are created, and admits everything until then. Probed with dry-run rewrites."""
+    deadline = time.monotonic() + timeout_s
+    for job in submitted(env, MANAGED).values():
+        while True:
+            try:
+                rewrite_image(env.controller, job, dry_run=True)
+            except ApiException as error:
+                if error.status == 403:
+                    break
+                raise
+            assert time.monotonic() < deadline, "the admission policy was not enforced within a minute"
+            time.sleep(0.2)
 
 
 def submitted(env: Installed, namespace: str) -> dict[str, ManagedJob]:
