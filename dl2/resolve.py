@@ -4,7 +4,8 @@ into something that decides.
 
 A name is a heuristic of `dl2.schedulers.registry`; anything that is a folder (or looks like a path) is a trained
 model: a DL2 policy (`dl2.rl.learned.LearnedScheduler`) or a Harmony placer (`dl2.placement.policy`);
-`lookahead:A+B` chooses among A and B at every slot by simulating ahead (`dl2.rl.lookahead`). Each is
+`lookahead:A+B` chooses among A and B at every slot by simulating ahead (`dl2.rl.lookahead`), and
+`lookahead-fitted:A+B` does so in a world each job's own progress corrects (`dl2.rl.fitted_lookahead`). Each is
 checked when resolved, so a typo or a broken model fails before any work, with `UnknownPolicy` (one line).
 """
 
@@ -34,6 +35,8 @@ def scheduler_builder(
 
     if name.startswith("lookahead:"):
         return _lookahead_builder(name, placer, mode, greedy, seed)
+    if name.startswith("lookahead-fitted:"):
+        return _fitted_lookahead_builder(name, placer, mode)
     make_placer = placer_factory(placer)
     if name not in SCHEDULERS and (Path(name).exists() or looks_like_path(name)):
         from dl2.rl.learned import LearnedScheduler
@@ -72,6 +75,32 @@ def _lookahead_builder(name: str, placer: str | None, mode: Mode, greedy: bool, 
     def build(speed: SpeedModel, compat: bool) -> Scheduler:
         world = World(speed, interference_model())
         return make_lookahead(name, lambda candidate: builders[candidate](speed, compat), world, SimConfig.realistic())
+
+    return build
+
+
+def _fitted_lookahead_builder(name: str, placer: str | None, mode: Mode) -> SchedulerBuilder:
+    """`lookahead-fitted:A+B...` (`dl2.rl.fitted_lookahead`): heuristics A, B, ... placing with `placer`, looking
+    ahead in the world of the speed model the builder is handed, corrected per job from each job's progress."""
+    from dl2.rl.fitted_lookahead import FITTED_PREFIX, make_fitted_lookahead
+    from dl2.sim.config import SimConfig
+    from dl2.sim.run import World, interference_model
+
+    if mode is not Mode.REALISTIC:
+        raise UnknownPolicy(f"{name}: a lookahead plays realistic mode (it simulates the cluster's interference)")
+    names = name.removeprefix(FITTED_PREFIX).split("+")
+    unknown = [candidate for candidate in names if candidate not in SCHEDULERS]
+    if len(names) < 2 or unknown:
+        raise UnknownPolicy(
+            f"{name}: a fitted lookahead chooses among two or more heuristics, named {FITTED_PREFIX}A+B"
+            + (f" ({', '.join(repr(u) for u in unknown)} unknown; known: {', '.join(SCHEDULERS)})" if unknown else "")
+        )
+    if placer is not None and placer not in PLACERS:
+        raise UnknownPolicy(f"{name}: places with a named placer ({', '.join(sorted(PLACERS))}), got {placer!r}")
+
+    def build(speed: SpeedModel, compat: bool) -> Scheduler:
+        world = World(speed, interference_model())
+        return make_fitted_lookahead(name, world, SimConfig.realistic(), placer or "load-balance")
 
     return build
 

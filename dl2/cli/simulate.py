@@ -51,7 +51,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "-s",
         required=True,
         help="scheduler name (drf, fifo, srtf, optimus, optimus-fitted, tiresias, ...), a model folder, or "
-        "lookahead:A+B (each slot, whichever of A and B a simulation of the active jobs says ends sooner)",
+        "lookahead:A+B (each slot, whichever of A and B a simulation of the active jobs says ends sooner), or "
+        "lookahead-fitted:A+B (the same over heuristics, in a world each job's own progress corrects)",
     )
     add_sim_options(parser)
     add_truth_option(parser)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 
 from dl2.core import Allocation, ClusterView, JobSpec, Scheduler
-from dl2.rl.lookahead import Beyond, LookaheadScheduler, candidate_names
+from dl2.rl.lookahead import PREFIX, Beyond, LookaheadScheduler, candidate_names
 from dl2.schedulers.optimus import OptimusOracle
 from dl2.schedulers.placement import Placer
 from dl2.schedulers.registry import PLACERS, make_scheduler
@@ -67,6 +67,11 @@ class JobAwareSpeedupHull(SpeedupHull):
         return cached[1]
 
 
+FITTED_PREFIX = "lookahead-fitted:"
+"""How a fitted lookahead is named (`lookahead-fitted:optimus+speedup-hull`), so that its runs and decision records
+tell it from the lookahead in the world it wraps (`lookahead:`)."""
+
+
 JOB_AWARE: dict[str, type[JobAwareOptimus] | type[JobAwareSpeedupHull]] = {
     "optimus": JobAwareOptimus,
     "speedup-hull": JobAwareSpeedupHull,
@@ -101,6 +106,7 @@ class FittedLookahead(LookaheadScheduler):
         `interference`: the world's; the rest as `LookaheadScheduler`'s."""
         world = World(fit, interference)
         super().__init__(candidates, continuation, world, config, horizon_slots, beyond, growth)
+        self.name = FITTED_PREFIX + self.name.removeprefix(PREFIX)
         self.fit = fit
 
     def reset(self) -> None:
@@ -121,12 +127,12 @@ def make_fitted_lookahead(
     beyond: Beyond = "estimate",
     growth: int = 2,
 ) -> FittedLookahead:
-    """`lookahead:A+B...` over heuristics (A the base), looking ahead in `world` corrected per job by a fresh
-    `JobFittedSpeedModel` (which divides out `world`'s interference), which its candidates and continuation read
-    per job (`job_aware_scheduler`)."""
-    names = candidate_names(name)
+    """`lookahead-fitted:A+B...` (or `lookahead:A+B...`) over heuristics (A the base), looking ahead in `world`
+    corrected per job by a fresh `JobFittedSpeedModel` (which divides out `world`'s interference), which its
+    candidates and continuation read per job (`job_aware_scheduler`); named `lookahead-fitted:A+B...`."""
+    names = candidate_names(PREFIX + name.removeprefix(FITTED_PREFIX).removeprefix(PREFIX))
     if not all(names):
-        raise ValueError(f"{name}: candidates are named as lookahead:A+B (A the base)")
+        raise ValueError(f"{name}: candidates are named as {FITTED_PREFIX}A+B (A the base)")
     fit = JobFittedSpeedModel(world.speed, world.interference)
     candidates = [job_aware_scheduler(candidate, fit, placer) for candidate in names]
     continuation = job_aware_scheduler(names[0], fit, placer)

@@ -94,3 +94,27 @@ def test_the_fit_wraps_a_world_that_knows_jobs_itself():
     assert fit.job_key(plain) is None and fit.job_key(knee) is not None
     assert fit.job_throughput(knee, 1, 3) == cluster.speed.job_throughput(knee, 1, 3)
     assert fit.job_throughput(knee, 1, 3) < BASE.throughput(knee.model, 1, 3)
+
+
+def test_a_fitted_lookahead_is_resolved_by_name_and_named_apart_from_the_plain_one() -> None:
+    """`lookahead-fitted:A+B` reaches the fitted lookahead from every command line and benchmark (`dl2.resolve`);
+    its name, which runs and decision records carry, is not the plain lookahead's; what it cannot be is refused."""
+    import pytest
+
+    from dl2.resolve import UnknownPolicy, scheduler_builder
+    from dl2.rl.fitted_lookahead import FittedLookahead
+    from dl2.sim.config import Mode
+
+    build = scheduler_builder("lookahead-fitted:optimus+speedup-hull", "isolate-strict", Mode.REALISTIC)
+    scheduler = build(BASE, False)
+    assert isinstance(scheduler, FittedLookahead) and scheduler.name == "lookahead-fitted:optimus+speedup-hull"
+    assert [type(c).__name__ for c in scheduler.candidates] == ["JobAwareOptimus", "JobAwareSpeedupHull"]
+    for bad, why in (
+        ("lookahead-fitted:optimus", "two or more heuristics"),
+        ("lookahead-fitted:optimus+nope", "'nope' unknown"),
+        ("lookahead-fitted:optimus+models/dl2-philly", "unknown"),
+    ):
+        with pytest.raises(UnknownPolicy, match=why):
+            scheduler_builder(bad, None, Mode.REALISTIC)
+    with pytest.raises(UnknownPolicy, match="realistic mode"):
+        scheduler_builder("lookahead-fitted:optimus+speedup-hull", None, Mode.COMPAT)
