@@ -5,7 +5,8 @@ simulator decides only there), pays the shortest pause a first start can cost, a
 speed the simulator's own speed function gives over every feasible number of workers and PS and every feasible
 placement of them. No schedule can do better for that job: other jobs only take capacity and add interference,
 and a change of allocation only adds pauses. The average over the workload bounds any scheduler's average JCT
-(realistic mode, before noise).
+(realistic mode, before noise). On a cluster of several accelerator types every worker counts as on the fastest type
+for its model (`dl2.workload.accelerated_speed.FastestAcceleratorSpeed`): still a bound, if a looser one.
 
 Placements are enumerated up to symmetry: servers with the same capacity are interchangeable, so a placement
 is a multiset of per-server (workers, PS) configurations. The realistic speed function depends on a placement
@@ -24,6 +25,7 @@ from functools import cache
 from dl2.core import Architecture, ClusterSpec, Job, JobAllocation, JobSpec, Resources, Workload
 from dl2.sim.config import RescaleCost, RescaleKind, SimConfig
 from dl2.sim.simulator import Simulation
+from dl2.workload.accelerated_speed import on_fastest_accelerators
 from dl2.workload.speed import SpeedModel
 
 _EPS = 1e-9
@@ -60,7 +62,7 @@ def workload_bounds(workload: Workload, config: SimConfig, speed: SpeedModel) ->
     """Every job's bound (`config` gives the slot length and the rescale cost; exact declared epochs assumed)."""
     slot_s = config.slot_s or workload.slot_s
     pause_s = shortest_start_pause_s(config.rescale)
-    fastest = FastestPlacements(workload.cluster, speed)
+    fastest = FastestPlacements(workload.cluster, on_fastest_accelerators(speed, workload.cluster))
     return [job_bound(job, slot_s, fastest, pause_s) for job in workload.jobs]
 
 
@@ -135,7 +137,7 @@ class BestLayoutSimulation(Simulation):
 
     def __init__(self, workload: Workload, config: SimConfig, speed: SpeedModel) -> None:
         super().__init__(workload, replace(config, interference=False), speed, None)
-        self._fastest = FastestPlacements(workload.cluster, speed)
+        self._fastest = FastestPlacements(workload.cluster, on_fastest_accelerators(speed, workload.cluster))
         self._layout_throughput: dict[tuple[object, ...], float] = {}
 
     def _base_throughput(self, i: int) -> float:
@@ -148,7 +150,7 @@ class BestLayoutSimulation(Simulation):
         best = self._layout_throughput.get(key)
         if best is None:
             layout = self._fastest.packed(spec, *counts)
-            best = self.speed.placed_throughput(spec, layout) if layout is not None else 0.0
+            best = self._fastest.speed.placed_throughput(spec, layout) if layout is not None else 0.0
             self._layout_throughput[key] = best
         # the layout search maximises what the speed function reads; max() keeps the bound safe regardless
         return max(best, placed)

@@ -37,6 +37,7 @@ from dl2.core import (
 )
 from dl2.sim.colocation import CoLocation
 from dl2.sim.config import Mode, SimConfig
+from dl2.workload.accelerated_speed import on_accelerators
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.speed import SpeedModel
 
@@ -115,7 +116,11 @@ class Simulation:
     ) -> None:
         self.workload = workload
         self.config = config
-        self.speed = speed
+        # realistic mode runs each job at its workers' accelerators' pace; compat mode is the authors'
+        # homogeneous cluster. A cluster of reference accelerators keeps `speed` itself.
+        self.speed = speed if config.mode is Mode.COMPAT else on_accelerators(speed, workload.cluster)
+        self._reference_speed = speed
+        """The speed model as given: the reference accelerator's (what `isolated_s` measures against)."""
         self.interference = interference if config.interference else None
         self.slot_s = config.slot_s or workload.slot_s
         self.rng = np.random.default_rng(config.seed)
@@ -599,10 +604,11 @@ class Simulation:
         spec = self.specs[i]
         num_ps = spec.requested_ps if spec.architecture is Architecture.PS else 0
         packed = JobAllocation((0,) * spec.requested_workers, (0,) * num_ps)
+        speed = self._reference_speed  # the same reference on every cluster, whatever node 0's accelerator
         throughput = (
-            self.speed.placed_throughput(spec, packed)
+            speed.placed_throughput(spec, packed)
             if self.config.mode is Mode.REALISTIC
-            else (self.speed.throughput(spec.model, num_ps, spec.requested_workers))
+            else (speed.throughput(spec.model, num_ps, spec.requested_workers))
         )
         if throughput <= 0:
             return math.inf

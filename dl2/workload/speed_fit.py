@@ -150,14 +150,27 @@ class ShiftedSpeedModel(ParametricSpeedModel):
         if not workers:
             return 0.0
         base, factors = self.job_factors(spec)
-        profile, fit = CATALOGUE[base], self.fits[base]
-        if spec.architecture is Architecture.ALLREDUCE:
-            return 1.0 / allreduce_inverse_speed(fit, profile, len(workers), len(set(workers)) > 1, factors)
-        ps = allocation.ps_nodes
-        if not ps:
-            return 0.0
-        kappa = placement_kappa(profile, workers, ps)
-        return 1.0 / fit.inverse_speed(len(ps), len(workers), kappa, factors)
+        return factored_placed_throughput(self.fits[base], CATALOGUE[base], spec.architecture, allocation, factors)
+
+
+def factored_placed_throughput(
+    fit: FittedModel,
+    profile: ModelProfile,
+    architecture: Architecture,
+    allocation: JobAllocation,
+    factors: TermFactors | None,
+) -> float:
+    """Throughput of a job of this fit with exactly this placement, `factors` on its terms (None: the fit itself)."""
+    workers = allocation.worker_nodes
+    if not workers:
+        return 0.0
+    if architecture is Architecture.ALLREDUCE:
+        return 1.0 / allreduce_inverse_speed(fit, profile, len(workers), len(set(workers)) > 1, factors)
+    ps = allocation.ps_nodes
+    if not ps:
+        return 0.0
+    kappa = placement_kappa(profile, workers, ps)
+    return 1.0 / fit.inverse_speed(len(ps), len(workers), kappa, factors)
 
 
 def allreduce_inverse_speed(

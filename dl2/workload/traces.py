@@ -36,6 +36,7 @@ from dl2.core import ClusterSpec, InputError, Job, NodeSpec, Resources, Workload
 from dl2.core.inputs import read_text
 from dl2.core.limits import MAX_JOBS, MAX_NODE_CAPACITY, MAX_NODES, MAX_TASKS_PER_JOB, MAX_TIME_S
 from dl2.paths import traces_dir
+from dl2.workload.accelerators import ACCELERATOR_TYPES
 from dl2.workload.catalogue import CATALOGUE, MODEL_NAMES
 from dl2.workload.mapping import DEFAULT_MAPPING, TraceMapping, map_trace_job
 
@@ -134,7 +135,8 @@ def philly_cluster(path: Path | None = None) -> ClusterSpec:
 
 
 def alibaba_cluster(path: Path | None = None) -> ClusterSpec:
-    """Alibaba GPU 2023: one node per row of `nodes_gpu.csv` (`sn,cpu_milli,memory_mib,gpu,model`), kind = model."""
+    """Alibaba GPU 2023: one node per row of `nodes_gpu.csv` (`sn,cpu_milli,memory_mib,gpu,model`), kind = model,
+    accelerator = the model's type in `dl2.workload.accelerators.ACCELERATOR_TYPES` (an unknown model is an error)."""
     columns = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
     table = _read_table(path or traces_dir() / "alibaba_gpu2023" / "nodes_gpu.csv", columns)
     if len(table.records) > MAX_NODES:
@@ -154,7 +156,12 @@ def alibaba_cluster(path: Path | None = None) -> ClusterSpec:
             )
             / 1024,
         )
-        nodes.append(NodeSpec(index, capacity, kind=_text(table.where, table.cell(cells, "model"), row, "model")))
+        model = _text(table.where, table.cell(cells, "model"), row, "model")
+        known = ACCELERATOR_TYPES.get(model)
+        if known is None:
+            known_names = ", ".join(ACCELERATOR_TYPES)
+            raise InputError(table.where, f"unknown GPU model {model!r}; known: {known_names}", row=row, field="model")
+        nodes.append(NodeSpec(index, capacity, kind=model, accelerator=known.accelerator))
     return ClusterSpec(tuple(nodes), name="alibaba-gpu2023")
 
 

@@ -1,0 +1,96 @@
+"""A job's speed on the accelerators its workers were placed on: heterogeneous clusters.
+
+`AcceleratedSpeedModel` wraps a realistic-mode speed model for one cluster. A worker's computation runs
+`relative_speed(model, type)` times as fast on its node's accelerator type as on the reference accelerator
+(`dl2.workload.accelerators`), and a job whose workers sit on several types runs at its slowest worker's pace:
+synchronous training waits every step for the last worker's gradients, and data parallelism gives every worker the
+same share of the batch. Parameter servers run on CPUs, so their nodes' accelerators do not matter.
+
+What it scales, and why only that: the parametric model's computation term (`t0 / w` of `dl2.workload.speed_fit`),
+multiplied by 1 / relative speed, and nothing else. Gavel measured each type's throughput on one GPU alone, a
+step with no gradient exchange, so its ratio between types is a ratio of computation times; the exchange with
+parameter servers or the ring all-reduce crosses the network, whose speed no accelerator changes. (Scaling the whole
+step instead would let a faster GPU speed up a network-bound job as much as a compute-bound one.)
+
+Exactly today's speeds where nothing differs: a job whose slowest worker's type has relative speed 1.0 (every node
+the reference accelerator, or a type read as P100 with scale 1) gets the wrapped model's own number, computed by
+the wrapped model; no factor of 1.0 is multiplied in. A speed model other than the parametric one (which has no
+computation term to scale) has its whole throughput scaled instead.
+"""
+
+from __future__ import annotations
+
+from dl2.core import Accelerator, ClusterSpec, JobAllocation, JobSpec
+from dl2.workload.accelerators import accelerator_type, relative_speed
+from dl2.workload.catalogue import CATALOGUE, MODEL_NAMES
+from dl2.workload.speed import SpeedModel
+from dl2.workload.speed_fit import ParametricSpeedModel, ShiftedSpeedModel, factored_placed_throughput
+
+
+class AcceleratedSpeedModel:
+    """`base`'s speeds on `cluster`'s accelerators (the module docstring)."""
+
+    def __init__(self, base: SpeedModel, cluster: ClusterSpec) -> None:
+        self.base = base
+        types: list[Accelerator | None] = sorted(
+            cluster.accelerators, key=lambda a: ("", 0.0) if a is None else (a.name, a.mem_gb or 0.0)
+        )
+        for accelerator in types:
+            if accelerator is not None:
+                accelerator_type(accelerator.name, where=f"cluster {cluster.name}")
+        index = {accelerator: i for i, accelerator in enumerate(types)}
+        self._type_of_node = [index[node.accelerator] for node in cluster.nodes]
+        """Per node, its accelerator's position in `types`."""
+        self._compute_factor = {
+            model: tuple(1.0 / relative_speed(model, accelerator) for accelerator in types) for model in MODEL_NAMES
+        }
+        """Per catalogue model, per accelerator type: the factor on the computation time."""
+
+    def throughput(self, model: str, num_ps: int, num_workers: int) -> float:
+        """Placement ignored: on the reference accelerator, as the wrapped model says."""
+        return self.base.throughput(model, num_ps, num_workers)
+
+    def compute_factor(self, model: str, worker_nodes: tuple[int, ...]) -> float:
+        """Factor on the computation time of `model` with workers on these nodes: the slowest worker's."""
+        factors, type_of = self._compute_factor[model], self._type_of_node
+        return max(factors[type_of[node]] for node in worker_nodes)
+
+    def placed_throughput(self, spec: JobSpec, allocation: JobAllocation) -> float:
+        workers = allocation.worker_nodes
+        if not workers:
+            return 0.0
+        base = self.base
+        if isinstance(base, ShiftedSpeedModel):
+            model, factors = base.job_factors(spec)  # a job runs at its true type's pace
+        else:
+            model, factors = spec.model, None
+        slowest = self.compute_factor(model, workers)
+        if slowest == 1.0:
+            return base.placed_throughput(spec, allocation)
+        if not isinstance(base, ParametricSpeedModel):
+            return base.placed_throughput(spec, allocation) / slowest
+        compute, communication, parameter_server, overhead = factors or (1.0, 1.0, 1.0, 1.0)
+        shifted = (compute * slowest, communication, parameter_server, overhead)
+        return factored_placed_throughput(base.fits[model], CATALOGUE[model], spec.architecture, allocation, shifted)
+
+
+def on_accelerators(speed: SpeedModel, cluster: ClusterSpec) -> SpeedModel:
+    """`speed` itself on a cluster of reference accelerators only; otherwise it wrapped for the cluster's types."""
+    if cluster.accelerators == {None}:
+        return speed
+    return AcceleratedSpeedModel(speed, cluster)
+
+
+class FastestAcceleratorSpeed(AcceleratedSpeedModel):
+    """As if every worker ran on the cluster's fastest type for its model: no placement on the cluster is faster,
+    so bounds that search placements by speed (`dl2.sim.lower_bound`) stay bounds on a heterogeneous cluster."""
+
+    def compute_factor(self, model: str, worker_nodes: tuple[int, ...]) -> float:
+        return min(self._compute_factor[model])
+
+
+def on_fastest_accelerators(speed: SpeedModel, cluster: ClusterSpec) -> SpeedModel:
+    """`speed` itself on a cluster of reference accelerators only; otherwise `FastestAcceleratorSpeed`."""
+    if cluster.accelerators == {None}:
+        return speed
+    return FastestAcceleratorSpeed(speed, cluster)
