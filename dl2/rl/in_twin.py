@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from dl2.core.log_format import CLUSTER_FILE, read_cluster, read_log
+from dl2.core.log_format import read_cluster_log
 from dl2.rl.config import SupervisedConfig, TwinLearningConfig, WarmUpConfig
 from dl2.rl.learned import LearnedScheduler
 from dl2.rl.lookahead import load_policy
@@ -215,7 +215,7 @@ def learn_in_twin(
         )
         # the network's own decisions against the running one's (a lookahead draws no propensities to weigh)
         estimate = off_policy_difference(
-            read_log(log), read_cluster(log / CLUSTER_FILE), LearnedScheduler.from_dir(out, compat=False),
+            *read_cluster_log(log), LearnedScheduler.from_dir(out, compat=False),
             LearnedScheduler.from_dir(before, compat=False), world.speed,
         )  # fmt: skip
     return TwinVerdict(

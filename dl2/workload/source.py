@@ -16,7 +16,7 @@ from pathlib import Path
 
 from dl2.core import InputError, Workload
 from dl2.core.limits import MAX_JOBS, MAX_NODES
-from dl2.core.log_format import CLUSTER_FILE, read_cluster, read_log
+from dl2.core.log_format import CLUSTER_FILE, read_cluster_log
 from dl2.workload.authors import SETTINGS, generate_authors_workload
 from dl2.workload.catalogue import MODEL_NAMES
 from dl2.workload.observed import observed_workload, resampled_workload
@@ -112,10 +112,10 @@ def _fixed(source: str) -> tuple[Workload, ...]:
 @cache
 def _observed(folder: str) -> Workload:
     location = Path(folder)
-    records = read_log(location)
+    records, cluster = read_cluster_log(location)  # every record checked against the log's own cluster
     if not records:
         raise InputError(folder, "the decision log has no records")
-    return observed_workload(records, read_cluster(location / CLUSTER_FILE), location.name)
+    return observed_workload(records, cluster, location.name)
 
 
 def is_generated(source: str) -> bool:

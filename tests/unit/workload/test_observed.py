@@ -83,6 +83,9 @@ def test_the_records_source_reads_a_decision_log_folder(logged, tmp_path):
     write_segment(folder, records, 0)
     assert source_problem(f"records:{folder}") == f"no {CLUSTER_FILE} beside the decision log"
     (folder / CLUSTER_FILE).write_text(json.dumps(cluster_to_json(replace(original.cluster, name="a"))))
+    with pytest.raises(InputError, match="field 'cluster': a record of cluster 'philly-4' in a log of 'a'"):
+        workload(f"records:{folder}", 4)  # records of another cluster than the log's description
+    (folder / CLUSTER_FILE).write_text(json.dumps(cluster_to_json(original.cluster)))
     assert source_problem(f"records:{folder}") is None
     drawn = workload(f"records:{folder}", 4)
     assert drawn == resampled_workload(observed_workload(records, drawn.cluster, "cluster-a"), 4)
