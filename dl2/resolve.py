@@ -82,13 +82,13 @@ def _lookahead_builder(name: str, placer: str | None, mode: Mode, greedy: bool, 
 def _fitted_lookahead_builder(name: str, placer: str | None, mode: Mode) -> SchedulerBuilder:
     """`lookahead-fitted:A+B...` (`dl2.rl.fitted_lookahead`): heuristics A, B, ... placing with `placer`, looking
     ahead in the world of the speed model the builder is handed, corrected per job from each job's progress."""
-    from dl2.rl.fitted_lookahead import FITTED_PREFIX, make_fitted_lookahead
+    from dl2.rl.fitted_lookahead import FITTED_PREFIX, fitted_candidate_names, make_fitted_lookahead
     from dl2.sim.config import SimConfig
     from dl2.sim.run import World, interference_model
 
     if mode is not Mode.REALISTIC:
         raise UnknownPolicy(f"{name}: a lookahead plays realistic mode (it simulates the cluster's interference)")
-    names = name.removeprefix(FITTED_PREFIX).split("+")
+    names = fitted_candidate_names(name)
     unknown = [candidate for candidate in names if candidate not in SCHEDULERS]
     if len(names) < 2 or unknown:
         raise UnknownPolicy(

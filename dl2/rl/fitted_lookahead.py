@@ -72,6 +72,11 @@ FITTED_PREFIX = "lookahead-fitted:"
 tell it from the lookahead in the world it wraps (`lookahead:`)."""
 
 
+def fitted_candidate_names(name: str) -> list[str]:
+    """`lookahead-fitted:A+B` (or `lookahead:A+B`) -> ["A", "B"] (A the base)."""
+    return candidate_names(PREFIX + name.removeprefix(FITTED_PREFIX).removeprefix(PREFIX))
+
+
 JOB_AWARE: dict[str, type[JobAwareOptimus] | type[JobAwareSpeedupHull]] = {
     "optimus": JobAwareOptimus,
     "speedup-hull": JobAwareSpeedupHull,
@@ -130,7 +135,7 @@ def make_fitted_lookahead(
     """`lookahead-fitted:A+B...` (or `lookahead:A+B...`) over heuristics (A the base), looking ahead in `world`
     corrected per job by a fresh `JobFittedSpeedModel` (which divides out `world`'s interference), which its
     candidates and continuation read per job (`job_aware_scheduler`); named `lookahead-fitted:A+B...`."""
-    names = candidate_names(PREFIX + name.removeprefix(FITTED_PREFIX).removeprefix(PREFIX))
+    names = fitted_candidate_names(name)
     if not all(names):
         raise ValueError(f"{name}: candidates are named as {FITTED_PREFIX}A+B (A the base)")
     fit = JobFittedSpeedModel(world.speed, world.interference)
