@@ -19,6 +19,7 @@ from typing import Protocol
 import numpy as np
 
 from dl2.core import Allocation, Architecture, ClusterSpec, ClusterView, JobAllocation, JobSpec
+from dl2.schedulers.accelerator_types import NO_TYPE, AcceleratorTypes
 from dl2.schedulers.tenancy import Tenancy
 
 Demand = tuple[float, float, float]
@@ -65,8 +66,14 @@ class NodeState:
         self._inverse: list[list[float]] = shape.inverse_rows
         self._inverse_array = shape.inverse
         self.version = [0] * len(self.capacity)
+        self.type_of_node: list[int] = shape.type_of_node
+        """Per node, its accelerator type's index (`dl2.schedulers.accelerator_types`; -1 for a node without GPUs)."""
+        self.only_type = NO_TYPE
+        """While not `NO_TYPE`: the only accelerator type whose nodes `best` and `first_fitting` return (set by
+        `place_sticky` while it places a worker on a mixed cluster, so that every placer keeps its own rule
+        within the type chosen)."""
         # per ranking: its key, its heap and how much of `_changed` it has taken in
-        self._heaps: dict[tuple[object, Demand], tuple[NodeKey, list[tuple[float, int, int]], list[int]]] = {}
+        self._heaps: dict[tuple[object, ...], tuple[NodeKey, list[tuple[float, int, int]], list[int]]] = {}
         self._changed: list[int] = []
         """Every node whose resources changed, in order: a ranking re-ranks them when it is next asked, so a
         task placed costs one append, not a push into every ranking of the round."""
@@ -81,8 +88,9 @@ class NodeState:
 
     def first_fitting(self, nodes: Sequence[int], demand: Demand) -> int:
         """The first of `nodes` that fits `demand`, or -1 (a job's own servers, for placers that keep it together)."""
+        only = self.only_type
         for node in dict.fromkeys(nodes):
-            if self.fits(node, demand):
+            if self.fits(node, demand) and (only == NO_TYPE or self.type_of_node[node] == only):
                 return node
         return -1
 
@@ -151,6 +159,9 @@ class NodeState:
         nodes changed since it was last asked are pushed again with their new key, and an entry is stale once
         its node's version moves on.
         """
+        only = self.only_type
+        if only != NO_TYPE:
+            return self._best_of_type(name, key, demand, only)
         entry = self._heaps.get((name, demand))
         version = self.version
         if entry is None:
@@ -176,6 +187,33 @@ class NodeState:
                     if self.fits(node, demand):
                         heapq.heappush(heap, (key(self, node), node, version[node]))
                 seen[0] = len(changed)
+        return self._top(heap, demand)
+
+    def _best_of_type(self, name: object, key: NodeKey, demand: Demand, only: int) -> int:
+        """`best` among the nodes of accelerator type `only`: a ranking of its own, kept as `best` keeps its."""
+        entry = self._heaps.get((name, demand, only))
+        version, type_of = self.version, self.type_of_node
+        if entry is None:
+            heap = [
+                (key(self, node), node, version[node])
+                for node in range(self.num_nodes)
+                if type_of[node] == only and self.fits(node, demand)
+            ]
+            heapq.heapify(heap)
+            self._heaps[(name, demand, only)] = (key, heap, [len(self._changed)])
+        else:
+            heap, seen = entry[1], entry[2]
+            changed = self._changed
+            if seen[0] < len(changed):
+                for node in dict.fromkeys(changed[seen[0] :]):
+                    if type_of[node] == only and self.fits(node, demand):
+                        heapq.heappush(heap, (key(self, node), node, version[node]))
+                seen[0] = len(changed)
+        return self._top(heap, demand)
+
+    def _top(self, heap: list[tuple[float, int, int]], demand: Demand) -> int:
+        """The heap's best current entry that fits `demand`, or -1; stale and too-full entries are dropped."""
+        version = self.version
         while heap:
             _, node, pushed = heap[0]
             if pushed == version[node] and self.fits(node, demand):
@@ -195,6 +233,7 @@ class _ClusterArrays:
         # 1 / capacity per resource (0 where the node has none of it) for the utilisation key
         self.inverse = np.divide(1.0, self.capacity, out=np.zeros_like(self.capacity), where=self.capacity > 0)
         self.inverse_rows: list[list[float]] = self.inverse.tolist()
+        self.type_of_node = AcceleratorTypes.of(cluster).type_of_node
 
     @classmethod
     def of(cls, cluster: ClusterSpec) -> _ClusterArrays:
@@ -209,6 +248,11 @@ class Placer(Protocol):
 
     A placer whose class sets `needs_tenancy = True` finds `state.tenancy` set while it places: who holds what on
     each node and which job and role the task is for (`dl2.schedulers.tenancy`).
+
+    On a cluster of several accelerator types, `place_sticky` chooses the type of each new worker and sets
+    `state.only_type` while the placer chooses: `NodeState.best` and `first_fitting` then return nodes of that type
+    only, so a placer that ranks nodes through them keeps its rule within the type. A placer that sets
+    `reads_accelerators = False` is left blind to types (for comparison).
     """
 
     name: str
@@ -225,8 +269,19 @@ _Growth = tuple[int, int, list[int], list[int]]
 """A job's targets (workers, PS) and the worker and PS nodes it keeps, to which new tasks are added."""
 
 
-def place_sticky(view: ClusterView, targets: Sequence[tuple[int, int]], placer: Placer) -> Allocation:
-    """Allocation giving job `view.jobs[r]` up to `targets[r]` = (workers, PS), keeping existing tasks in place."""
+def place_sticky(
+    view: ClusterView,
+    targets: Sequence[tuple[int, int]],
+    placer: Placer,
+    worker_types: Sequence[int] | None = None,
+) -> Allocation:
+    """Allocation giving job `view.jobs[r]` up to `targets[r]` = (workers, PS), keeping existing tasks in place.
+
+    On a cluster of several accelerator types, new workers go where `_Typed.place_workers` says, and the jobs
+    that gain most from a fast type place theirs first. `worker_types[r]`, where given and not `NO_TYPE`, is the
+    only type on which job r's new workers may go, all of them or none (a policy that chose the type: `gavel`;
+    it must not keep workers of that job on another type).
+    """
     # per job that holds tasks or will (a long queue of waiting jobs costs nothing here): its allocation as it
     # stands when its target is what it holds (most jobs in most slots), else what it keeps and its targets
     entries: list[tuple[int, JobSpec, JobAllocation, _Growth | None]] = []
@@ -260,10 +315,21 @@ def place_sticky(view: ClusterView, targets: Sequence[tuple[int, int]], placer: 
             held = (old.worker_nodes, old.ps_nodes) if growth is None else (growth[2], growth[3])
             tenancy.register(rank, *held)
     state = NodeState(view.cluster, used, tenancy) if grows else None
-    jobs: dict[str, JobAllocation] = {}
-    for rank, spec, old, growth in entries:
+    types = AcceleratorTypes.of(view.cluster) if grows else None
+    # a placer reads the nodes' types unless it says it does not (`reads_accelerators = False`: the type-blind
+    # placement, for comparison)
+    typed = types is not None and (
+        worker_types is not None or (types.is_mixed and getattr(placer, "reads_accelerators", True))
+    )
+    order = entries
+    if typed and types is not None and types.is_mixed and worker_types is None:
+        # the jobs that gain most from their fastest type place first, so that the fast servers go to them (a
+        # policy that chose the types orders its jobs itself)
+        order = sorted(entries, key=lambda entry: (-types.gain(entry[1].model), entry[0]))
+    placed: dict[int, JobAllocation] = {}
+    for rank, spec, old, growth in order:
         if growth is None:
-            jobs[spec.job_id] = old
+            placed[rank] = old
             continue
         workers, ps, worker_nodes, ps_nodes = growth
         worker_demand, ps_demand = spec.worker_demand.as_tuple(), spec.ps_demand.as_tuple()
@@ -271,6 +337,13 @@ def place_sticky(view: ClusterView, targets: Sequence[tuple[int, int]], placer: 
             (False, workers, worker_nodes, worker_demand),
             (True, ps, ps_nodes, ps_demand),
         ):
+            if typed and not is_ps and demand[0] > 0 and len(nodes) < count:
+                assert state is not None and types is not None
+                forced = worker_types[rank] if worker_types is not None else NO_TYPE
+                _Typed(state, placer, tenancy, rank, types, ps_nodes).place_workers(
+                    spec.model, demand, count, nodes, forced
+                )
+                continue
             while len(nodes) < count:
                 assert state is not None  # a job that grows means the state was built
                 if tenancy is not None:
@@ -294,10 +367,99 @@ def place_sticky(view: ClusterView, targets: Sequence[tuple[int, int]], placer: 
                         tenancy.remove(rank, node, is_ps)
             continue
         if tuple(worker_nodes) == old.worker_nodes and tuple(ps_nodes) == old.ps_nodes:
-            jobs[spec.job_id] = old
+            placed[rank] = old
         else:
-            jobs[spec.job_id] = JobAllocation(tuple(worker_nodes), tuple(ps_nodes))
-    return Allocation(jobs)
+            placed[rank] = JobAllocation(tuple(worker_nodes), tuple(ps_nodes))
+    return Allocation({spec.job_id: placed[rank] for rank, spec, _, _ in entries if rank in placed})
+
+
+class _Typed:
+    """Places one job's new workers on a cluster of several accelerator types (issue #52), as a deployment that
+    reads each node's GPU model and the catalogue's profile of each model would (`AcceleratorTypes.order`).
+
+    A synchronous job runs at its slowest worker's pace, so its workers go on one type when one has room for all:
+    the type its workers already run on, if any; else the fastest for it with room. The placer keeps its own rule
+    within that type (`NodeState.only_type`). Where no single type holds them, they spread over the types in that
+    order, a worker on a slower type only where it adds more than it slows: (n + 1) x r_new > n x r_slowest, r the
+    profile's relative speeds, a compute-bound estimate. A placer that ignores `only_type` places as it always did.
+    """
+
+    def __init__(
+        self,
+        state: NodeState,
+        placer: Placer,
+        tenancy: Tenancy | None,
+        rank: int,
+        types: AcceleratorTypes,
+        ps_nodes: list[int],
+    ) -> None:
+        self.state, self.placer, self.tenancy, self.rank, self.types = state, placer, tenancy, rank, types
+        self.ps_nodes = ps_nodes
+        """The PS the job keeps: with its workers, its servers for placers that keep a job together."""
+        self.blind = False
+        """Whether the placer chose a node of another type than `only_type` asked for (it reads no types)."""
+
+    def place_workers(self, model: str, demand: Demand, count: int, nodes: list[int], forced: int) -> None:
+        """Appends to `nodes` (the job's workers) up to `count`; `forced`: the only type allowed, or `NO_TYPE`."""
+        type_of = self.state.type_of_node
+        held = list(dict.fromkeys(type_of[node] for node in nodes))
+        order = self.types.order(model)
+        if forced != NO_TYPE:
+            self._all_on(forced, demand, count, nodes)
+            return
+        # all on one type: the one its workers run on; or, for a job with none yet, the best type with room
+        trials = order if not held else held if len(held) == 1 else []
+        for kind in trials:
+            if self._all_on(kind, demand, count, nodes):
+                return
+        speeds = self.types.speeds(model)
+        for kind in (*held, *(kind for kind in order if kind not in held)):
+            if nodes and kind not in held:
+                slowest = min(speeds[type_of[node]] for node in nodes)
+                if (len(nodes) + 1) * min(speeds[kind], slowest) <= len(nodes) * slowest:
+                    continue
+            self._place(kind, demand, count - len(nodes), nodes)
+            if len(nodes) >= count:
+                return
+        if self.blind:  # a placer that ignores `only_type`: what is left goes where it says, as it always did
+            self._place(NO_TYPE, demand, count - len(nodes), nodes)
+
+    def _all_on(self, kind: int, demand: Demand, count: int, nodes: list[int]) -> bool:
+        """Places all `count - len(nodes)` on type `kind`, or none (what it placed is given back)."""
+        need = count - len(nodes)
+        done = self._place(kind, demand, need, nodes)
+        if done == need:
+            return True
+        for node in nodes[len(nodes) - done :]:
+            self.state.give(node, demand)
+            if self.tenancy is not None:
+                self.tenancy.remove(self.rank, node, False)
+        del nodes[len(nodes) - done :]
+        return False
+
+    def _place(self, kind: int, demand: Demand, need: int, nodes: list[int]) -> int:
+        """Places up to `need` workers on type `kind` (`NO_TYPE`: any) with the placer; how many it placed."""
+        state, tenancy = self.state, self.tenancy
+        state.only_type = kind
+        done = 0
+        try:
+            while done < need:
+                if tenancy is not None:
+                    tenancy.placing, tenancy.placing_ps = self.rank, False
+                node = self.placer.choose(state, demand, nodes + self.ps_nodes)
+                if node < 0:
+                    break
+                if kind != NO_TYPE and state.type_of_node[node] != kind:
+                    self.blind = True
+                    break
+                state.take(node, demand)
+                nodes.append(node)
+                if tenancy is not None:
+                    tenancy.add(self.rank, node, False)
+                done += 1
+        finally:
+            state.only_type = NO_TYPE
+        return done
 
 
 def _runnable(spec: JobSpec, worker_nodes: Sequence[int], ps_nodes: Sequence[int]) -> bool:

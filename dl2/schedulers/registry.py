@@ -10,6 +10,7 @@ from dl2.schedulers.asked import AskedSizes
 from dl2.schedulers.binpack import BinPackPlacer
 from dl2.schedulers.drf import DRF
 from dl2.schedulers.fifo import FIFO
+from dl2.schedulers.gavel import Gavel
 from dl2.schedulers.isolate import IsolatePlacer, StrictIsolatePlacer
 from dl2.schedulers.load_balance import LoadBalancePlacer
 from dl2.schedulers.optimus import OptimusOracle
@@ -50,6 +51,7 @@ SCHEDULERS: dict[str, SchedulerFactory] = {
     ),
     "speedup-hull": lambda speed, compat, placer: SpeedupHull(speed, compat, placer),
     "speedup-hull-marginal": lambda speed, compat, placer: SpeedupHull(speed, compat, placer, order="marginal"),
+    "gavel": lambda speed, compat, placer: Gavel(speed, placer),
 }
 
 COMPAT_SCHEDULERS = (

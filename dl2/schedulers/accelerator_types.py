@@ -1,0 +1,117 @@
+"""A cluster's accelerator types as schedulers and placers see them (issue #52): which type each node has, and in
+which order a job's workers should try the types.
+
+A real deployment knows each node's GPU model (Kubernetes' `nvidia.com/gpu.product` label) and, from its profile,
+how fast each job type runs on each model; it does not know a job's true speed. So the order reads the catalogue's
+profile of each type (`dl2.workload.accelerators.relative_speed`), never the truth.
+
+A type here is a class of accelerators that the profile cannot tell apart (the same relative speed for every
+catalogue model: Alibaba's G2 and G3 and P100, or its V100M16 and V100M32): spreading a job over them costs nothing.
+Only nodes with GPUs have a type: a CPU-only server (parameter servers, CPU-only models) is of no type, and a
+cluster whose GPU servers are all of one type is not mixed: every placer then runs exactly as before.
+"""
+
+from __future__ import annotations
+
+from dl2.core import Accelerator, ClusterSpec
+from dl2.workload.accelerators import ACCELERATOR_TYPES, relative_speed
+from dl2.workload.catalogue import CATALOGUE, GPU_MODEL_NAMES, MODEL_NAMES
+
+NO_TYPE = -1
+"""The type index of a node without GPUs, and 'any type' where a type is asked for."""
+
+
+class AcceleratorTypes:
+    """Per cluster (immutable, so built once per run): its GPU types, each node's, and per job type an order."""
+
+    _last: tuple[ClusterSpec, AcceleratorTypes] | None = None
+
+    def __init__(self, cluster: ClusterSpec) -> None:
+        with_gpus = sorted(
+            {node.accelerator for node in cluster.nodes if node.capacity.gpu > 0},
+            key=lambda a: ("", 0.0) if a is None else (a.name, a.mem_gb or 0.0),
+        )
+        # accelerators the profile cannot tell apart (the same relative speed for every catalogue model: G2 and
+        # P100, V100M16 and V100M32) are one type here: a job spread over them runs at one pace
+        classes: dict[object, list[Accelerator | None]] = {}
+        for accelerator in with_gpus:
+            classes.setdefault(_profile_key(accelerator) if len(with_gpus) > 1 else None, []).append(accelerator)
+        self.types: tuple[tuple[Accelerator | None, ...], ...] = tuple(tuple(members) for members in classes.values())
+        """The GPU types, in a fixed order (by their first accelerator: the reference first, then by name): type
+        index -> the accelerators of that type."""
+        index = {accelerator: i for i, members in enumerate(self.types) for accelerator in members}
+        self.type_of_node: list[int] = [
+            index[node.accelerator] if node.capacity.gpu > 0 else NO_TYPE for node in cluster.nodes
+        ]
+        """Per node, its type index (`NO_TYPE` for a node without GPUs)."""
+        self.gpus: list[float] = [0.0] * len(self.types)
+        """Per type, the GPUs of its nodes."""
+        for node, kind in zip(cluster.nodes, self.type_of_node, strict=True):
+            if kind != NO_TYPE:
+                self.gpus[kind] += node.capacity.gpu
+        self._mean_speed: list[float] | None = None
+        self._orders: dict[str, tuple[int, ...]] = {}
+        self._gains: dict[str, float] = {}
+
+    @classmethod
+    def of(cls, cluster: ClusterSpec) -> AcceleratorTypes:
+        last = cls._last
+        if last is None or last[0] is not cluster:
+            last = cls._last = (cluster, cls(cluster))
+        return last[1]
+
+    @property
+    def is_mixed(self) -> bool:
+        """Whether the GPU servers are of more than one type."""
+        return len(self.types) > 1
+
+    def speeds(self, model: str) -> list[float]:
+        """Per type, the catalogue's relative speed of `model` there (1 everywhere for a model it does not profile
+        on GPUs: its workers need no accelerator, or it is a type only the truth knows)."""
+        profile = CATALOGUE.get(model)
+        if profile is None or not profile.uses_gpu:
+            return [1.0] * len(self.types)
+        return [_speed(model, members[0]) for members in self.types]
+
+    def order(self, model: str) -> tuple[int, ...]:
+        """The types a worker of `model` should try, best first: fastest for it by the profile; among types
+        equally fast for it, the one the catalogue's models gain least from on average; then type index."""
+        order = self._orders.get(model)
+        if order is None:
+            speeds, mean = self.speeds(model), self._mean_speeds()
+            order = self._orders[model] = tuple(sorted(range(len(self.types)), key=lambda t: (-speeds[t], mean[t], t)))
+        return order
+
+    def _mean_speeds(self) -> list[float]:
+        """Per type, how much the catalogue's GPU models gain from it on average: where a job gains the same from
+        two types, it takes the one the others gain less from, leaving the other to them."""
+        if self._mean_speed is None:
+            self._mean_speed = [
+                sum(_speed(model, members[0]) for model in GPU_MODEL_NAMES) / max(len(GPU_MODEL_NAMES), 1)
+                for members in self.types
+            ]
+        return self._mean_speed
+
+    def gain(self, model: str) -> float:
+        """How much `model` gains from the cluster's fastest type for it over its slowest (1: types do not matter)."""
+        gain = self._gains.get(model)
+        if gain is None:
+            speeds = self.speeds(model)
+            gain = self._gains[model] = max(speeds) / min(speeds) if speeds else 1.0
+        return gain
+
+
+def _profile_key(accelerator: Accelerator | None) -> object:
+    """What the profile says of an accelerator: its relative speed for every catalogue model (an accelerator it
+    does not know is a type of its own)."""
+    if accelerator is not None and accelerator.name not in ACCELERATOR_TYPES:
+        return accelerator
+    return tuple(relative_speed(model, accelerator) for model in MODEL_NAMES)
+
+
+def _speed(model: str, accelerator: Accelerator | None) -> float:
+    """The profile's relative speed; 1 on an accelerator it does not know (a label no table maps: the simulator
+    refuses such a cluster, a deployment may still report one)."""
+    if accelerator is not None and accelerator.name not in ACCELERATOR_TYPES:
+        return 1.0
+    return relative_speed(model, accelerator)
