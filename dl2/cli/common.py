@@ -46,14 +46,15 @@ def add_sim_options(parser: argparse.ArgumentParser) -> None:
 
 def add_truth_option(parser: argparse.ArgumentParser) -> None:
     """`--truth`: play a cluster whose jobs depart from the catalogue (`dl2.truth`)."""
-    from dl2.truth.scenarios import SCENARIOS
+    from dl2.truth.scenarios import MIXED_SCENARIOS, SCENARIOS
 
+    known = ", ".join([*SCENARIOS, *MIXED_SCENARIOS])
     parser.add_argument(
         "--truth",
         default=None,
         type=truth_argument,
         metavar="TRUTH",
-        help=f"run the cluster on a truth unlike the catalogue the policies read: {', '.join(SCENARIOS)}, or seed-N "
+        help=f"run the cluster on a truth unlike the catalogue the policies read: {known}, or seed-N "
         "for one drawn from a seed (realistic mode; default: the catalogue itself)",
     )
 

@@ -10,9 +10,10 @@ pyproject.toml): they learn the truth, if at all, from the cluster's feedback.
 
 from dl2.truth.model import NewJobType, ScalingKnee, SpeedShift, Truth
 from dl2.truth.realise import TrueCluster, realise
-from dl2.truth.scenarios import SCENARIOS, generate, truth_named
+from dl2.truth.scenarios import MIXED_SCENARIOS, SCENARIOS, generate, truth_named
 
 __all__ = [
+    "MIXED_SCENARIOS",
     "SCENARIOS",
     "NewJobType",
     "ScalingKnee",

@@ -18,6 +18,7 @@ from annotated_types import Ge, Gt, Le, Lt
 from dl2.config import config, refuse
 from dl2.core import Resources
 from dl2.sim.config import RescaleCost
+from dl2.workload.accelerators import ACCELERATOR_TYPES
 from dl2.workload.catalogue import CATALOGUE, MODEL_NAMES
 
 Factor = Annotated[float, Gt(0), Le(100)]
@@ -126,6 +127,15 @@ class Truth:
     """Seeds which jobs are of the new types, which have the knee, and the interference spread."""
     knee: ScalingKnee | None = None
     """Jobs whose throughput stops gaining past a few workers, whatever their type's fit says (None: none)."""
+    accelerator_speedups: dict[str, dict[str, Factor]] = field(default_factory=dict)
+    """Per job type (a catalogue model, or one of `new_types` by its name), per accelerator type
+    (`dl2.workload.accelerators.ACCELERATOR_TYPES`): a factor on how fast its computation runs on that type against
+    what the catalogue's per-type factor says (2: twice as fast as the catalogue expects there; the catalogue knows
+    one profile per model, scaled per type by Gavel-derived factors). It acts on nodes of that type only, on the
+    computation term, the slowest worker's pace setting a job's (`dl2.workload.accelerated_speed`); the reference
+    accelerator (a node without a named type) takes `shifts` alone, so a truth runs on a homogeneous reference
+    cluster exactly as without it. A type not named, or a job whose workers use no GPU, keeps the catalogue's
+    factor; a new type not named here gains as its base's profile says."""
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.shifts) - set(CATALOGUE))
@@ -134,11 +144,23 @@ class Truth:
         names = [t.name for t in self.new_types]
         if len(set(names)) != len(names):
             raise refuse("new_types", names, "distinct names")
+        for model, per_type in self.accelerator_speedups.items():
+            if model not in CATALOGUE and model not in names:
+                raise refuse("accelerator_speedups", model, "a catalogue model or a new type's name")
+            unknown = sorted(set(per_type) - set(ACCELERATOR_TYPES))
+            if unknown:
+                raise refuse(
+                    f"accelerator_speedups.{model}", unknown[0], f"an accelerator type: {', '.join(ACCELERATOR_TYPES)}"
+                )
         if sum(t.share for t in self.new_types) > 1.0:
             raise refuse("new_types.share", [t.share for t in self.new_types], "shares summing to at most 1")
 
     def shift_of(self, model: str) -> SpeedShift:
         return self.shifts.get(model, IDENTITY)
+
+    def speedups_of(self, model: str) -> dict[str, float]:
+        """Per accelerator type name, the truth's factor on `model`'s catalogue speed there (empty: the catalogue's)."""
+        return {name: factor for name, factor in self.accelerator_speedups.get(model, {}).items() if factor != 1.0}
 
     @property
     def is_catalogue(self) -> bool:
@@ -151,6 +173,7 @@ class Truth:
             and self.rescale is None
             and self.arrival_density == 1.0
             and self.knee is None
+            and all(factor == 1.0 for per_type in self.accelerator_speedups.values() for factor in per_type.values())
         )
 
 

@@ -11,19 +11,41 @@ The named ones are the cases DL2's online phase exists for, one departure each, 
   splits, their synchronisation still grows), whatever their type's fit says. The catalogue's types peak at about
   two workers on the cluster sizes played here, so a knee at two would depart from it on few allocations; at one,
   a knee job on the two workers Optimus gives most jobs runs 9-15% slower than on one.
+- `accelerator-affinity` (in `MIXED_SCENARIOS`: it departs only on a cluster of several accelerator types; on
+  a reference cluster it is the catalogue): the catalogue, scaling one profile per model by Gavel's geometric mean
+  over batch sizes, says the CNNs gain most from a V100 (1.52x a P100) and the language models least (wlm 1.19x,
+  seq2seq 1.35x); in this truth it is the other way round. The language models run 1.8 times as fast on the V100s
+  as the catalogue says (wlm 2.14x a P100, seq2seq 2.43x) and 0.6 times on the K80s; the CNNs 0.75 times on the
+  V100s (resnet-50, vgg-16, inception-bn 1.14x; resnext-110 0.83x, slower than a P100) and 1.4 times on the K80s.
+  The CNNs' side is within what Gavel measured (ResNet-18's V100/P100 ratio spans 0.84-1.54 over batch sizes, the
+  Transformer's 0.95-1.77: a cluster's batch sizes are not the geometric mean); the language models' is beyond it
+  (Gavel's largest V100/P100 ratio is CycleGAN's 1.84): a deliberately strong departure, so that which jobs get
+  the fast GPUs matters and the catalogue is wrong about it.
 
 `seed-N` draws a truth that mixes all of these but the knee (`generate`; it draws none, so the truths drawn so
-far stay what they were), so that a method is judged on cases nobody tuned it to.
+far stay what they were), so that a method is judged on cases nobody tuned it to. Its per-(model, accelerator
+type) speedups come from streams of their own, one per pair, keyed by the names (`_accelerator_speedups`): every
+other draw of a seed is what it was before they existed, and they act only on nodes of a named accelerator type,
+so every run on a reference cluster is bit for bit what it was.
 """
 
 from __future__ import annotations
+
+import zlib
 
 import numpy as np
 
 from dl2.config import ConfigError
 from dl2.sim.config import RescaleCost, RescaleKind
 from dl2.truth.model import NewJobType, ScalingKnee, SpeedShift, Truth
+from dl2.workload.accelerators import ACCELERATOR_TYPES
 from dl2.workload.catalogue import CATALOGUE, GPU_MODEL_NAMES, MODEL_NAMES
+
+_V100S = ("V100", "V100M16", "V100M32")
+_LANGUAGE = {"K80": 0.6} | {name: 1.8 for name in _V100S}
+"""The language models against the catalogue (`accelerator-affinity`): far more from a V100, less on a K80."""
+_CNN = {"K80": 1.4} | {name: 0.75 for name in _V100S}
+"""The CNNs against the catalogue (`accelerator-affinity`): less from a V100, more on a K80."""
 
 _COMMUNICATION_HEAVY = SpeedShift(communication=1.8, parameter_server=1.35)
 _COMPUTE_BOUND = SpeedShift(compute=0.55, overhead=0.7)
@@ -70,6 +92,22 @@ SCENARIOS: dict[str, Truth] = {
     "scaling-knee": Truth("scaling-knee", knee=ScalingKnee(share=0.4, workers=1)),
 }
 
+MIXED_SCENARIOS: dict[str, Truth] = {
+    "accelerator-affinity": Truth(
+        "accelerator-affinity",
+        accelerator_speedups={
+            "wlm": _LANGUAGE,
+            "seq2seq": _LANGUAGE,
+            "resnet-50": _CNN,
+            "vgg-16": _CNN,
+            "inception-bn": _CNN,
+            "resnext-110": _CNN,
+        },
+    ),
+}
+"""Truths that depart from the catalogue only on clusters of several accelerator types (on a reference cluster they
+are the catalogue): kept out of `SCENARIOS`, whose every member the homogeneous benchmarks play by default."""
+
 
 def _factor(rng: np.random.Generator, sigma: float) -> float:
     return float(np.clip(np.exp(rng.normal(0.0, sigma)), 0.25, 4.0))
@@ -78,7 +116,8 @@ def _factor(rng: np.random.Generator, sigma: float) -> float:
 def generate(seed: int) -> Truth:
     """A truth drawn from `seed`: every type's speed off by log-normal factors, up to two new types (5-20% of the
     jobs each), interference 0.5-2.5 times the profiled with a per-pair spread, sometimes checkpoint-restart
-    resizes, arrivals 1-2 times as dense."""
+    resizes, arrivals 1-2 times as dense; on a cluster of several accelerator types, every GPU model's speed on each
+    named type off the catalogue's by a log-normal factor (`_accelerator_speedups`)."""
     rng = np.random.default_rng([seed, 2029])
     shifts = {
         model: SpeedShift(
@@ -114,13 +153,35 @@ def generate(seed: int) -> Truth:
         rescale=rescale,
         arrival_density=round(float(rng.uniform(1.0, 2.0)), 3),
         seed=seed,
+        accelerator_speedups=_accelerator_speedups(seed),
     )
+
+
+def _accelerator_speedups(seed: int, sigma: float = 0.3) -> dict[str, dict[str, float]]:
+    """Per GPU model, per named accelerator type: a log-normal factor (sigma 0.3, clipped to 0.25-4) on its speed
+    there over the catalogue's. Each pair draws from a stream of its own keyed by the seed and the two names (not
+    by their positions), so neither `generate`'s other draws nor a pair's factor moves when a type or a model is
+    added."""
+    return {
+        model: {
+            name: round(_factor(np.random.default_rng([seed, 2052, _key(model), _key(name)]), sigma), 3)
+            for name in sorted(ACCELERATOR_TYPES)
+        }
+        for model in GPU_MODEL_NAMES
+    }
+
+
+def _key(name: str) -> int:
+    return zlib.crc32(name.encode())
 
 
 def truth_named(name: str) -> Truth:
     """A scenario by name, or `seed-N` for a generated truth; `ConfigError` names what is known."""
     if name in SCENARIOS:
         return SCENARIOS[name]
+    if name in MIXED_SCENARIOS:
+        return MIXED_SCENARIOS[name]
     if name.startswith("seed-") and name.removeprefix("seed-").isdigit():
         return generate(int(name.removeprefix("seed-")))
-    raise ConfigError(f"truth: {name!r} is not allowed (one of {', '.join(SCENARIOS)}, or seed-N for a drawn one)")
+    known = ", ".join([*SCENARIOS, *MIXED_SCENARIOS])
+    raise ConfigError(f"truth: {name!r} is not allowed (one of {known}, or seed-N for a drawn one)")

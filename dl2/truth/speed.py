@@ -2,7 +2,9 @@
 
 `TrueSpeedModel` and `TrueInterference` stand where the simulator and the cluster twin take the catalogue's
 `ParametricSpeedModel` and `InterferenceModel`; a job of a new type, or one with a scaling knee, is known by its id
-(its spec carries only the catalogue label it declares).
+(its spec carries only the catalogue label it declares). On a cluster of several accelerator types the simulator
+wraps the speed model (`dl2.workload.accelerated_speed`), which reads the truth's own per-type speedups from
+`TrueSpeedModel.accelerator_speedups`.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ class TrueSpeedModel(ShiftedSpeedModel):
         self.new_type_of = dict(new_type_of)
         self.new_types = {new.name: new for new in truth.new_types}
         self.knee_of = dict(knee_of or {})
+        self._speedups = {name: truth.speedups_of(name) for name in truth.accelerator_speedups}
+        """Per job type the truth names: per accelerator type, its factor over the catalogue's speed there."""
 
     def type_factors(self, model: str) -> tuple[str, TermFactors | None]:
         """A catalogue type's shift, or a new type's own (by its name: only a scheduler reading the truth, which
@@ -63,6 +67,13 @@ class TrueSpeedModel(ShiftedSpeedModel):
         if new is not None:
             return new.base, factors(new.shift)
         return self.type_factors(spec.model)
+
+    def accelerator_speedups(self, spec: JobSpec) -> tuple[str, Mapping[str, float]]:
+        """(the job's true type, the truth's factors on its speed per accelerator type over the catalogue's):
+        `dl2.workload.accelerated_speed.PerAcceleratorSpeeds`. A new type takes its own entry, never its base's."""
+        new = self.new_type_of.get(spec.job_id)
+        name = new.name if new is not None else spec.model
+        return name, self._speedups.get(name, _NONE)
 
     def placed_throughput(self, spec: JobSpec, allocation: JobAllocation) -> float:
         knee = self.knee_of.get(spec.job_id)
@@ -102,6 +113,9 @@ class TrueSpeedModel(ShiftedSpeedModel):
         if num_ps <= 0:
             return 1.0 / allreduce_inverse_speed(fit, CATALOGUE[base], num_workers, num_workers > 1, factors)
         return 1.0 / fit.inverse_speed(num_ps, num_workers, 1.0, factors)
+
+
+_NONE: Mapping[str, float] = {}
 
 
 def _held_compute(t0: float, factors: TermFactors | None, knee: int, num_workers: int) -> float:

@@ -16,9 +16,17 @@ Exactly today's speeds where nothing differs: a job whose slowest worker's type 
 the reference accelerator, or a type read as P100 with scale 1) gets the wrapped model's own number, computed by
 the wrapped model; no factor of 1.0 is multiplied in. A speed model other than the parametric one (which has no
 computation term to scale) has its whole throughput scaled instead.
+
+A wrapped model that knows per-(job type, accelerator type) speeds of its own (`PerAcceleratorSpeeds`: a truth,
+`dl2.truth.speed.TrueSpeedModel`) has them applied on top: a job's computation on a type runs its speedup times
+as fast as the catalogue's factor says, still at the slowest worker's pace. Where it names none for a job, the
+numbers are the catalogue's, bit for bit.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol, runtime_checkable
 
 from dl2.core import Accelerator, ClusterSpec, JobAllocation, JobSpec
 from dl2.workload.accelerators import accelerator_type, relative_speed
@@ -27,17 +35,33 @@ from dl2.workload.speed import SpeedModel
 from dl2.workload.speed_fit import ParametricSpeedModel, ShiftedSpeedModel, factored_placed_throughput
 
 
+@runtime_checkable
+class PerAcceleratorSpeeds(Protocol):
+    """A speed model that knows how fast each job runs on each accelerator type beyond the catalogue's one profile
+    scaled per type (a truth); `AcceleratedSpeedModel` applies it."""
+
+    def accelerator_speedups(self, spec: JobSpec) -> tuple[str, Mapping[str, float]]:
+        """(a name for the job's true type, per accelerator type name the factor on its computation's speed there
+        over the catalogue's; a type not named: 1). The same name must always come with the same factors."""
+        ...
+
+
 class AcceleratedSpeedModel:
     """`base`'s speeds on `cluster`'s accelerators (the module docstring)."""
 
     def __init__(self, base: SpeedModel, cluster: ClusterSpec) -> None:
         self.base = base
+        self._own = base if isinstance(base, PerAcceleratorSpeeds) else None
+        """The wrapped model, where it has per-type speeds of its own."""
+        self._own_factor: dict[tuple[str, str], tuple[float, ...]] = {}
+        """Per (catalogue model, true type name): per accelerator type, its factor on the computation time."""
         types: list[Accelerator | None] = sorted(
             cluster.accelerators, key=lambda a: ("", 0.0) if a is None else (a.name, a.mem_gb or 0.0)
         )
         for accelerator in types:
             if accelerator is not None:
                 accelerator_type(accelerator.name, where=f"cluster {cluster.name}")
+        self._types = tuple(types)
         index = {accelerator: i for i, accelerator in enumerate(types)}
         self._type_of_node = [index[node.accelerator] for node in cluster.nodes]
         """Per node, its accelerator's position in `types`."""
@@ -52,8 +76,29 @@ class AcceleratedSpeedModel:
 
     def compute_factor(self, model: str, worker_nodes: tuple[int, ...]) -> float:
         """Factor on the computation time of `model` with workers on these nodes: the slowest worker's."""
-        factors, type_of = self._compute_factor[model], self._type_of_node
+        return self.slowest(self._compute_factor[model], worker_nodes)
+
+    def slowest(self, factors: tuple[float, ...], worker_nodes: tuple[int, ...]) -> float:
+        """Of per-type factors on the computation time, the one of the slowest worker on these nodes."""
+        type_of = self._type_of_node
         return max(factors[type_of[node]] for node in worker_nodes)
+
+    def job_compute_factors(self, spec: JobSpec, model: str) -> tuple[float, ...]:
+        """Per accelerator type, the factor on the computation time of `spec` (whose fit is `model`'s): the
+        catalogue's, with the wrapped model's own speedups applied where it has them."""
+        factors = self._compute_factor[model]
+        if self._own is None or spec.worker_demand.gpu <= 0:
+            return factors
+        key, speedups = self._own.accelerator_speedups(spec)
+        if not speedups:
+            return factors
+        own = self._own_factor.get((model, key))
+        if own is None:
+            own = self._own_factor[(model, key)] = tuple(
+                factor if accelerator is None else factor / speedups.get(accelerator.name, 1.0)
+                for factor, accelerator in zip(factors, self._types, strict=True)
+            )
+        return own
 
     def placed_throughput(self, spec: JobSpec, allocation: JobAllocation) -> float:
         workers = allocation.worker_nodes
@@ -64,7 +109,7 @@ class AcceleratedSpeedModel:
             model, factors = base.job_factors(spec)  # a job runs at its true type's pace
         else:
             model, factors = spec.model, None
-        slowest = self.compute_factor(model, workers)
+        slowest = self.slowest(self.job_compute_factors(spec, model), workers)
         if slowest == 1.0:
             return base.placed_throughput(spec, allocation)
         if not isinstance(base, ParametricSpeedModel):
@@ -85,8 +130,8 @@ class FastestAcceleratorSpeed(AcceleratedSpeedModel):
     """As if every worker ran on the cluster's fastest type for its model: no placement on the cluster is faster,
     so bounds that search placements by speed (`dl2.sim.lower_bound`) stay bounds on a heterogeneous cluster."""
 
-    def compute_factor(self, model: str, worker_nodes: tuple[int, ...]) -> float:
-        return min(self._compute_factor[model])
+    def slowest(self, factors: tuple[float, ...], worker_nodes: tuple[int, ...]) -> float:
+        return min(factors)
 
 
 def on_fastest_accelerators(speed: SpeedModel, cluster: ClusterSpec) -> SpeedModel:

@@ -15,6 +15,9 @@ entry marked measured or assumed:
 relative_speed(model, type) = scale(type) x geometric mean, over the batch sizes Gavel measured on all three types at
 one GPU, of throughput(gavel type) / throughput(P100). It is exactly 1.0 for the reference accelerator and for any
 type read as P100 with scale 1. `dl2.workload.accelerated_speed` applies it to a job's computation.
+
+`with_generations` turns a homogeneous cluster (Philly's, or a synthetic one) into one of three GPU generations,
+K80, P100 and V100, a third of the servers each (`THREE_GENERATIONS`).
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
-from dl2.core import Accelerator, InputError
+from dl2.core import Accelerator, ClusterSpec, InputError
 from dl2.paths import data_dir
 from dl2.workload.catalogue import CATALOGUE, MODEL_NAMES
 
@@ -183,3 +187,35 @@ def relative_speed(model: str, accelerator: Accelerator | None) -> float:
         return 1.0
     accelerator_type(accelerator.name)
     return relative_speeds()[accelerator.name][model]
+
+
+THREE_GENERATIONS: tuple[tuple[str, float], ...] = (("V100", 1 / 3), ("P100", 1 / 3), ("K80", 1 / 3))
+"""(accelerator type, share of the GPU servers) of a cluster of three generations: the three types Gavel measured,
+in equal shares as in Gavel's simulated cluster (OSDI'20 simulations; its artifact's `--cluster_spec 36:36:36`:
+36 V100, 36 P100 and 36 K80 GPUs). ASSUMED for Philly: its trace records no GPU models (`data/traces/philly`
+counts servers per virtual cluster only)."""
+
+
+def with_generations(cluster: ClusterSpec, shares: Sequence[tuple[str, float]] = THREE_GENERATIONS) -> ClusterSpec:
+    """The same servers, each GPU server given one of `shares`' accelerator types (and that type as its kind),
+    interleaved so that every prefix of the servers holds each type's share to within one server: the first N
+    nodes of the result (`dl2.twin.workloads.first_nodes`) mix the generations as the whole does. A server without
+    GPUs keeps what it has. Deterministic: server i takes the type furthest behind its share of the first i + 1."""
+    total = sum(share for _, share in shares)
+    if not shares or total <= 0 or any(share < 0 for _, share in shares):
+        raise ValueError(f"shares must be non-negative with a positive sum, got {list(shares)}")
+    accelerators = [accelerator_type(name).accelerator for name, _ in shares]
+    counts = [0] * len(shares)
+    nodes = []
+    placed = 0
+    for node in cluster.nodes:
+        if node.capacity.gpu <= 0:
+            nodes.append(node)
+            continue
+        placed += 1
+        behind = [share / total * placed - count for (_, share), count in zip(shares, counts, strict=True)]
+        kind = max(range(len(shares)), key=lambda k: (behind[k], -k))
+        counts[kind] += 1
+        accelerator = accelerators[kind]
+        nodes.append(replace(node, kind=accelerator.name, accelerator=accelerator))
+    return ClusterSpec(tuple(nodes), f"{cluster.name}-generations")
