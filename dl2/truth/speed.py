@@ -101,6 +101,15 @@ class TrueSpeedModel(ShiftedSpeedModel):
             return speed
         return 1.0 / (1.0 / speed + _held_compute(self.fits[base].coefficients[0], factors, knee, num_workers))
 
+    def held_compute(self, spec: JobSpec, num_workers: int, factors: TermFactors) -> float:
+        """What a job past its knee adds to its time per unit of throughput on `num_workers` with these term
+        factors (its accelerator's included: `dl2.workload.accelerated_speed.HeldComputation`); 0 before it."""
+        knee = self.knee_of.get(spec.job_id)
+        if knee is None or num_workers <= knee:
+            return 0.0
+        base, _ = self.job_factors(spec)
+        return _held_compute(self.fits[base].coefficients[0], factors, knee, num_workers)
+
     def job_key(self, spec: JobSpec) -> object | None:
         """What makes a job's speed other than its label's (None: nothing; `dl2.workload.job_fit.JobSpeedModel`)."""
         new, knee = self.new_type_of.get(spec.job_id), self.knee_of.get(spec.job_id)

@@ -46,6 +46,17 @@ class PerAcceleratorSpeeds(Protocol):
         ...
 
 
+@runtime_checkable
+class HeldComputation(Protocol):
+    """A speed model with jobs whose computation stops splitting past some worker count (a truth's scaling knee,
+    `dl2.truth.model.ScalingKnee`); `AcceleratedSpeedModel` keeps that on every accelerator type."""
+
+    def held_compute(self, spec: JobSpec, num_workers: int, factors: tuple[float, float, float, float]) -> float:
+        """What `spec` on `num_workers` adds to its time per unit of throughput with these term factors (0 where
+        its computation still splits)."""
+        ...
+
+
 class AcceleratedSpeedModel:
     """`base`'s speeds on `cluster`'s accelerators (the module docstring)."""
 
@@ -116,7 +127,9 @@ class AcceleratedSpeedModel:
             return base.placed_throughput(spec, allocation) / slowest
         compute, communication, parameter_server, overhead = factors or (1.0, 1.0, 1.0, 1.0)
         shifted = (compute * slowest, communication, parameter_server, overhead)
-        return factored_placed_throughput(base.fits[model], CATALOGUE[model], spec.architecture, allocation, shifted)
+        speed = factored_placed_throughput(base.fits[model], CATALOGUE[model], spec.architecture, allocation, shifted)
+        held = base.held_compute(spec, len(workers), shifted) if isinstance(base, HeldComputation) else 0.0
+        return speed if held == 0.0 or speed <= 0.0 else 1.0 / (1.0 / speed + held)
 
 
 def on_accelerators(speed: SpeedModel, cluster: ClusterSpec) -> SpeedModel:

@@ -214,3 +214,27 @@ def test_on_a_mixed_cluster_gavel_reading_the_catalogue_truth_is_gavel_reading_t
     config = SimConfig.realistic(seed=1)
     reading_truth, reading_catalogue = run_on(cluster, build, config, True), run_on(cluster, build, config)
     assert [job.jct_s for job in reading_truth.jobs] == [job.jct_s for job in reading_catalogue.jobs]
+
+
+def test_a_knee_job_keeps_its_knee_on_a_faster_type() -> None:
+    """A job past its scaling knee holds its computation at t0/k on every accelerator type, that type's factor
+    applied: 1/S = (t0/2)/r + t1/2 + ... (the type's speed-up on the split computation) + (t0/r)(1/1 - 1/2)."""
+    from dl2.truth import ScalingKnee
+
+    truth = Truth("knee", knee=ScalingKnee(share=1.0, workers=1))
+    workload = small_workload(4)
+    cluster = realise(truth, workload)
+    job = next(j.spec for j in workload.jobs if j.spec.job_id in cluster.knee_of)
+    job = replace(job, model="wlm", architecture=Architecture.PS)
+    speed = on_accelerators(cluster.speed, TWO_TYPES)
+    assert isinstance(speed, AcceleratedSpeedModel)
+    t0 = catalogue_speed().fits["wlm"].coefficients[0]
+    r = relative_speed("wlm", V100)
+    two_on_v100 = JobAllocation((1, 1), (2,))
+    unheld = 1.0 / on_accelerators(catalogue_speed(), TWO_TYPES).placed_throughput(job, two_on_v100)
+    assert 1.0 / speed.placed_throughput(job, two_on_v100) == pytest.approx(unheld + (t0 / r) * (1 - 1 / 2), rel=1e-12)
+    # one worker: before the knee, nothing held
+    one_on_v100 = JobAllocation((1,), (2,))
+    assert speed.placed_throughput(job, one_on_v100) == on_accelerators(
+        catalogue_speed(), TWO_TYPES
+    ).placed_throughput(job, one_on_v100)
