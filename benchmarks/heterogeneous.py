@@ -1,4 +1,4 @@
-"""A cluster of several accelerator types (issue #52): the type-agnostic heuristics against `gavel`, the
+"""A cluster of several accelerator types: the type-agnostic heuristics against `gavel`, the
 heterogeneity-aware baseline reading the catalogue's profile on each type.
 
 The Alibaba GPU 2023 workload (`alibaba-gpu2023`, its jobs mapped to catalogue models with the seed) on the first

@@ -1,4 +1,4 @@
-"""A contended Philly-like cluster of three GPU generations (issue #52 §5) under a truth whose per-type speeds the
+"""A contended Philly-like cluster of three GPU generations under a truth whose per-type speeds the
 catalogue gets wrong: the type-agnostic heuristics, `gavel` reading the catalogue's profile on each type, and
 `gavel` reading the truth.
 

@@ -80,8 +80,9 @@ def _lookahead_builder(name: str, placer: str | None, mode: Mode, greedy: bool, 
 
 
 def _fitted_lookahead_builder(name: str, placer: str | None, mode: Mode) -> SchedulerBuilder:
-    """`lookahead-fitted:A+B...` (`dl2.rl.fitted_lookahead`): heuristics A, B, ... placing with `placer`, looking
-    ahead in the world of the speed model the builder is handed, corrected per job from each job's progress."""
+    """`lookahead-fitted:A+B...` (`dl2.rl.fitted_lookahead`): heuristics A, B, ... (A the base) and DL2 policies
+    (model folders) placing with `placer` (a name or a Harmony placer folder), looking ahead in the world of the
+    speed model the builder is handed, corrected per job from each job's progress."""
     from dl2.rl.fitted_lookahead import FITTED_PREFIX, fitted_candidate_names, make_fitted_lookahead
     from dl2.sim.config import SimConfig
     from dl2.sim.run import World, interference_model
@@ -89,18 +90,21 @@ def _fitted_lookahead_builder(name: str, placer: str | None, mode: Mode) -> Sche
     if mode is not Mode.REALISTIC:
         raise UnknownPolicy(f"{name}: a lookahead plays realistic mode (it simulates the cluster's interference)")
     names = fitted_candidate_names(name)
-    unknown = [candidate for candidate in names if candidate not in SCHEDULERS]
-    if len(names) < 2 or unknown:
+    if len(names) < 2 or names[0] not in SCHEDULERS:
         raise UnknownPolicy(
-            f"{name}: a fitted lookahead chooses among two or more heuristics, named {FITTED_PREFIX}A+B"
-            + (f" ({', '.join(repr(u) for u in unknown)} unknown; known: {', '.join(SCHEDULERS)})" if unknown else "")
+            f"{name}: a fitted lookahead chooses among two or more candidates, named {FITTED_PREFIX}A+B, the base A "
+            f"a heuristic (known: {', '.join(SCHEDULERS)})"
         )
-    if placer is not None and placer not in PLACERS:
-        raise UnknownPolicy(f"{name}: places with a named placer ({', '.join(sorted(PLACERS))}), got {placer!r}")
+    policies = {
+        candidate: scheduler_builder(candidate, placer, mode) for candidate in names[1:] if candidate not in SCHEDULERS
+    }  # checked now: an unknown name or a broken model folder fails before any work
+    make_placer = placer_factory(placer) or PLACERS["load-balance"]
 
     def build(speed: SpeedModel, compat: bool) -> Scheduler:
         world = World(speed, interference_model())
-        return make_fitted_lookahead(name, world, SimConfig.realistic(), placer or "load-balance")
+        return make_fitted_lookahead(
+            name, world, SimConfig.realistic(), make_placer, build_policy=lambda folder: policies[folder](speed, compat)
+        )
 
     return build
 

@@ -337,6 +337,9 @@ class TwinLearningConfig:
     lookahead_horizon_slots: Annotated[int, Ge(0), Le(1_000)] = 0
     """Its what-if runs' horizon (`PolicyConfig.lookahead_horizon_slots`): slots the base decides every one of
     before deciding ever less often; 0: every slot to the end."""
+    lookahead_fit: bool = False
+    """Whether the challenger's lookahead looks ahead in a world corrected per job from each job's progress
+    (`PolicyConfig.lookahead_fit`); with no `lookahead` named, as the running policy does."""
     rollout: bool = False
     """Teach with the rollout teacher over the speed-reading heuristics (`rollout:<best>+<others>`,
     `dl2.rl.rollout_teacher`; the best pair's heuristic its base, its placement the placement) instead of the best

@@ -7,20 +7,22 @@ observed throughput at the allocation it held), then its candidates propose and 
 corrected world. For the correction to change what is proposed, and not only how proposals are judged, the
 candidates read speeds per job: `JobAwareOptimus` and `JobAwareSpeedupHull` ask the model about a job it knows
 otherwise than its type (`JobSpeedModel.job_key`) by the job, and every other job by its type as before (the same
-numbers, the same caches). Any other heuristic named as a candidate reads types only.
+numbers, the same caches). Any other heuristic named as a candidate reads types only, and a DL2 policy (a model
+folder) decides from its observation of the cluster as everywhere else: the full system is
+`lookahead-fitted:optimus+speedup-hull+models/dl2-philly`.
 
 Its ablation is the same lookahead in the world it wraps, `benchmarks/per_job_fit.py`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 from dl2.core import Allocation, ClusterView, JobSpec, Scheduler
 from dl2.rl.lookahead import PREFIX, Beyond, LookaheadScheduler, candidate_names
 from dl2.schedulers.optimus import OptimusOracle
 from dl2.schedulers.placement import Placer
-from dl2.schedulers.registry import PLACERS, make_scheduler
+from dl2.schedulers.registry import PLACERS, SCHEDULERS, make_scheduler
 from dl2.schedulers.speedup_hull import HullPoint, SpeedupHull, hull_of
 from dl2.sim.config import SimConfig
 from dl2.sim.run import World
@@ -84,12 +86,18 @@ JOB_AWARE: dict[str, type[JobAwareOptimus] | type[JobAwareSpeedupHull]] = {
 """The heuristics that read a job's own speed when handed a `JobSpeedModel`."""
 
 
-def job_aware_scheduler(name: str, speed: JobSpeedModel, placer: str = "load-balance") -> Scheduler:
-    """A heuristic by name reading `speed` per job where it can (`JOB_AWARE`), by type otherwise (realistic mode)."""
+PlacerChoice = str | Callable[[], Placer]
+"""A placer's name, or a factory of fresh placers (a Harmony placer folder's, `dl2.resolve.placer_factory`)."""
+
+
+def job_aware_scheduler(name: str, speed: JobSpeedModel, placer: PlacerChoice = "load-balance") -> Scheduler:
+    """A heuristic by name reading `speed` per job where it can (`JOB_AWARE`), by type otherwise (realistic mode),
+    placing with a fresh placer of `placer`."""
+    fresh = PLACERS[placer]() if isinstance(placer, str) else placer()
     factory = JOB_AWARE.get(name)
     if factory is None:
-        return make_scheduler(name, speed, False, placer)
-    return factory(speed, False, PLACERS[placer]())
+        return make_scheduler(name, speed, False, fresh)
+    return factory(speed, False, fresh)
 
 
 class FittedLookahead(LookaheadScheduler):
@@ -127,18 +135,30 @@ def make_fitted_lookahead(
     name: str,
     world: World,
     config: SimConfig,
-    placer: str = "load-balance",
+    placer: PlacerChoice = "load-balance",
     horizon_slots: int = 0,
     beyond: Beyond = "estimate",
     growth: int = 2,
+    build_policy: Callable[[str], Scheduler] | None = None,
 ) -> FittedLookahead:
-    """`lookahead-fitted:A+B...` (or `lookahead:A+B...`) over heuristics (A the base), looking ahead in `world`
+    """`lookahead-fitted:A+B...` (or `lookahead:A+B...`, A the base, a heuristic) looking ahead in `world`
     corrected per job by a fresh `JobFittedSpeedModel` (which divides out `world`'s interference), which its
-    candidates and continuation read per job (`job_aware_scheduler`); named `lookahead-fitted:A+B...`."""
+    heuristics and continuation read per job (`job_aware_scheduler`); a candidate that is no heuristic (a model
+    folder) is made by `build_policy`; named `lookahead-fitted:A+B...`."""
     names = fitted_candidate_names(name)
     if not all(names):
         raise ValueError(f"{name}: candidates are named as {FITTED_PREFIX}A+B (A the base)")
+    if names[0] not in SCHEDULERS:
+        raise ValueError(f"{name}: the base {names[0]!r} plays the continuations and is a heuristic")
     fit = JobFittedSpeedModel(world.speed, world.interference)
-    candidates = [job_aware_scheduler(candidate, fit, placer) for candidate in names]
+
+    def candidate(name: str) -> Scheduler:
+        if name in SCHEDULERS:
+            return job_aware_scheduler(name, fit, placer)
+        if build_policy is None:
+            raise ValueError(f"{name!r} is no heuristic and this fitted lookahead was given no way to load a policy")
+        return build_policy(name)
+
+    candidates = [candidate(name) for name in names]
     continuation = job_aware_scheduler(names[0], fit, placer)
     return FittedLookahead(fit, candidates, continuation, world.interference, config, horizon_slots, beyond, growth)

@@ -201,11 +201,14 @@ def learn_in_twin(
     policy, _, facts = warm_up(warm, policy=_copy_of(running), world=world)
     lookahead = config.lookahead or running.config.lookahead
     horizon = config.lookahead_horizon_slots if config.lookahead else running.config.lookahead_horizon_slots
+    fitted = config.lookahead_fit if config.lookahead else running.config.lookahead_fit
     metadata = {
         **running.metadata, "calibrated_from": str(log), "teacher_in_twin": teacher, "placer_in_twin": placer,
-        "lookahead": list(lookahead), "lookahead_horizon_slots": horizon,
+        "lookahead": list(lookahead), "lookahead_horizon_slots": horizon, "lookahead_fit": fitted,
     }  # fmt: skip
-    challenger = replace(running.config, placer=placer, lookahead=lookahead, lookahead_horizon_slots=horizon)
+    challenger = replace(
+        running.config, placer=placer, lookahead=lookahead, lookahead_horizon_slots=horizon, lookahead_fit=fitted
+    )
     save_trained(out, challenger, policy.state_dict(), None, title, metadata, True)
     with tempfile.TemporaryDirectory(prefix="dl2-twin-running-") as scratch:
         before = Path(scratch) / "running"

@@ -220,17 +220,29 @@ def as_configured(policy: Scheduler, config: PolicyConfig, speed: SpeedModel | N
     """`policy` as its model folder says it runs: alone, or as the last candidate of the lookahead its config names
     (`PolicyConfig.lookahead`: those heuristics first, placing with the policy's placer, the first deciding the
     what-if runs' later slots, every one within `PolicyConfig.lookahead_horizon_slots` and sparsely past it, in the
-    world of `speed`, the catalogue's by default, and the catalogue's interference)."""
+    world of `speed`, the catalogue's by default, and the catalogue's interference; with
+    `PolicyConfig.lookahead_fit`, that world corrected per job as the jobs progress, `dl2.rl.fitted_lookahead`)."""
     if not config.lookahead:
         return policy
     speed = speed or speed_model(Mode.REALISTIC)
+    horizon = config.lookahead_horizon_slots
+    if config.lookahead_fit:
+        from dl2.rl.fitted_lookahead import FittedLookahead, job_aware_scheduler
+        from dl2.workload.job_fit import JobFittedSpeedModel
+
+        fit = JobFittedSpeedModel(speed, interference_model())
+        fitted = [job_aware_scheduler(name, fit, config.placer) for name in config.lookahead]
+        continuation = job_aware_scheduler(config.lookahead[0], fit, config.placer)
+        return FittedLookahead(
+            fit, [*fitted, policy], continuation, interference_model(), SimConfig.realistic(), horizon, "sparse",
+            SPARSE_GROWTH,
+        )  # fmt: skip
     heuristics = [make_scheduler(name, speed, False, config.placer) for name in config.lookahead]
     continuation = make_scheduler(config.lookahead[0], speed, False, config.placer)
     world = World(speed, interference_model())
     return LookaheadScheduler(
-        [*heuristics, policy], continuation, world, SimConfig.realistic(), config.lookahead_horizon_slots, "sparse",
-        SPARSE_GROWTH,
-    )  # fmt: skip
+        [*heuristics, policy], continuation, world, SimConfig.realistic(), horizon, "sparse", SPARSE_GROWTH
+    )
 
 
 def load_policy(

@@ -50,6 +50,10 @@ class PolicyConfig:
     often (`LookaheadScheduler`'s sparse continuation: gaps of `SPARSE_GROWTH`, its square, ...), every job keeping
     what it holds in between. 0: every slot to the end (exact, and at a thousand active jobs several seconds a
     decision: docs/results.md, "What a decision costs at Philly scale, and who decides")."""
+    lookahead_fit: bool = False
+    """Whether the lookahead's world is corrected per job as each job's own progress accumulates, its heuristics
+    reading each job's fitted speed (`dl2.rl.fitted_lookahead`); False: the world is the same for every job of a
+    type. What the correction adds: `benchmarks/learned_parts.py`."""
 
     def __post_init__(self) -> None:
         check_placer("placer", self.placer)
@@ -57,6 +61,8 @@ class PolicyConfig:
             check_scheduler("lookahead", name, "realistic")
         if self.lookahead and self.mode != "realistic":
             raise refuse("lookahead", list(self.lookahead), "a lookahead plays realistic mode")
+        if self.lookahead_fit and not self.lookahead:
+            raise refuse("lookahead_fit", True, "only a lookahead's world is fitted per job: name its heuristics")
         if self.observation.packed and self.mode != "compat":
             raise refuse("observation.packed", True, "packed requests are a compat-mode option")
 
@@ -85,7 +91,7 @@ class PolicyConfig:
         missing = [name for name in ("observation", "network", "mode", "placer") if name not in data]
         if missing:
             raise InputError(where, "missing", field=missing[0])
-        known = ("observation", "network", "mode", "placer", "lookahead", "lookahead_horizon_slots")  # optional
+        known = ("observation", "network", "mode", "placer", "lookahead", "lookahead_horizon_slots", "lookahead_fit")
         fields = {name: data[name] for name in known if name in data}
         try:
             config = build(cls, fields)
@@ -234,9 +240,10 @@ def learned_from(metadata: dict[str, Any]) -> list[str]:
     if lookahead := metadata.get("lookahead"):
         horizon = metadata.get("lookahead_horizon_slots")
         played = f", its what-if runs decided every slot for {horizon} and sparsely after" if horizon else ""
+        world = ", in a world corrected per job as the jobs progress" if metadata.get("lookahead_fit") else ""
         lines.append(
             f"runs inside a lookahead over {', '.join(f'`{name}`' for name in lookahead)} and itself "
-            f"(`dl2.rl.lookahead`){played}"
+            f"(`dl2.rl.lookahead`){played}{world}"
         )
     for verdict in metadata.get("online_twin") or ():
         if isinstance(verdict, dict) and isinstance(verdict.get("predicted_difference"), dict):

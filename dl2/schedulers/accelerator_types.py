@@ -1,4 +1,4 @@
-"""A cluster's accelerator types as schedulers and placers see them (issue #52): which type each node has, and in
+"""A cluster's accelerator types as schedulers and placers see them: which type each node has, and in
 which order a job's workers should try the types.
 
 A real deployment knows each node's GPU model (Kubernetes' `nvidia.com/gpu.product` label) and, from its profile,

@@ -374,7 +374,7 @@ def place_sticky(
 
 
 class _Typed:
-    """Places one job's new workers on a cluster of several accelerator types (issue #52), as a deployment that
+    """Places one job's new workers on a cluster of several accelerator types, as a deployment that
     reads each node's GPU model and the catalogue's profile of each model would (`AcceleratorTypes.order`).
 
     A synchronous job runs at its slowest worker's pace, so its workers go on one type when one has room for all:

@@ -1,4 +1,4 @@
-"""Nodes carry an accelerator type; the default is the catalogue's reference accelerator (issue #52)."""
+"""Nodes carry an accelerator type; the default is the catalogue's reference accelerator."""
 
 from __future__ import annotations
 

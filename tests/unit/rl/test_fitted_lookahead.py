@@ -101,6 +101,7 @@ def test_a_fitted_lookahead_is_resolved_by_name_and_named_apart_from_the_plain_o
     its name, which runs and decision records carry, is not the plain lookahead's; what it cannot be is refused."""
     import pytest
 
+    from dl2.core import InputError
     from dl2.resolve import UnknownPolicy, scheduler_builder
     from dl2.rl.fitted_lookahead import FittedLookahead
     from dl2.sim.config import Mode
@@ -110,11 +111,43 @@ def test_a_fitted_lookahead_is_resolved_by_name_and_named_apart_from_the_plain_o
     assert isinstance(scheduler, FittedLookahead) and scheduler.name == "lookahead-fitted:optimus+speedup-hull"
     assert [type(c).__name__ for c in scheduler.candidates] == ["JobAwareOptimus", "JobAwareSpeedupHull"]
     for bad, why in (
-        ("lookahead-fitted:optimus", "two or more heuristics"),
-        ("lookahead-fitted:optimus+nope", "'nope' unknown"),
-        ("lookahead-fitted:optimus+models/dl2-philly", "unknown"),
+        ("lookahead-fitted:optimus", "two or more candidates"),
+        ("lookahead-fitted:optimus+nope", "unknown scheduler 'nope'"),
+        ("lookahead-fitted:models/dl2-philly+optimus", "the base A a heuristic"),
     ):
         with pytest.raises(UnknownPolicy, match=why):
             scheduler_builder(bad, None, Mode.REALISTIC)
+    with pytest.raises(InputError, match="model folder not found"):
+        scheduler_builder("lookahead-fitted:optimus+models/no-such-model", None, Mode.REALISTIC)
     with pytest.raises(UnknownPolicy, match="realistic mode"):
         scheduler_builder("lookahead-fitted:optimus+speedup-hull", None, Mode.COMPAT)
+
+
+def test_the_full_system_is_a_fitted_lookahead_with_the_network_as_a_candidate() -> None:
+    """`lookahead-fitted:optimus+speedup-hull+<model folder>`: the heuristics read the fit per job, the network
+    decides from its observation, the Harmony placer folder places for all of them; it runs a small cluster to the
+    end and its decisions are attributed to the candidates."""
+    from dl2.resolve import scheduler_builder
+    from dl2.rl.fitted_lookahead import FittedLookahead
+    from dl2.rl.learned import LearnedScheduler
+    from dl2.sim.config import Mode
+
+    name = "lookahead-fitted:optimus+speedup-hull+models/dl2-philly"
+    build = scheduler_builder(name, "models/harmony-placer-philly", Mode.REALISTIC)
+    workload = generate(replace(PRESETS["synthetic-small"], num_jobs=20), 5, "small")
+    cluster = realise(SCENARIOS["scaling-knee"], workload)
+    built = {}
+
+    def keep(speed, compat):
+        built["lookahead"] = build(speed, compat)
+        return built["lookahead"]
+
+    result = run_on(cluster, keep, SimConfig.realistic(seed=5))
+    scheduler = built["lookahead"]
+    assert (
+        isinstance(scheduler, FittedLookahead) and scheduler.name == "lookahead-fitted:optimus+speedup-hull+dl2-philly"
+    )
+    assert isinstance(scheduler.candidates[2], LearnedScheduler)
+    assert {type(c.placer).__name__ for c in scheduler.candidates} == {"HarmonyPlacer"}
+    assert all(job.jct_s is not None for job in result.jobs)
+    assert sum(scheduler.tally.decided.values()) >= scheduler.contested

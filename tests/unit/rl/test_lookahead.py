@@ -292,3 +292,23 @@ def test_a_model_folder_s_lookahead_horizon_plays_its_what_if_runs_sparsely_past
     (folder / "config.json").write_text(json.dumps({**config, "lookahead_horizon_slots": -1}))
     with pytest.raises(InputError, match="lookahead_horizon_slots"):
         load_policy(folder)
+
+
+def test_a_model_folder_s_lookahead_fit_looks_ahead_in_a_world_corrected_per_job(tmp_path: Path) -> None:
+    """`lookahead_fit` in config.json: the same candidates and horizon, the heuristics reading each job's fitted
+    speed; refused without a lookahead to fit."""
+    from dl2.rl.fitted_lookahead import FittedLookahead
+
+    folder = _with_lookahead(ROOT / "models" / "dl2-philly", tmp_path / "fitted", ["optimus", "speedup-hull"])
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "lookahead_horizon_slots": 2, "lookahead_fit": True}))
+    scheduler = load_policy(folder, compat=False)
+    assert isinstance(scheduler, FittedLookahead)
+    assert scheduler.name == "lookahead-fitted:optimus+speedup-hull+fitted"
+    assert [type(c).__name__ for c in scheduler.candidates] == ["JobAwareOptimus", "JobAwareSpeedupHull",
+                                                                 "LearnedScheduler"]  # fmt: skip
+    assert (scheduler.horizon_slots, scheduler.beyond, scheduler.growth) == (2, "sparse", SPARSE_GROWTH)
+    assert smoke_test(scheduler) is None
+    (folder / "config.json").write_text(json.dumps({**config, "lookahead": [], "lookahead_fit": True}))
+    with pytest.raises(InputError, match="lookahead_fit"):
+        load_policy(folder)

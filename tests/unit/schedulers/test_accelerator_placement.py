@@ -1,4 +1,4 @@
-"""Placement on a cluster of several accelerator types (issue #52): every placer keeps a job's workers on one type
+"""Placement on a cluster of several accelerator types: every placer keeps a job's workers on one type
 where one has room, fills the fastest type first with the jobs that gain most from it, and a cluster of one type
 places exactly as before (the other scheduler tests, unchanged, check that)."""
 

@@ -1,4 +1,4 @@
-"""Gavel's heterogeneity-aware max-min fairness (issue #52): the allocation its definition gives on hand-computed
+"""Gavel's heterogeneity-aware max-min fairness: the allocation its definition gives on hand-computed
 cases, the rounds that realise it, its reduction on one type, and its runs on a mixed cluster."""
 
 from __future__ import annotations

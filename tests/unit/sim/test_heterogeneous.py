@@ -1,4 +1,4 @@
-"""The simulator on clusters of several accelerator types (issue #52): realistic mode plays each node's type, a
+"""The simulator on clusters of several accelerator types: realistic mode plays each node's type, a
 cluster of the reference accelerator runs exactly as before, and compatibility mode keeps the authors' semantics."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A truth's own speed per (model, accelerator type) (issue #52 §2): the throughput it changes on a two-type cluster
+"""A truth's own speed per (model, accelerator type): the throughput it changes on a two-type cluster
 by hand, nothing on a reference cluster, `accelerator-affinity`, the drawn speedups seeded and every earlier draw of a
 seed kept, the three-generation cluster, and gavel reading the truth."""
 
@@ -235,6 +235,6 @@ def test_a_knee_job_keeps_its_knee_on_a_faster_type() -> None:
     assert 1.0 / speed.placed_throughput(job, two_on_v100) == pytest.approx(unheld + (t0 / r) * (1 - 1 / 2), rel=1e-12)
     # one worker: before the knee, nothing held
     one_on_v100 = JobAllocation((1,), (2,))
-    assert speed.placed_throughput(job, one_on_v100) == on_accelerators(
-        catalogue_speed(), TWO_TYPES
-    ).placed_throughput(job, one_on_v100)
+    assert speed.placed_throughput(job, one_on_v100) == on_accelerators(catalogue_speed(), TWO_TYPES).placed_throughput(
+        job, one_on_v100
+    )

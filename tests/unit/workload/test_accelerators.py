@@ -1,4 +1,4 @@
-"""Accelerator types and their speeds (issue #52): Gavel's ratios, the slowest worker, the exact reference."""
+"""Accelerator types and their speeds: Gavel's ratios, the slowest worker, the exact reference."""
 
 from __future__ import annotations
 
