@@ -1,10 +1,11 @@
 """Hand-made jobs, one-node workloads and a speed model whose results can be computed by hand: what the unit
 tests build their cases from; and the Kubernetes tests' data: a tiny workload, manifests, a stand-in model loader
-and a filter of the controller's resize requests in an audit log. Plain values from their arguments only (imported,
+and a count of the controller's resize requests in an audit log. Plain values from their arguments only (imported,
 as a module; what acts on a test's cluster is a fixture of `kube_fixtures.py`, the rest live in `conftest.py`)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -105,16 +106,40 @@ def heuristic_loader(
     return load
 
 
-def resize_requests(events: list[Any]) -> list[Any]:
-    """The controller's resize requests that the API server accepted, from its audit log."""
+CUT_OFF = 504
+"""What kube-apiserver answers, and audits, for a request whose client went away while it handled it ("request did
+not complete within requested timeout - context canceled"): its write may have landed all the same."""
+
+
+def _controller_resizes(events: list[Any]) -> list[Any]:
     return [
         event
         for event in events
         if CONTROLLER_AGENT in event.user_agent
         and event.verb == "patch"
-        and event.code < 300
         and (event.rbac_resource == "pytorchjobs" or (event.api_group, event.resource) == ("batch.volcano.sh", "jobs"))
     ]
+
+
+def sent_resizes(events: list[Any]) -> Counter[str]:
+    """Job name -> the controller's resize requests in `events` (one slot's, in the audit log's order) that took
+    effect: each one the API server accepted, and each one cut off by its client's death (`CUT_OFF`: a kill amid
+    the slot's parallel resizes) unless an accepted one for the job follows it. The restart that replays the slot
+    resends a resize only where the job does not hold its target yet, so a cut-off request it does not resend had
+    landed; counting accepted requests only would call that resize lost. (A resize really lost shows in the run's
+    outcome too. A cut-off request that landed and was resent all the same, a repeat, counts once: the audit log
+    cannot tell it from one that had not landed.)"""
+    counts: Counter[str] = Counter()
+    cut_off: list[str] = []
+    for event in _controller_resizes(events):
+        if event.code < 300:
+            counts[event.name] += 1
+            if event.name in cut_off:
+                cut_off.remove(event.name)  # resent: the cut-off request had not landed
+        elif event.code == CUT_OFF:
+            cut_off.append(event.name)
+    counts.update(cut_off)
+    return counts
 
 
 PACKED_SOURCE = "synthetic-small@40"

@@ -65,7 +65,7 @@ from dl2.kube.rest import (
 from dl2.sim.config import SimConfig
 from dl2.truth import Truth
 from dl2.twin import ClusterTwin, TwinOptions, start_twin
-from tests.builders import CONTROLLER_AGENT, policy_object, resize_requests
+from tests.builders import CONTROLLER_AGENT, policy_object, sent_resizes
 
 LEASES = Resource("coordination.k8s.io", "v1", "leases")
 DL2_USERS = {service_account_user(name) for name in (CONTROLLER, EXTENDER, PROMOTER)}
@@ -355,14 +355,15 @@ class ServeUnderKills:
             self.process.wait(20)
 
     def resizes(self) -> dict[tuple[int, str], int]:
-        """(slot, job name) -> resize requests the controller sent in that slot."""
+        """(slot, job name) -> resize requests the controller sent in that slot that took effect (`sent_resizes`: a
+        kill amid a slot's resizes may cut one off after the API server wrote it)."""
         counts: Counter[tuple[int, str]] = Counter()
         end = self.kube.plane.audit_offset()
         marks = [*self.slot_marks, (10**9, end)]
         for (slot, first), (_, last) in itertools.pairwise(marks):
             events, _ = _audit_between(self.kube, first, last)
-            for event in resize_requests(events):
-                counts[(slot, event.name)] += 1
+            for name, count in sent_resizes(events).items():
+                counts[(slot, name)] += count
         return dict(counts)
 
 
