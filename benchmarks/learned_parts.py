@@ -40,6 +40,7 @@ Prints a table per density and the summary, and writes `benchmarks/results/learn
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import time
 from dataclasses import replace
@@ -76,6 +77,7 @@ INTERFERENCE_TRUTHS = ("interference-2x",)
 
 FULL = "full system"
 NO_JOB_FIT = "without the per-job fit"
+NO_RESCALE_FIT = "without the learned resize cost"
 NO_CALIBRATION = "without calibration"
 NO_NETWORK = "without the network"
 NETWORK_ALONE = "network alone"
@@ -93,7 +95,15 @@ def heuristic_row(name: str, placer: str) -> str:
     return f"{name}, {placer}"
 
 
-def search(candidates: str, speed: SpeedModel, placer: str, fitted: bool) -> Scheduler:
+def row_labels() -> list[str]:
+    """The rows in the order the tables print them (`rows_of`'s)."""
+    labels = [FULL, NO_RESCALE_FIT, NO_JOB_FIT, NO_CALIBRATION, NO_NETWORK, NETWORK_ALONE]
+    for placer in PLAIN_PLACERS:
+        labels += [full_placer(placer), nothing_learned(placer), *(heuristic_row(h, placer) for h in HEURISTICS)]
+    return labels
+
+
+def search(candidates: str, speed: SpeedModel, placer: str, fitted: bool, learn_rescale: bool = True) -> Scheduler:
     """The shipped search over `candidates` (heuristics and model folders joined by '+'), placing with `placer`, in
     the world of `speed` (corrected per job when `fitted`) with the catalogue's interference."""
     world = World(speed, interference_model())
@@ -103,7 +113,7 @@ def search(candidates: str, speed: SpeedModel, placer: str, fitted: bool) -> Sch
         assert make_placer is not None
         policy = lambda name: scheduler_builder(name, placer, Mode.REALISTIC)(speed, False)  # noqa: E731
         return make_fitted_lookahead(
-            candidates, world, config, make_placer, HORIZON_SLOTS, "sparse", SPARSE_GROWTH, build_policy=policy
+            candidates, world, config, make_placer, HORIZON_SLOTS, "sparse", SPARSE_GROWTH, policy, learn_rescale
         )
     build = lambda name: scheduler_builder(name, placer, Mode.REALISTIC)(speed, False)  # noqa: E731
     return make_lookahead("lookahead:" + candidates, build, world, config, HORIZON_SLOTS, "sparse", SPARSE_GROWTH)
@@ -114,6 +124,7 @@ def rows_of(calibrated: SpeedModel, network: str, learned_placer: str) -> dict[s
     with_network = f"optimus+speedup-hull+{network}"
     rows: dict[str, Any] = {
         FULL: lambda speed, compat: search(with_network, calibrated, learned_placer, True),
+        NO_RESCALE_FIT: lambda speed, compat: search(with_network, calibrated, learned_placer, True, False),
         NO_JOB_FIT: lambda speed, compat: search(with_network, calibrated, learned_placer, False),
         NO_CALIBRATION: lambda speed, compat: search(with_network, speed, learned_placer, False),
         NO_NETWORK: lambda speed, compat: search("optimus+speedup-hull", calibrated, learned_placer, True),
@@ -127,8 +138,8 @@ def rows_of(calibrated: SpeedModel, network: str, learned_placer: str) -> dict[s
     return rows
 
 
-def run_cell(task: tuple[str, float, int, int, int, str, str]) -> dict[str, Any]:
-    truth_name, density, seed, num_jobs, num_nodes, network, learned_placer = task
+def run_cell(task: tuple[str, float, int, int, int, str, str, tuple[str, ...]]) -> dict[str, Any]:
+    truth_name, density, seed, num_jobs, num_nodes, network, learned_placer, only = task
     truth = replace(truth_named(truth_name), arrival_density=density)
     cluster = realise(truth, philly_like(seed, num_jobs, num_nodes))
     calibrated = calibrated_speed(truth_name, seed, num_jobs, num_nodes)
@@ -136,6 +147,8 @@ def run_cell(task: tuple[str, float, int, int, int, str, str]) -> dict[str, Any]
     seconds: dict[str, float] = {}
     decided: dict[str, dict[str, float]] = {}
     for label, build in rows_of(calibrated, network, learned_placer).items():
+        if only and label not in only:
+            continue
         built: list[Scheduler] = []
 
         def keep(speed: SpeedModel, compat: bool, build: Any = build, built: list[Scheduler] = built) -> Scheduler:
@@ -181,14 +194,17 @@ def summarise(cells: list[dict[str, Any]]) -> dict[str, Any]:
     shifted = [c for c in cells if c["truth"] != "catalogue"]
     control = [c for c in cells if c["truth"] == "catalogue"]
     interference = [c for c in cells if c["truth"] in INTERFERENCE_TRUTHS or c["truth"].startswith("seed-")]
+    checkpoint = [c for c in cells if truth_named(c["truth"]).rescale is not None]
     return {
         "best_plain_placer": placer,
         "full_vs_nothing_learned_shifted": paired(shifted, FULL, baseline),
         "full_vs_nothing_learned_catalogue": paired(control, FULL, baseline),
         "removing_calibration_shifted": paired(shifted, NO_CALIBRATION, FULL),
         "removing_the_per_job_fit_shifted": paired(shifted, NO_JOB_FIT, FULL),
+        "removing_the_learned_resize_cost_checkpoint": paired(checkpoint, NO_RESCALE_FIT, FULL),
         "removing_the_network": paired(cells, NO_NETWORK, FULL),
         "removing_the_learned_placer_interference": paired(interference, full_placer(placer), FULL),
+        "learned_allocation_vs_nothing_learned_same_placer_shifted": paired(shifted, full_placer(placer), baseline),
         "network_alone_vs_full": paired(cells, NETWORK_ALONE, FULL),
         "nothing_learned_vs_best_heuristic": paired(
             [with_best_heuristic(c, placer) for c in cells], baseline, "best heuristic"
@@ -213,16 +229,56 @@ def main() -> None:
     parser.add_argument("--learned-placer", default=LEARNED_PLACER, help="Harmony's placer (a model folder)")
     parser.add_argument("--processes", type=int, default=2, help="cells run in parallel")
     parser.add_argument("--out", default="learned_parts.json", help="file name under benchmarks/results/")
+    parser.add_argument("--from-json", help="summarise the cells of an earlier run's JSON instead of running them")
+    parser.add_argument(
+        "--rows", default="", help="run only these rows (labels separated by ';'), the others taken from --merge"
+    )
+    parser.add_argument("--merge", help="an earlier run's JSON whose cells give the rows not run (same cells)")
     args = parser.parse_args()
+    if args.from_json:
+        earlier = json.loads(Path(args.from_json).read_text())
+        args = argparse.Namespace(**{**earlier["arguments"], "from_json": args.from_json})
+        report(args, earlier["cells"], earlier["environment"])
+        return
+    only = tuple(label for label in args.rows.split(";") if label)
+    unknown = [label for label in only if label not in row_labels()]
+    if unknown or (only and not args.merge):
+        parser.error(
+            f"--rows takes labels of {row_labels()} and needs --merge" + (f" (unknown: {unknown})" * bool(unknown))
+        )
     tasks = [
-        (truth, float(density), int(seed), args.jobs, args.nodes, args.network, args.learned_placer)
+        (truth, float(density), int(seed), args.jobs, args.nodes, args.network, args.learned_placer, only)
         for truth in args.truths.split(",")
         for density in args.densities.split(",")
         for seed in args.seeds.split(",")
     ]
     with multiprocessing.get_context("fork").Pool(args.processes) as pool:
         cells = list(tqdm(pool.imap(run_cell, tasks, chunksize=1), total=len(tasks), desc="cells"))
-    labels = list(cells[0]["avg_jct_h"])
+    if args.merge:
+        cells = merged(cells, json.loads(Path(args.merge).read_text())["cells"])
+    report(args, cells, environment())
+
+
+def merged(cells: list[dict[str, Any]], earlier: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each cell completed with the rows it did not run from the same cell (truth, density, seed) of `earlier`."""
+    by_key = {(c["truth"], c["density"], c["seed"]): c for c in earlier}
+    complete = []
+    for cell in cells:
+        old = by_key.get((cell["truth"], cell["density"], cell["seed"]))
+        if old is None:
+            raise SystemExit(f"--merge: no cell {cell['truth']} x{cell['density']:g} seed {cell['seed']} to merge")
+        complete.append({
+            **cell,
+            "avg_jct_h": {**old["avg_jct_h"], **cell["avg_jct_h"]},
+            "seconds": {**old["seconds"], **cell["seconds"]},
+            "decided": {**old["decided"], **cell["decided"]},
+        })  # fmt: skip
+    return complete
+
+
+def report(args: argparse.Namespace, cells: list[dict[str, Any]], measured_on: dict[str, Any]) -> None:
+    """Prints the tables and the summary of `cells` and writes them with `args` to `args.out`."""
+    labels = row_labels()
     for density in sorted({c["density"] for c in cells}):
         group = [c for c in cells if c["density"] == density]
         truths = list(dict.fromkeys(c["truth"] for c in group))
@@ -251,7 +307,8 @@ def main() -> None:
     print("full system, contested slots and share each candidate decided (mean over cells):")
     for label, values in shares.items():
         print(f"  {label}: {sum(values) / len(values):.3g}")
-    path = write_json(args.out, {"arguments": vars(args), "environment": environment(), "cells": cells,
+    arguments = {key: value for key, value in vars(args).items() if key != "from_json"}
+    path = write_json(args.out, {"arguments": arguments, "environment": measured_on, "cells": cells,
                                  "summary": summary})  # fmt: skip
     print(f"wrote {path}")
 

@@ -9,14 +9,18 @@ candidates read speeds per job: `JobAwareOptimus` and `JobAwareSpeedupHull` ask 
 otherwise than its type (`JobSpeedModel.job_key`) by the job, and every other job by its type as before (the same
 numbers, the same caches). Any other heuristic named as a candidate reads types only, and a DL2 policy (a model
 folder) decides from its observation of the cluster as everywhere else: the full system is
-`lookahead-fitted:optimus+speedup-hull+models/dl2-philly`.
+`lookahead-fitted:optimus+speedup-hull+models/dl2-philly`. Its what-if runs also resize at the cost the
+cluster's resizes showed (`dl2.sim.rescale_fit`): a cluster that resizes by checkpoint and restart is not searched
+as if resizing were free.
 
-Its ablation is the same lookahead in the world it wraps, `benchmarks/per_job_fit.py`.
+Its ablations: the same lookahead in the world it wraps (`benchmarks/per_job_fit.py`), and each learned part
+removed from the full system (`benchmarks/learned_parts.py`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import replace
 
 from dl2.core import Allocation, ClusterView, JobSpec, Scheduler
 from dl2.rl.lookahead import PREFIX, Beyond, LookaheadScheduler, candidate_names
@@ -25,6 +29,7 @@ from dl2.schedulers.placement import Placer
 from dl2.schedulers.registry import PLACERS, SCHEDULERS, make_scheduler
 from dl2.schedulers.speedup_hull import HullPoint, SpeedupHull, hull_of
 from dl2.sim.config import SimConfig
+from dl2.sim.rescale_fit import RescaleFit
 from dl2.sim.run import World
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.job_fit import JobFittedSpeedModel, JobSpeedModel
@@ -101,8 +106,9 @@ def job_aware_scheduler(name: str, speed: JobSpeedModel, placer: PlacerChoice = 
 
 
 class FittedLookahead(LookaheadScheduler):
-    """A lookahead whose world's speed is a `JobFittedSpeedModel`, fitted from every real slot's view before its
-    candidates propose (the what-if runs' views teach it nothing: they are the model's own)."""
+    """A lookahead whose world's speed is a `JobFittedSpeedModel` and whose resizes cost what the cluster's showed
+    (`dl2.sim.rescale_fit`), both fitted from every real slot's view before its candidates propose (the what-if
+    runs' views teach it nothing: they are the model's own)."""
 
     def __init__(
         self,
@@ -114,20 +120,31 @@ class FittedLookahead(LookaheadScheduler):
         horizon_slots: int = 0,
         beyond: Beyond = "estimate",
         growth: int = 2,
+        learn_rescale: bool = True,
     ) -> None:
         """`fit`: the world's speed it learns and looks ahead in (its candidates and continuation read it too);
-        `interference`: the world's; the rest as `LookaheadScheduler`'s."""
+        `interference`: the world's; `learn_rescale`: whether its what-if runs' resizes cost what the cluster's
+        showed (else `config`'s); the rest as `LookaheadScheduler`'s."""
         world = World(fit, interference)
         super().__init__(candidates, continuation, world, config, horizon_slots, beyond, growth)
         self.name = FITTED_PREFIX + self.name.removeprefix(PREFIX)
         self.fit = fit
+        self.world_config = config
+        """The what-if runs' settings before the learned resize cost."""
+        self.rescale_fit = RescaleFit() if learn_rescale else None
 
     def reset(self) -> None:
         super().reset()
         self.fit.reset()
+        self.config = self.world_config
+        if self.rescale_fit is not None:
+            self.rescale_fit.reset()
 
     def schedule(self, view: ClusterView) -> Allocation:
         self.fit.observe(view)
+        if self.rescale_fit is not None:
+            self.rescale_fit.observe(view)
+            self.config = replace(self.world_config, rescale=self.rescale_fit.rescale(self.world_config.rescale))
         return super().schedule(view)
 
 
@@ -140,6 +157,7 @@ def make_fitted_lookahead(
     beyond: Beyond = "estimate",
     growth: int = 2,
     build_policy: Callable[[str], Scheduler] | None = None,
+    learn_rescale: bool = True,
 ) -> FittedLookahead:
     """`lookahead-fitted:A+B...` (or `lookahead:A+B...`, A the base, a heuristic) looking ahead in `world`
     corrected per job by a fresh `JobFittedSpeedModel` (which divides out `world`'s interference), which its
@@ -161,4 +179,6 @@ def make_fitted_lookahead(
 
     candidates = [candidate(name) for name in names]
     continuation = job_aware_scheduler(names[0], fit, placer)
-    return FittedLookahead(fit, candidates, continuation, world.interference, config, horizon_slots, beyond, growth)
+    return FittedLookahead(
+        fit, candidates, continuation, world.interference, config, horizon_slots, beyond, growth, learn_rescale
+    )
