@@ -255,6 +255,20 @@ class SlotDecision:
         self.version += 1
         self.last_granted = rank
 
+    def record_window(self, actions: int, granted: int) -> None:
+        """Close the current window after compiled code (`dl2.rl.compiled_slot`) took `actions` on it, granting
+        `granted` tasks by updating `counts`, `room` and `free_total` in place as `step` would."""
+        self.num_actions += actions
+        self.granted += granted
+        self.version += granted
+        self._close_window()
+        self._skip_impossible_windows()
+
+    @property
+    def room(self) -> np.ndarray:
+        """(jobs, 3 roles) booleans: whether each role is within the job's caps (updated as tasks are granted)."""
+        return self._room
+
     def finish(self) -> None:
         """Close every remaining window."""
         self.done = True
@@ -272,7 +286,7 @@ class SlotDecision:
                 }
             )
         assert self.placer is not None
-        return place_sticky(self.view, [(int(w), int(p)) for w, p in self.counts], self.placer)
+        return place_sticky(self.view, [(w, p) for w, p in self.counts.tolist()], self.placer)
 
     def _place_packed(self) -> None:
         """Ask the authors' placement for the slot's tasks in the packed order; the first refusal ends the slot (with

@@ -106,12 +106,7 @@ class Observer:
 
     def _fill_window(self, decision: SlotDecision) -> None:
         view = decision.view
-        gpu, cpu, mem = decision.total.tolist()
-        self._inverse_total = (
-            1.0 / gpu if gpu > 0 else 0.0,
-            1.0 / cpu if cpu > 0 else 0.0,
-            1.0 / mem if mem > 0 else 0.0,
-        )
+        self._inverse_total = inverse_total(decision.total)
         jobs = self._jobs
         jobs.fill(0.0)
         for column, rank in enumerate(decision.column_ranks()):
@@ -167,6 +162,12 @@ class Observer:
             min(max(num_jobs - (decision.first_rank + window), 0) / (4 * window), 1.0),
             min(decision.batch / 10.0, 1.0),
         )
+
+
+def inverse_total(total: np.ndarray) -> tuple[float, float, float]:
+    """1 / the cluster's capacity per resource (0 where it has none): what a job's dominant share is scaled by."""
+    gpu, cpu, mem = total.tolist()
+    return (1.0 / gpu if gpu > 0 else 0.0, 1.0 / cpu if cpu > 0 else 0.0, 1.0 / mem if mem > 0 else 0.0)
 
 
 def _observe_raw(decision: SlotDecision, window: int) -> np.ndarray:

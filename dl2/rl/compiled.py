@@ -9,7 +9,8 @@ arithmetic and returns the masked argmax:
 - `per-job` (`_greedy_shared`): the encoder also sees the cluster-wide features, which change with every task
   granted, so every column is re-encoded each call; only the product of a column's own features with the first
   layer is kept between calls. The matrix products go to BLAS (numba's `np.dot`); a slot of 2,000 Philly jobs
-  takes some 5,000 decisions (`benchmarks/kube_controller.py`).
+  takes some 5,000 decisions (`benchmarks/kube_controller.py`). `LearnedScheduler` plays a greedy realistic-mode
+  slot of a `per-job` policy through `dl2.rl.compiled_slot` instead (the whole window in one compiled call).
 
 DL2 §6.3 makes a slot's decisions in milliseconds; `benchmarks/bench_decision_speed.py` measures ours.
 

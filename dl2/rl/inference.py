@@ -31,6 +31,11 @@ class NumpyPolicy:
         if use_compiled and (kernel := compiled.greedy_kernel(kind)) is not None:
             self._kernel = _KernelState.build(self, kernel)
 
+    @property
+    def uses_compiled(self) -> bool:
+        """Whether greedy decisions go through a numba kernel (asked for, numba installed, a kind that has one)."""
+        return self._kernel is not None
+
     def __getstate__(self) -> dict[str, object]:
         """Pickled without what it carries between calls (rollout workers rebuild it): Ray hands a worker read-only
         arrays, and the kernel and the row cache update theirs in place."""
