@@ -162,6 +162,12 @@ def log_frames(location: Path) -> tuple[Any, Any]:
         typed[name] = pd.Series(kept, index=typed.index, dtype=object)
         if kind in _NUMERIC_KINDS:  # only values of the right JSON type reach the numeric checks
             typed[name] = pd.to_numeric(typed[name], errors="coerce")
+    for index, row in enumerate(rows):  # one type per worker node, or none (as the parser checks)
+        types, workers = row.get("applied_worker_accelerators"), row.get("applied_worker_nodes", [])
+        if not (isinstance(types, list) and types and isinstance(workers, list)):
+            continue
+        if problems[index] is None and len(types) != len(workers):
+            problems[index] = f"applied_worker_accelerators: {len(types)} types for {len(workers)} worker nodes"
     typed["type_problem"] = pd.Series(problems, index=typed.index, dtype=object)
     if {"cluster", "job_id", "time_s", "progress_epochs", "declared_epochs"} <= set(typed.columns):
         by_job = typed.groupby(["cluster", "job_id"], sort=False)

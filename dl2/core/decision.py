@@ -15,19 +15,23 @@ from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import Any, Literal
 
+from dl2.core.cluster import ClusterSpec
 from dl2.core.job import Architecture, JobSpec
 from dl2.core.resources import Resources
 
-FieldKind = Literal["text", "integer", "real", "nodes", "probability", "label", "totals"]
+FieldKind = Literal["text", "integer", "real", "nodes", "probability", "label", "totals", "types"]
 """'nodes': a list of node indices, optional (a log written without placement leaves it out); 'probability': a
 number in (0, 1], optional (a log written without it was deterministic: 1); 'label': text that may be empty,
-optional (empty); 'totals': an object of names to non-negative seconds or null (never), optional (empty)."""
+optional (empty); 'totals': an object of names to non-negative seconds or null (never), optional (empty); 'types':
+a list of accelerator type names, '' for the reference accelerator, optional (empty)."""
 Probability = float
 """A field's annotation for a probability (its kind is 'probability', not 'real')."""
 Label = str
 """A field's annotation for optional text that may be empty (its kind is 'label', not 'text')."""
 Totals = Mapping[str, float | None]
 """A field's annotation for seconds by name (its kind is 'totals'): None where the time is infinite."""
+TypeNames = tuple[str, ...]
+"""A field's annotation for accelerator type names, one per task (its kind is 'types')."""
 JOB_STATE_FIELDS = (
     "job_id",
     "model",
@@ -112,6 +116,11 @@ class DecisionRecord:
     """Where the search's candidates disagreed: per candidate, the total completion time (s) of the slot's active
     jobs that the continuation of its proposal predicted (null: it would never finish); the same in every record
     of the slot. Empty where they agreed or the policy decides alone."""
+    applied_worker_accelerators: TypeNames = ()
+    """Accelerator type of the node of each of `applied_worker_nodes`, aligned with it (`Accelerator.name`; '' for
+    the reference accelerator). Empty where every one is the reference accelerator (so a homogeneous cluster's
+    records read as they did before types were recorded) or the placement is unknown. Workers' only: parameter
+    servers run on CPUs, so no accelerator changes their speed."""
 
     def to_json_dict(self) -> dict[str, Any]:
         # the fields as they are (JSON writes the node tuples as lists): `asdict`'s recursive copy costs ten times
@@ -160,5 +169,13 @@ def _kinds() -> dict[str, FieldKind]:
         "Probability": "probability",
         "Label": "label",
         "Totals": "totals",
+        "TypeNames": "types",
     }
     return {f.name: by_annotation[str(f.type)] for f in fields(DecisionRecord)}
+
+
+def worker_accelerators(cluster: ClusterSpec, worker_nodes: tuple[int, ...]) -> tuple[str, ...]:
+    """`DecisionRecord.applied_worker_accelerators` of workers on these nodes of `cluster`: each node's type name
+    ('' for the reference accelerator), or empty where all are the reference accelerator."""
+    names = tuple("" if (a := cluster.nodes[node].accelerator) is None else a.name for node in worker_nodes)
+    return names if any(names) else ()

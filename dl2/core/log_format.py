@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dl2.core.cluster import ClusterSpec, NodeSpec
+from dl2.core.cluster import Accelerator, ClusterSpec, NodeSpec
 from dl2.core.decision import DecisionRecord
 from dl2.core.errors import InputError
 from dl2.core.inputs import parse_json, read_json, read_lines
@@ -35,9 +35,11 @@ OPTIONAL_FIELDS: dict[str, Any] = {
     **{name: 1.0 for name, kind in DecisionRecord.field_kinds().items() if kind == "probability"},
     **{name: "" for name, kind in DecisionRecord.field_kinds().items() if kind == "label"},
     **{name: {} for name, kind in DecisionRecord.field_kinds().items() if kind == "totals"},
+    **{name: [] for name, kind in DecisionRecord.field_kinds().items() if kind == "types"},
 }
 """Fields a record may leave out, with the value that stands for them (no placement known; a deterministic
-decision; a policy that decided alone)."""
+decision; a policy that decided alone; every worker on the reference accelerator, or a log written before types
+were recorded)."""
 CLUSTER_FILE = "cluster.json"
 """Next to a log's segments: the cluster its records come from (records name it, but fine-tuning needs its
 nodes)."""
@@ -67,11 +69,19 @@ def records_text(records: Sequence[DecisionRecord]) -> str:
 
 
 def cluster_to_json(cluster: ClusterSpec) -> dict[str, Any]:
-    """The cluster description written as `cluster.json` next to a log."""
-    nodes = [
-        {"gpu": n.capacity.gpu, "cpu": n.capacity.cpu, "mem_gb": n.capacity.mem_gb, "kind": n.kind}
-        for n in cluster.nodes
-    ]
+    """The cluster description written as `cluster.json` next to a log; a node's `accelerator` (name and memory of
+    its type) only where it is not the reference accelerator, so a homogeneous cluster's file reads as before."""
+    nodes = []
+    for n in cluster.nodes:
+        node: dict[str, Any] = {
+            "gpu": n.capacity.gpu,
+            "cpu": n.capacity.cpu,
+            "mem_gb": n.capacity.mem_gb,
+            "kind": n.kind,
+        }
+        if n.accelerator is not None:
+            node["accelerator"] = {"name": n.accelerator.name, "mem_gb": n.accelerator.mem_gb}
+        nodes.append(node)
     return {"name": cluster.name, "nodes": nodes}
 
 
@@ -95,8 +105,23 @@ def cluster_from_json(data: Any, where: str) -> ClusterSpec:
                 raise InputError(where, f"must be from 0 to {MAX_NODE_CAPACITY:g}, got {value:.6g}", row=index + 1,
                                  field=name)  # fmt: skip
             amounts.append(float(value))
-        specs.append(NodeSpec(index, Resources(*amounts), node["kind"]))
+        accelerator = _accelerator_from_json(node.get("accelerator"), where, index + 1)
+        specs.append(NodeSpec(index, Resources(*amounts), node["kind"], accelerator))
     return ClusterSpec(tuple(specs), data["name"])
+
+
+def _accelerator_from_json(value: Any, where: str, row: int) -> Accelerator | None:
+    """A node's `accelerator` in `cluster.json`: absent or null for the reference accelerator."""
+    if value is None:
+        return None
+    name = value.get("name") if isinstance(value, dict) else None
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_TEXT:
+        raise InputError(where, "expected an object with a name (and mem_gb)", row=row, field="accelerator")
+    mem_gb = value.get("mem_gb")
+    if mem_gb is not None and record_problem(mem_gb, "real") is not None:
+        raise InputError(where, f"expected a non-negative number or null, got {mem_gb!r:.80}", row=row,
+                         field="accelerator.mem_gb")  # fmt: skip
+    return Accelerator(name, None if mem_gb is None else float(mem_gb))
 
 
 def read_cluster(path: Path) -> ClusterSpec:
@@ -160,6 +185,14 @@ def record_problem(value: Any, kind: str) -> str | None:
         return None
     if kind == "totals":
         return _totals_problem(value)
+    if kind == "types":
+        if (
+            not isinstance(value, list | tuple)
+            or len(value) > MAX_COUNT
+            or not all(isinstance(name, str) and len(name) <= MAX_TEXT for name in value)
+        ):
+            return f"expected a list of accelerator type names, got {value!r:.80}"
+        return None
     if kind == "nodes":
         if not isinstance(value, list | tuple) or not all(
             isinstance(node, int) and not isinstance(node, bool) and 0 <= node <= MAX_COUNT for node in value
@@ -202,7 +235,7 @@ def parse_record(line: str, where: str, number: int) -> DecisionRecord:
             problem = record_problem(value, kind)
             if problem is not None:
                 raise InputError(where, problem, row=number, field=name)
-            values[name] = tuple(value) if kind == "nodes" else dict(value) if kind == "totals" else value
+            values[name] = tuple(value) if kind in ("nodes", "types") else dict(value) if kind == "totals" else value
             continue
         if name not in data:
             raise InputError(where, "missing", row=number, field=name)
@@ -214,4 +247,8 @@ def parse_record(line: str, where: str, number: int) -> DecisionRecord:
         raise InputError(where, f"unknown mode {values['mode']!r}", row=number, field="mode")
     if values["architecture"] not in ("ps", "allreduce"):
         raise InputError(where, f"unknown architecture {values['architecture']!r}", row=number, field="architecture")
+    types, workers = values["applied_worker_accelerators"], values["applied_worker_nodes"]
+    if types and len(types) != len(workers):
+        message = f"{len(types)} accelerator types for {len(workers)} worker nodes (one per worker, or none)"
+        raise InputError(where, message, row=number, field="applied_worker_accelerators")
     return DecisionRecord(**values)

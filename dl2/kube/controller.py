@@ -36,7 +36,9 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from dl2.core import ClusterSpec
 from dl2.kube import clock as slot_clock
+from dl2.kube.accelerator_labels import node_accelerator, unrecognised_note
 from dl2.kube.actuate import Actuator, ApiCaller, ResizeRefused
 from dl2.kube.cache import ClusterCache
 from dl2.kube.events import EventRecorder, ObjectRef
@@ -47,9 +49,9 @@ from dl2.kube.models import Loader, PolicyRuntime
 from dl2.kube.observe import ManagedJob, RawCluster, Snapshot, SpecCache, progress_queries, snapshot
 from dl2.kube.policy import API_VERSION, KIND, OFF, POLICIES, Mode, PolicyError, PolicySpec, parse_policy
 from dl2.kube.progress_metrics import PrometheusProgress
-from dl2.kube.quarantine import Cause
+from dl2.kube.quarantine import Cause, RecordedProgress
 from dl2.kube.reconcile import JobState, Target, changes, may_resize, plan
-from dl2.kube.records import DecisionLog, JournalEntry, SlotJournal, draft_records
+from dl2.kube.records import DecisionLog, JournalEntry, SlotJournal, draft_records, recall
 from dl2.kube.rest import CONFIGMAPS, Rest
 from dl2.kube.settings import ControllerConfig
 from dl2.sim.record_store import RecordStore
@@ -158,10 +160,14 @@ class Controller:
         self._stall_reported = ""
         """When the stall the status last reported began (`Health.failing_since`): one status write per stall."""
         self.metrics.slot_length.set(config.slot_s)
-        self._recorded: dict[str, tuple[float, int]] = {}
-        """Job id -> (its progress in its last decision record, that record's slot): records never go back."""
+        self._recorded = RecordedProgress()
+        """Each job's progress in its last decision records: records never go back."""
         self._recalled = False
         """Whether `_recorded` has been seeded from the journals a previous run left."""
+        self._accelerators_seen: ClusterSpec | None = None
+        """The cluster whose nodes' accelerator labels were last read (`_report_accelerators`)."""
+        self._accelerators_noted: set[tuple[str, str]] = set()
+        """(node, product) of the unknown GPU products warned about."""
         self._quarantine_noted: dict[str, Cause] = {}
         """`namespace/name` -> the cause its last `Quarantined` Event gave (one Event per distinct cause)."""
 
@@ -265,18 +271,36 @@ class Controller:
         return measured
 
     def _recorded_progress(self, slot: int) -> dict[str, float]:
-        """Job id -> its progress in its last decision record (seeded, after a restart, from the journals the
-        previous run left); entries older than `RECORDED_MEMORY_SLOTS` are forgotten."""
+        """Job id -> its progress in its last decision record of a slot before `slot` (seeded, after a restart, from
+        the journals the previous run left; never the slot's own, which a replay finds: `RecordedProgress`);
+        entries older than `RECORDED_MEMORY_SLOTS` are forgotten."""
         if not self._recalled:
             self._recalled = True
-            for earlier in self.log.pending():
-                journal = self.log.journal(earlier)
-                for entry in journal.entries if journal is not None else ():
-                    self._recorded[entry.record.job_id] = (entry.record.progress_epochs, earlier)
-        horizon = slot - RECORDED_MEMORY_SLOTS
-        for job_id in [job_id for job_id, (_, at) in self._recorded.items() if at < horizon]:
-            del self._recorded[job_id]
-        return {job_id: epochs for job_id, (epochs, _) in self._recorded.items()}
+            recall(self._recorded, self.log)
+        self._recorded.forget_before(slot - RECORDED_MEMORY_SLOTS)
+        return self._recorded.before(slot)
+
+    def _report_accelerators(self, raw: RawCluster, snap: Snapshot) -> None:
+        """A Warning Event on each node whose GPU product label dl2 does not know (its GPUs are taken for the
+        reference accelerator: `accelerator_labels`), once per node and product; the nodes are read again only
+        when they change (observing then builds a new cluster)."""
+        if snap.cluster is self._accelerators_seen:
+            return
+        self._accelerators_seen = snap.cluster
+        noted: set[tuple[str, str]] = set()
+        for node in raw.nodes:
+            metadata = node.get("metadata") or {}
+            _, product = node_accelerator(metadata.get("labels") or {})
+            if product is None:
+                continue
+            name = str(metadata.get("name", ""))
+            noted.add((name, product))
+            if (name, product) not in self._accelerators_noted:
+                note = unrecognised_note(name, product)
+                log.warning("%s", note)
+                regarding = ObjectRef("v1", "Node", name, "", str(metadata.get("uid") or ""))
+                self._event("Warning", "UnknownAccelerator", "Observe", note, regarding)
+        self._accelerators_noted = noted
 
     def _report_quarantine(self, snap: Snapshot) -> None:
         """The quarantined jobs on the gauge, and a Warning Event on each job once per distinct cause (not every
@@ -314,11 +338,12 @@ class Controller:
         if not self.is_leader():
             return None
         placed = {job.spec.job_id: job.allocation for job in snap.view.jobs}
-        written, dropped = self.log.complete(slot, snap.progress, placed)
+        written, dropped = self.log.complete(slot, snap.progress, placed, snap.cluster)
         self.metrics.records_written.inc(written)
         self.metrics.records_dropped.inc(dropped)
         if snap.cluster.num_nodes:
             self.log.describe_cluster(snap.cluster)
+        self._report_accelerators(raw, snap)
         self._report_quarantine(snap)
         self._crash("completed", slot)
         policy = self.policy
@@ -415,7 +440,7 @@ class Controller:
             for record, job, target in zip(records, snap.jobs, targets, strict=True)
         )
         for record in records:
-            self._recorded[record.job_id] = (record.progress_epochs, slot)
+            self._recorded.note(record.job_id, record.progress_epochs, slot)
         if decision.fallback:
             log.warning("slot %d: the incumbent %s decides: %s", slot, policy.incumbent, decision.fallback)
         return SlotJournal(slot, entries), decision.fallback

@@ -23,10 +23,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dl2.core import InputError
+from dl2.core import ClusterSpec, InputError, JobSpec
 from dl2.kube import contract as c
 from dl2.kube.observe import RawCluster, Snapshot, snapshot
 from dl2.placement.policy import HarmonyPlacer, candidates, job_inputs
+from dl2.schedulers.accelerator_types import NO_TYPE, AcceleratorTypes
 from dl2.schedulers.placement import Demand, NodeState
 from dl2.schedulers.tenancy import Tenancy
 
@@ -115,6 +116,27 @@ class SnapshotCache:
             return self._state
 
 
+_Placing = tuple[NodeState, Tenancy, Demand, dict[str, int], dict[str, int] | None]
+"""A pod's placement round: the nodes' free resources, who holds what, the pod's demand, node name -> index, and
+node name -> the rank of its accelerator type for the pod (`worker_type_ranks`; None where types do not matter)."""
+
+
+def worker_type_ranks(cluster: ClusterSpec, spec: JobSpec, held_workers: Sequence[int]) -> list[int] | None:
+    """Per node, the rank of its accelerator type for a new worker of `spec` (0 first), as dl2's placers choose
+    types (`dl2.schedulers.placement`): a synchronous job runs at its slowest worker's pace, so first the type(s)
+    its other workers run on, then the others in the catalogue's order for its model (fastest for it first,
+    `AcceleratorTypes.order`); a node without GPUs ranks last. None on a cluster whose GPU nodes are all of one
+    type, or for a worker that needs no GPU: there, types change nothing and the ranking is the placer's alone."""
+    types = AcceleratorTypes.of(cluster)
+    if not types.is_mixed or spec.worker_demand.gpu <= 0:
+        return None
+    order = types.order(spec.model)
+    held = {types.type_of_node[node] for node in held_workers} - {NO_TYPE}
+    ranked = [kind for kind in order if kind in held] + [kind for kind in order if kind not in held]
+    rank = {kind: position for position, kind in enumerate(ranked)}
+    return [rank.get(kind, len(ranked)) for kind in types.type_of_node]
+
+
 class HarmonyExtender:
     """Scores and filters nodes for pods of managed jobs with Harmony's placer (greedy policy network)."""
 
@@ -124,18 +146,29 @@ class HarmonyExtender:
 
     def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
         scores = dict.fromkeys(args.node_names, 0)
-        logits = self._logits(args)
-        if logits:
-            best = max(logits.values())
-            for name, logit in logits.items():
-                scores[name] = round(MAX_EXTENDER_PRIORITY * math.exp(max(logit - best, -50.0)))
+        placing = self._placing(args)
+        logits = self._logits(args, placing) if placing is not None else {}
+        ranks = placing[4] if placing is not None else None
+        if ranks is None or not logits:
+            if logits:
+                best = max(logits.values())
+                for name, logit in logits.items():
+                    scores[name] = round(MAX_EXTENDER_PRIORITY * math.exp(max(logit - best, -50.0)))
+            return host_priorities(scores)
+        # several accelerator types: the nodes of the best type the worker fits on rank first (1 to 10, by the
+        # placer within the type), every other node 0 (`worker_type_ranks`)
+        first = min(ranks[name] for name in logits)
+        tier = {name: logit for name, logit in logits.items() if ranks[name] == first}
+        best = max(tier.values())
+        for name, logit in tier.items():
+            scores[name] = max(1, round(MAX_EXTENDER_PRIORITY * math.exp(max(logit - best, -50.0))))
         return host_priorities(scores)
 
     def filter(self, args: ExtenderArgs) -> dict[str, Any]:
         placing = self._placing(args)
         if placing is None:
             return filter_result(args, args.node_names, {})
-        state, _, demand, index = placing
+        state, _, demand, index, _ = placing
         passed, failed = [], {}
         for name in args.node_names:
             node = index.get(name)
@@ -145,12 +178,9 @@ class HarmonyExtender:
                 failed[name] = "dl2: the pod's job does not fit the node's free resources"
         return filter_result(args, passed, failed)
 
-    def _logits(self, args: ExtenderArgs) -> dict[str, float]:
+    def _logits(self, args: ExtenderArgs, placing: _Placing) -> dict[str, float]:
         """The policy's logit of every candidate node the pod fits on (empty for a pod dl2 does not manage)."""
-        placing = self._placing(args)
-        if placing is None:
-            return {}
-        state, tenancy, demand, index = placing
+        state, tenancy, demand, index, _ = placing
         rank, is_ps = tenancy.placing, tenancy.placing_ps
         nodes, rows = candidates(state, tenancy, rank, demand, may_skip=False)
         if len(rows) == 0:
@@ -159,7 +189,7 @@ class HarmonyExtender:
         wanted = {index[name]: name for name in args.node_names if name in index}
         return {wanted[int(node)]: float(logit) for node, logit in zip(nodes, logits, strict=True) if node in wanted}
 
-    def _placing(self, args: ExtenderArgs) -> tuple[NodeState, Tenancy, Demand, dict[str, int]] | None:
+    def _placing(self, args: ExtenderArgs) -> _Placing | None:
         """The placement round of the pod's job as the placer sees it: every running task registered, the job and
         role being placed named; None for a pod of no managed job (or before the first refresh)."""
         state = self.cache.current()
@@ -188,7 +218,11 @@ class HarmonyExtender:
         tenancy.placing, tenancy.placing_ps = rank, role == c.PS
         spec = view.jobs[rank].spec
         demand = (spec.ps_demand if role == c.PS else spec.worker_demand).as_tuple()
-        return NodeState(view.cluster, used, tenancy), tenancy, demand, index
+        types = None
+        if role != c.PS:
+            by_node = worker_type_ranks(view.cluster, spec, view.jobs[rank].allocation.worker_nodes)
+            types = None if by_node is None else {name: by_node[node] for name, node in index.items()}
+        return NodeState(view.cluster, used, tenancy), tenancy, demand, index, types
 
 
 def best_hosts(priorities: Sequence[Mapping[str, Any]]) -> set[str]:
@@ -206,4 +240,5 @@ __all__ = [
     "best_hosts",
     "filter_result",
     "host_priorities",
+    "worker_type_ranks",
 ]

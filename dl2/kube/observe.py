@@ -12,6 +12,7 @@ from typing import Any
 
 from dl2.core import Allocation, ClusterSpec, ClusterView, JobAllocation, JobSpec, JobView, NodeSpec, Resources
 from dl2.kube import contract as c
+from dl2.kube.accelerator_labels import node_accelerator
 from dl2.kube.progress_metrics import ProgressQuery
 from dl2.kube.quarantine import Cause, Quarantined, Room, job_problem, reserved
 
@@ -85,13 +86,15 @@ class Snapshot:
 
 
 def cluster_spec(nodes: Sequence[dict[str, Any]], name: str) -> tuple[ClusterSpec, dict[str, int]]:
-    """Nodes in name order as dl2's cluster (node i = the i-th name), and name -> index."""
+    """Nodes in name order as dl2's cluster (node i = the i-th name), and name -> index. A node's accelerator type is
+    its GPU product label's (`accelerator_labels.node_accelerator`; without one, the reference accelerator)."""
     ordered = sorted(nodes, key=lambda node: node["metadata"]["name"])
-    specs = tuple(
-        NodeSpec(i, c.node_resources(node), ((node["metadata"].get("labels") or {}).get(INSTANCE_TYPE) or "default"))
-        for i, node in enumerate(ordered)
-    )
-    return ClusterSpec(specs, name), {node["metadata"]["name"]: i for i, node in enumerate(ordered)}
+    specs = []
+    for i, node in enumerate(ordered):
+        labels = node["metadata"].get("labels") or {}
+        accelerator, _ = node_accelerator(labels)
+        specs.append(NodeSpec(i, c.node_resources(node), labels.get(INSTANCE_TYPE) or "default", accelerator))
+    return ClusterSpec(tuple(specs), name), {node["metadata"]["name"]: i for i, node in enumerate(ordered)}
 
 
 def _held(pods: Sequence[dict[str, Any]], node_index: Mapping[str, int]) -> dict[tuple[str, str], JobAllocation]:

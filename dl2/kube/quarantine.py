@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -164,6 +164,49 @@ def reserved(cluster: ClusterSpec, held: Mapping[int, Resources]) -> ClusterSpec
         taken = held.get(node.node_id)
         if taken is not None:
             left = node.capacity - taken
-            node = type(node)(node.node_id, Resources(*(max(v, 0.0) for v in left.as_tuple())), node.kind)
+            node = replace(node, capacity=Resources(*(max(v, 0.0) for v in left.as_tuple())))  # its type kept
         nodes.append(node)
     return ClusterSpec(tuple(nodes), cluster.name)
+
+
+class RecordedProgress:
+    """Job id -> its progress in its decision records, for the `PROGRESS_BACKWARDS` check: what a job's progress is
+    compared with at slot t is its record of the last slot *before* t in which it was decided, never t's own.
+
+    Slot t's own record (its journal, written before anything is resized) may come back at t: a controller that
+    restarts within the slot, or the replica that takes over, finds the journal and replays it; a slot retried
+    after a failure does too. Its progress was read from the job's metrics (Prometheus) where they were ahead of
+    the annotation; on the replay during an outage of that source, the progress read is the annotation's, lower,
+    and comparing it with t's record would quarantine a job whose progress never went back. So the last two slots
+    of each job are kept, and `before(t)` answers from the latest that is older than t."""
+
+    def __init__(self) -> None:
+        self._slots: dict[str, tuple[tuple[float, int], tuple[float, int] | None]] = {}
+        """Job id -> ((epochs, slot) of its latest record, (epochs, slot) of the one of the slot before, if any)."""
+
+    def note(self, job_id: str, epochs: float, slot: int) -> None:
+        """A record of `job_id` at `slot` (a later note of the same slot replaces the earlier: one record a slot)."""
+        kept = self._slots.get(job_id)
+        if kept is None:
+            self._slots[job_id] = ((epochs, slot), None)
+        elif kept[0][1] == slot:
+            self._slots[job_id] = ((epochs, slot), kept[1])
+        elif kept[0][1] < slot:
+            self._slots[job_id] = ((epochs, slot), kept[0])
+        elif kept[1] is None or kept[1][1] <= slot:  # an older slot noted late (journals read in any order)
+            self._slots[job_id] = (kept[0], (epochs, slot))
+
+    def before(self, slot: int) -> dict[str, float]:
+        """Job id -> its progress in its latest record of a slot before `slot`."""
+        recorded = {}
+        for job_id, (latest, earlier) in self._slots.items():
+            if latest[1] < slot:
+                recorded[job_id] = latest[0]
+            elif earlier is not None and earlier[1] < slot:
+                recorded[job_id] = earlier[0]
+        return recorded
+
+    def forget_before(self, slot: int) -> None:
+        """Forget the jobs whose latest record is older than `slot`."""
+        for job_id in [job_id for job_id, ((_, at), _) in self._slots.items() if at < slot]:
+            del self._slots[job_id]

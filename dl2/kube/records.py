@@ -26,11 +26,13 @@ import json
 import re
 import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dl2.core import Allocation, Attribution, ClusterSpec, ClusterView, DecisionRecord, Dl2Error, JobAllocation
+from dl2.core.decision import worker_accelerators
 from dl2.core.log_format import CLUSTER_FILE, cluster_to_json, parse_record, records_text, segment_name
+from dl2.kube.quarantine import RecordedProgress
 from dl2.kube.reconcile import Reason, Target
 from dl2.sim.decision_log import decision_record, read_store_log
 from dl2.sim.record_store import RecordStore
@@ -99,20 +101,28 @@ def draft_records(
 
 
 def observed(
-    record: DecisionRecord, progress: Mapping[str, float], placed: Mapping[str, JobAllocation] | None = None
+    record: DecisionRecord,
+    progress: Mapping[str, float],
+    placed: Mapping[str, JobAllocation] | None = None,
+    cluster: ClusterSpec | None = None,
 ) -> DecisionRecord:
     """The record completed with the progress seen since (0 for a job that is gone) and, where the job still holds
     pods, the nodes they ran on through the slot (`placed`: what the next slot observes before anything is
-    resized; a job that finished within the slot has none left, so its placement stays unknown)."""
-    from dataclasses import replace
-
+    resized; a job that finished within the slot has none left, so its placement stays unknown) and, with
+    `cluster` (the one `placed` indexes), the accelerator type of each worker's node."""
     now = progress.get(record.job_id)
     gained = 0.0 if now is None else max(now - record.progress_epochs, 0.0)
     nodes = (placed or {}).get(record.job_id)
     if nodes is None or not (nodes.worker_nodes or nodes.ps_nodes):
         return replace(record, observed_epochs=gained)
+    workers = nodes.worker_nodes
+    types = worker_accelerators(cluster, workers) if cluster is not None else ()
     return replace(
-        record, observed_epochs=gained, applied_worker_nodes=nodes.worker_nodes, applied_ps_nodes=nodes.ps_nodes
+        record,
+        observed_epochs=gained,
+        applied_worker_nodes=workers,
+        applied_ps_nodes=nodes.ps_nodes,
+        applied_worker_accelerators=types,
     )
 
 
@@ -183,17 +193,22 @@ class DecisionLog:
         return sorted(int(name.removeprefix("slot-").removesuffix(".json")) for name in names)
 
     def complete(
-        self, slot: int, progress: Mapping[str, float], placed: Mapping[str, JobAllocation] | None = None
+        self,
+        slot: int,
+        progress: Mapping[str, float],
+        placed: Mapping[str, JobAllocation] | None = None,
+        cluster: ClusterSpec | None = None,
     ) -> tuple[int, int]:
-        """At slot `slot`: write the previous slot's records with their observed progress and placement (`observed`)
-        and drop older journals. Returns (records written, records dropped)."""
+        """At slot `slot`: write the previous slot's records with their observed progress and placement (`observed`;
+        `cluster`: the one `placed` indexes, for the workers' accelerator types) and drop older journals. Returns
+        (records written, records dropped)."""
         written = dropped = 0
         for earlier in self.pending():
             if earlier >= slot:
                 continue
             journal = self.journal(earlier)
             if journal is not None and earlier == slot - 1 and journal.entries:
-                records = [observed(e.record, progress, placed) for e in journal.entries]
+                records = [observed(e.record, progress, placed, cluster) for e in journal.entries]
                 wrote = self.store.create(segment_name(earlier), records_text(records))
                 written += len(journal.entries) if wrote else 0
             elif journal is not None and earlier != slot - 1:
@@ -241,3 +256,12 @@ class DecisionLog:
         # remembered once the store holds it: a failed write is tried again next slot
         self._described, self._described_cluster = document, cluster
         return written
+
+
+def recall(recorded: RecordedProgress, log: DecisionLog) -> None:
+    """Note in `recorded` every record of the journals `log` holds (what a previous run decided and did not complete:
+    the progress the `PROGRESS_BACKWARDS` check compares with after a restart)."""
+    for slot in log.pending():
+        journal = log.journal(slot)
+        for entry in journal.entries if journal is not None else ():
+            recorded.note(entry.record.job_id, entry.record.progress_epochs, slot)

@@ -29,6 +29,7 @@ from dl2.core import (
     decision_attribution,
     drawn_propensities,
 )
+from dl2.core.decision import worker_accelerators
 from dl2.core.inputs import decode
 from dl2.core.log_format import parse_record, records_text
 from dl2.sim.config import SimConfig
@@ -172,9 +173,10 @@ def decision_record(
     attribution: Attribution | None = None,
 ) -> DecisionRecord:
     """One job's record of a slot: its state in `view`, the three decisions, the progress observed, where known
-    the nodes of the applied workers and PS (`applied_worker_nodes`, `applied_ps_nodes`), the probability
-    with which the applied decision was drawn (`drawn_propensities`), and, where the proposer is a search, which
-    of its candidates the proposal came from and what it predicted for each (`decision_attribution`)."""
+    the nodes of the applied workers and PS (`applied_worker_nodes`, `applied_ps_nodes`) and the workers' accelerator
+    types on `view.cluster` (`applied_worker_accelerators`), the probability with which the applied decision was
+    drawn (`drawn_propensities`), and, where the proposer is a search, which of its candidates the proposal came
+    from and what it predicted for each (`decision_attribution`)."""
     spec = job.spec
     return DecisionRecord(
         time_s=view.time_s,
@@ -208,6 +210,7 @@ def decision_record(
         observed_epochs=observed_epochs,
         applied_worker_nodes=worker_nodes,
         applied_ps_nodes=ps_nodes,
+        applied_worker_accelerators=worker_accelerators(view.cluster, worker_nodes),
         applied_propensity=propensity,
         proposed_by=JOINER.join(attribution.decided_by) if attribution is not None else "",
         predicted_total_s=recorded_totals(attribution),

@@ -8,6 +8,7 @@ from typing import Any
 
 from dl2.core import Architecture, JobSpec, NodeSpec, Resources
 from dl2.kube import contract as c
+from dl2.kube.accelerator_labels import product_labels
 from dl2.workload.catalogue import CATALOGUE
 
 IMAGE = "dl2.io/simulated-trainer:{model}"
@@ -30,7 +31,9 @@ def node_name(cluster_name: str, index: int, num_nodes: int) -> str:
 
 
 def node(spec: NodeSpec, name: str) -> dict[str, Any]:
-    """A Node kwok plays the kubelet of: it keeps the capacity given here and reports the node Ready."""
+    """A Node kwok plays the kubelet of: it keeps the capacity given here and reports the node Ready; a node of an
+    accelerator type other than the reference carries GPU feature discovery's labels for it (`nvidia.com/gpu.product`,
+    `nvidia.com/gpu.memory`: `dl2.kube.accelerator_labels`), which the controller reads its type from."""
     capacity = {**c.requests_of(spec.capacity), "pods": "110"}
     return {
         "apiVersion": "v1",
@@ -45,6 +48,7 @@ def node(spec: NodeSpec, name: str) -> dict[str, Any]:
                 "type": "kwok",
                 "node.kubernetes.io/instance-type": spec.kind,
                 c.NODE_INDEX_LABEL: str(spec.node_id),
+                **product_labels(spec.accelerator),  # as GPU feature discovery labels a GPU node
             },
         },
         "spec": {},

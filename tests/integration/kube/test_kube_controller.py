@@ -10,20 +10,23 @@ import threading
 import time
 import urllib.request
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
 from dl2.controlplane.install import CONTROLLER, service_account_user
-from dl2.core.log_format import CLUSTER_FILE, read_cluster, read_log
+from dl2.core import ClusterSpec
+from dl2.core.log_format import CLUSTER_FILE, read_cluster, read_cluster_log, read_log
 from dl2.env.observation import ObservationConfig
 from dl2.kube import contract
+from dl2.kube.accelerator_labels import GPU_PRODUCT_LABEL
 from dl2.kube.controller import Controller, ControllerConfig
 from dl2.kube.informer import Informer
 from dl2.kube.leader import LeaseConfig, LeaseElector
 from dl2.kube.metrics import HealthServer, Metrics
 from dl2.kube.policy import POLICIES
 from dl2.kube.promotion import confirm_hook, promote_policy
-from dl2.kube.rest import AUTOSCALERS, EVENTS, PYTORCHJOBS, VOLCANO_JOBS, Rest
+from dl2.kube.rest import AUTOSCALERS, EVENTS, NODES, PYTORCHJOBS, VOLCANO_JOBS, Rest
 from dl2.placement.samples import record_run, samples_from_records
 from dl2.rl.feedback import feedback_batch
 from dl2.schedulers.registry import PLACERS, make_scheduler
@@ -32,6 +35,7 @@ from dl2.sim.config import Mode, SimConfig
 from dl2.sim.run import interference_model, speed_model
 from dl2.truth import SCENARIOS
 from dl2.twin import TwinOptions, reference_result, start_twin
+from dl2.workload.accelerators import ACCELERATOR_TYPES
 from tests.builders import CONTROLLER_AGENT, heuristic_loader, tiny_workload
 
 CONFIG = SimConfig.realistic(seed=1)
@@ -684,3 +688,37 @@ def test_without_a_policy_the_controller_is_off_and_writes_nothing(setup, kube, 
     assert not controller.health.ready and "not found" in controller.health.reason
     writes = [e for e in setup.audit() if e.verb not in ("list", "watch")]
     assert writes == [] and not list((tmp_path / "decisions").rglob("segment-*"))
+
+
+def test_on_a_cluster_of_two_gpu_types_the_records_name_each_workers_type(setup, tmp_path):
+    """The twin labels its kwok nodes as GPU feature discovery would (`nvidia.com/gpu.product`); the controller
+    reads each node's type from the label, describes the typed cluster in `cluster.json`, and each record names the
+    type of every worker's node."""
+    tiny = tiny_workload(num_jobs=6, num_nodes=2)
+    capacity = tiny.cluster.nodes[0].capacity
+    v100, k80 = (ACCELERATOR_TYPES[name].accelerator for name in ("V100", "K80"))
+    workload = replace(tiny, cluster=ClusterSpec.mixed([(1, capacity, v100), (1, capacity, k80)], tiny.cluster.name))
+    _, controller = setup.start(mode="shadow", workload=workload)
+    setup.run(controller, max_slots=6)
+    products = sorted(node["metadata"]["labels"].get(GPU_PRODUCT_LABEL) for node in setup.rest.list(NODES))
+    assert products == ["Tesla-K80", "Tesla-V100-SXM2-16GB"]
+    records, cluster = read_cluster_log(tmp_path / "decisions" / "dl2-local")
+    assert [node.accelerator for node in cluster.nodes] == [v100, k80]
+    placed = [r for r in records if r.applied_worker_nodes and r.worker_gpu > 0]
+    assert placed
+    for record in placed:
+        names = tuple(cluster.nodes[node].accelerator.name for node in record.applied_worker_nodes)
+        assert record.applied_worker_accelerators == names
+
+
+def test_a_node_of_a_gpu_product_dl2_does_not_know_is_the_reference_type_with_one_warning(setup, kube, tmp_path):
+    _, controller = setup.start(mode="shadow", workload=tiny_workload(num_jobs=4, num_nodes=2))
+    names = sorted(node["metadata"]["name"] for node in setup.rest.list(NODES))
+    product = "NVIDIA-A100-SXM4-40GB"  # no speeds known for it
+    setup.rest.merge_patch(NODES, None, names[0], {"metadata": {"labels": {GPU_PRODUCT_LABEL: product}}})
+    setup.run(controller, max_slots=4)
+    controller.events.flush()
+    warnings = [event for event in events_about(kube, names[0]) if event[1] == "UnknownAccelerator"]
+    assert len(warnings) == 1 and product in warnings[0][2] and warnings[0][0] == "Warning"
+    _, cluster = read_cluster_log(tmp_path / "decisions" / "dl2-local")
+    assert cluster.accelerators == {None}  # sized as the reference GPU, not refused

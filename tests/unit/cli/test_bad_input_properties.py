@@ -289,10 +289,20 @@ def _bad_value(kind: str, name: str) -> st.SearchStrategy[Any]:
     if kind == "totals":  # names to seconds or null: anything else, a bad name or a bad number is refused
         bad_seconds = st.one_of(NEGATIVE, LETTERS, st.booleans(), st.just(float("inf")), st.just([1.0]))
         return st.one_of(
-            st.one_of(NOT_A_STRING, NEGATIVE, st.lists(st.floats(0, 10), max_size=2)).filter(lambda v: v is not None),
+            st.one_of(NOT_A_STRING, NEGATIVE, st.lists(st.floats(0, 10), max_size=2)).filter(
+                lambda v: v is not None and v != {}  # no totals at all is good
+            ),
             st.dictionaries(st.sampled_from(["optimus", "dl2"]), bad_seconds, min_size=1, max_size=2),
             st.just({"": 1.0}),
             st.dictionaries(st.text(min_size=1, max_size=4), st.just(1.0), min_size=17, max_size=20),
+        )
+    if kind == "types":  # a list of type names, one per worker node ('' the reference): anything else is bad
+        return st.one_of(
+            NOT_A_STRING.filter(lambda v: not isinstance(v, list)),
+            LETTERS,
+            st.lists(st.one_of(NEGATIVE, st.booleans(), st.none()), min_size=1, max_size=3),
+            st.just(["V100"] * (len(GOOD_RECORD.get("applied_worker_nodes", [])) + 1)),
+            st.lists(st.text(min_size=257, max_size=300), min_size=1, max_size=1),
         )
     if kind == "text":
         bad = st.one_of(NOT_A_STRING, st.just(""), st.text(min_size=257, max_size=300))
