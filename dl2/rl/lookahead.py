@@ -31,7 +31,7 @@ from dl2.schedulers.registry import make_scheduler
 from dl2.sim.attribution import SlotAttribution
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.run import World, interference_model, speed_model
-from dl2.sim.simulator import SimulationError
+from dl2.sim.simulator import SimulationError, young_collections_only
 from dl2.sim.what_if import remaining_jct_estimate_s, what_if
 from dl2.workload.speed import SpeedModel
 
@@ -117,7 +117,10 @@ class LookaheadScheduler:
             self.attribution = Attribution(tuple(proposers[first]))
             self.tally.count(self.attribution.decided_by, False)
             return proposals[first][1]
-        totals = {key: self.total_jct_after(view, allocation) for key, (_, allocation) in proposals.items()}
+        # the what-if runs allocate and free millions of objects; with the collector on, a process holding a large
+        # heap (the controller's informer caches) pays full collections for them (`young_collections_only`)
+        with young_collections_only():
+            totals = {key: self.total_jct_after(view, allocation) for key, (_, allocation) in proposals.items()}
         best_key = next(iter(proposals))
         for key in proposals:
             if totals[key] < totals[best_key] - 1e-6:
