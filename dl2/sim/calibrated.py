@@ -2,9 +2,11 @@
 
 `dl2.workload.calibration` fits per-type speed factors and an interference scale from a log's steady records
 (split by demand, so a model the catalogue lacks, submitted under a catalogue label, gets its own); the world is
-the catalogue's realistic speed model with those factors and the profiled interference with that scale. A
-policy fine-tuned there (`dl2 train-rl --calibrate-from LOG`, `ActorCritic(world=...)`) learns the speeds the
-cluster showed rather than the catalogue's, on the cluster's own jobs when its source is `records:LOG`.
+the catalogue's realistic speed model with those factors (on a cluster of several accelerator types, with each job
+type's fitted speedups per type, which the simulator plays through `dl2.workload.accelerated_speed`) and the
+profiled interference with that scale. A policy fine-tuned there (`dl2 train-rl --calibrate-from LOG`,
+`ActorCritic(world=...)`) learns the speeds the cluster showed rather than the catalogue's, on the cluster's own
+jobs when its source is `records:LOG`.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ def calibrated_world(log: Path) -> tuple[World, Calibration]:
 
 
 def calibration_summary(calibration: Calibration) -> dict[str, Any]:
-    """What a model trained in the world records of it: each kept type's factors and errors, the interference."""
-    return {
+    """What a model trained in the world records of it: each kept type's factors and errors (and, on a cluster of
+    several accelerator types, its speedups per type and the records of each), the interference."""
+    summary: dict[str, Any] = {
         "interference_scale": calibration.interference_scale,
         "co_located_records": calibration.co_located_records,
         "types_seen": len(calibration.seen),
@@ -44,9 +47,17 @@ def calibration_summary(calibration: Calibration) -> dict[str, Any]:
                 "catalogue_error": entry.catalogue_error,
                 "held_out": entry.held_out,
             }
+            | (
+                {"accelerator_speedups": entry.speedups, "accelerator_records": entry.accelerator_records}
+                if entry.speedups
+                else {}  # a homogeneous cluster's summary reads as before types
+            )
             for key, entry in sorted(calibration.types.items(), key=lambda item: str(item[0]))
         },
     }
+    if calibration.mixed_type_records:
+        summary["mixed_type_records"] = calibration.mixed_type_records
+    return summary
 
 
 def calibration_text(summary: dict[str, Any]) -> str:
@@ -62,6 +73,7 @@ def calibration_text(summary: dict[str, Any]) -> str:
     }
     factors = "; ".join(
         f"{name} compute time x{entry['factors'][0]:.2f}, communication x{entry['factors'][1]:.2f}"
+        + _per_accelerator(entry)
         for name, entry in said.items()
     )
     scale = summary.get("interference_scale", 1.0)
@@ -69,6 +81,17 @@ def calibration_text(summary: dict[str, Any]) -> str:
         f"interference x{scale:.2f} the profiled ({summary.get('co_located_records', 0)} co-located records); "
         f"{len(said)} job types recalibrated" + (f": {factors}" if factors else "")
     )
+
+
+def _per_accelerator(entry: dict[str, Any]) -> str:
+    """A kept type's computation time on each accelerator type over the catalogue's there (factor / speedup);
+    nothing where its records ran on one type."""
+    speedups = entry.get("accelerator_speedups") or {}
+    times = ", ".join(
+        f"{'reference' if name == '' else name} x{entry['factors'][0] / speedups.get(name, 1.0):.2f}"
+        for name in entry.get("accelerator_records", speedups)
+    )
+    return f" (compute time on {times})" if speedups else ""
 
 
 LABEL_WIDE_SUFFIX = "".join(f"/{part}" for part in LABEL_WIDE)

@@ -12,6 +12,26 @@ weighted to relative error, with a ridge pull of each factor towards 1 so that a
 moves only as far as its records show. Co-located records then fit one scale of the profiled interference. A
 type is keyed by its catalogue label; `by_demand=True` also splits a label by the pods' requests, which is how
 jobs of a model the catalogue lacks, submitted under a catalogue label, get a calibration of their own.
+
+On a cluster of several accelerator types (records that name their workers' types,
+`DecisionRecord.applied_worker_accelerators`), a record's computation term is the catalogue's on its workers' type
+(`dl2.workload.accelerators.relative_speed`), and a type of job whose records ran on more than one accelerator type
+gets a computation factor per accelerator type: the same least-squares fit with one computation column per
+accelerator type instead of one, each pulled towards the catalogue as the one column is. (A pull of `prior_weight`
+records' worth of each column's own size, weaker since the computation is a small share of most steps, let the
+computation trade places with the overheads on one-worker jobs, whose records cannot tell the two apart: 33% median
+error per pair against 17% on a drawn truth, `benchmarks/accelerator_calibration.py`.) What the fit measures on type
+A is x_A, the computation time there over the catalogue's; the job type's computation factor c is x on the reference
+accelerator where its records had it, else the geometric mean of the x_A weighted by their records, and its speedups
+(`TypeCalibration.speedups`, what `CalibratedSpeedModel` hands `dl2.workload.accelerated_speed` through its
+`PerAcceleratorSpeeds` protocol) are c / x_A, so that c / speedup_A is x_A on every type it ran on. Only records
+whose workers all sat on one type measure it: a job spread over several runs at its slowest worker's pace, and which
+worker that is depends on the per-type speeds being fitted (a truth may rank two types the other way round from the
+catalogue), so such records are left out (`Calibration.mixed_type_records` counts them). Validation keeps a type's
+per-type factors only where they predict its held-out records better than one computation factor for every type
+does. Workers that use no GPU, and records that name no types, are on the reference accelerator: a log of a
+homogeneous cluster calibrates exactly as before types, and so does a job type whose records all ran on one type
+(its c is then that type's x, with no speedups).
 """
 
 from __future__ import annotations
@@ -19,12 +39,13 @@ from __future__ import annotations
 import math
 import zlib
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from dl2.core import Architecture, DecisionRecord, JobAllocation, JobSpec
+from dl2.workload.accelerators import accelerator_type, relative_speed
 from dl2.workload.catalogue import CATALOGUE
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.speed_fit import ParametricSpeedModel, ShiftedSpeedModel, TermFactors, placement_kappa, ring_term
@@ -35,6 +56,19 @@ IDENTITY: TermFactors = (1.0, 1.0, 1.0, 1.0)
 
 def nodes_of(record: DecisionRecord) -> Nodes:
     return record.applied_worker_nodes, record.applied_ps_nodes
+
+
+REFERENCE = ""
+"""The reference accelerator's name in records (`DecisionRecord.applied_worker_accelerators`)."""
+
+
+def worker_accelerator(record: DecisionRecord) -> str | None:
+    """The one accelerator type the record's workers ran on (`REFERENCE` where it names none, and for workers that
+    use no GPU, whose speed no accelerator changes); None where they sat on several."""
+    names = record.applied_worker_accelerators
+    if not names or record.worker_gpu <= 0:
+        return REFERENCE
+    return names[0] if all(name == names[0] for name in names) else None
 
 
 def is_steady(
@@ -116,13 +150,17 @@ def _terms(catalogue: ParametricSpeedModel, record: DecisionRecord) -> np.ndarra
     workers, ps = record.applied_worker_nodes, record.applied_ps_nodes
     w = len(workers)
     profile = CATALOGUE[record.model]
+    compute = t0 / w
+    accelerator = worker_accelerator(record)
+    if accelerator:  # the catalogue's computation on that type (mixed-type records never reach here)
+        compute /= relative_speed(record.model, accelerator_type(accelerator, where="decision record").accelerator)
     if record.architecture == Architecture.ALLREDUCE.value:
         ring = ring_term(fit, profile, w, spans_servers=len(set(workers)) > 1)
-        return np.array([t0 / w, ring, 0.0, t1 + t4 * w])
+        return np.array([compute, ring, 0.0, t1 + t4 * w])
     p = len(ps)
     kappa = placement_kappa(profile, workers, ps)
     # communication x (t2/p + parameter_server x t3 w/p): linear in (communication, communication x parameter_server)
-    return np.array([t0 / w, kappa * t2 / p, kappa * t3 * w / p, t1 + t4 * w + t5 * p])
+    return np.array([compute, kappa * t2 / p, kappa * t3 * w / p, t1 + t4 * w + t5 * p])
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +176,12 @@ class TypeCalibration:
     """The catalogue's on the same records."""
     held_out: str = ""
     """What was held out: "jobs" (other jobs of the type), "later slots" (its jobs' last records), "" (nothing)."""
+    speedups: dict[str, float] = field(default_factory=dict)
+    """Per accelerator type its records ran on, the factor on its computation's speed there over what `factors`
+    and the catalogue's relative speed say (the module docstring; `PerAcceleratorSpeeds`): empty where its records
+    ran on one type."""
+    accelerator_records: dict[str, int] = field(default_factory=dict)
+    """Records per accelerator type ('' the reference) the factors were fitted to, where there were several."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,16 +194,29 @@ class Calibration:
     by_demand: bool
     seen: frozenset[TypeKey] = frozenset()
     """Every type the records had, kept or not."""
+    mixed_type_records: int = 0
+    """Steady records left out because their workers sat on several accelerator types (the module docstring)."""
 
-    def factors(self, spec: JobSpec | DecisionRecord) -> TermFactors:
-        """A job's factors: its demand signature's; its label's for a signature the records never had; else none
-        (the catalogue). A signature that was seen and not kept keeps the catalogue rather than borrow its label's
-        factors, which other jobs under the label (a new type, say) may have made."""
+    def entry(self, spec: JobSpec | DecisionRecord) -> tuple[TypeKey, TypeCalibration] | None:
+        """A job's calibration and its key: its demand signature's; its label's for a signature the records never
+        had; else none (the catalogue). A signature that was seen and not kept keeps the catalogue rather than
+        borrow its label's factors, which other jobs under the label (a new type, say) may have made."""
         own = type_key(spec, self.by_demand)
         found = self.types.get(own)
         if found is None and self.by_demand and own not in self.seen:
-            found = self.types.get(type_key(spec, False))
-        return IDENTITY if found is None else found.factors
+            own = type_key(spec, False)
+            found = self.types.get(own)
+        return None if found is None else (own, found)
+
+    def factors(self, spec: JobSpec | DecisionRecord) -> TermFactors:
+        """A job's factors (`entry`'s; the catalogue's where it has none)."""
+        found = self.entry(spec)
+        return IDENTITY if found is None else found[1].factors
+
+    def speedups(self, spec: JobSpec | DecisionRecord) -> dict[str, float]:
+        """A job's per-accelerator-type speedups (`entry`'s; none where it has none)."""
+        found = self.entry(spec)
+        return {} if found is None else found[1].speedups
 
     def interference(self, profiled: InterferenceModel) -> InterferenceModel:
         """The profiled table with the fitted scale on each extra slowdown, 1 + k (s - 1) (k = 1: `profiled`)."""
@@ -189,18 +246,26 @@ def calibrate(
     first: it is kept only if, on those jobs' co-located records (else on every job's later records, below), a fit
     with it predicts the observed speeds better than a fit at the profiled scale does; otherwise the factors are
     fitted at the profiled scale. A type then keeps its factors only if a fit without the held-out jobs predicts
-    their observed speeds better than the catalogue does, and a kept scale stays only if some type is kept. A type
+    their observed speeds better than the catalogue does (and keeps per-accelerator-type factors only if they
+    predict them better than one computation factor for every type does), and a kept scale stays only if some type
+    is kept. A type
     none of whose jobs is held out (a small cluster's log: a few jobs of each type) is judged on its jobs' later
     records instead: the last quarter of each job's steady records, predicted by a fit on the earlier ones (by
     demand, only a signature's fit: a label's, which signatures the records lack borrow, must predict other jobs).
     A calibration is used only where it has shown that it beats what it replaces on records it was not fitted to."""
-    data = _Data.of(list(steady_measurements(records)), catalogue, interference, by_demand)
+    steady = list(steady_measurements(records))
+    measurements = [m for m in steady if worker_accelerator(m.record) is not None]
+    data = _Data.of(measurements, catalogue, interference, by_demand)
     everything = np.ones(len(data.inverse), dtype=bool)
+    mixed = len(steady) - len(measurements)
     if not validate:
-        return data.fit(everything, prior_weight)
+        return replace(data.fit(everything, prior_weight), mixed_type_records=mixed)
     held_jobs = np.array([zlib.crc32(m.record.job_id.encode()) % 4 == 0 for m in data.measurements], dtype=bool)
     fixed_scale = None if data.scale_predicts_better(held_jobs, prior_weight) else 1.0
     full = data.fit(everything, prior_weight, fixed_scale=fixed_scale)
+    typed = any(entry.speedups for entry in full.types.values())
+    # one computation factor for every accelerator type: what a type's per-type factors must beat (none without)
+    full_single = data.fit(everything, prior_weight, fixed_scale=fixed_scale, per_accelerator=False) if typed else full
     kept: dict[TypeKey, TypeCalibration] = {}
     # by demand, a label's own fit is only ever judged across jobs: a signature the records never had borrows it,
     # and a few jobs of a new type under the label must not speak for the label's other jobs
@@ -214,22 +279,29 @@ def calibrate(
         (data.later_records(), "later slots", unjudged),
     ):
         trained = data.fit(~held, prior_weight, fixed_scale=fixed_scale) if keys else full
+        single = data.fit(~held, prior_weight, fixed_scale=fixed_scale, per_accelerator=False) if typed else trained
         for key in keys:
             rows = held & data.rows_of(key)
             if not rows.any() or key not in trained.types:
                 continue
-            fitted = data.error(rows, trained.types[key].factors, trained.interference_scale)
+            entry, chosen = trained.types[key], full.types[key]
+            fitted = data.error(rows, entry.factors, trained.interference_scale, entry.speedups)
+            if entry.speedups and key in single.types:
+                one = data.error(rows, single.types[key].factors, single.interference_scale)
+                if one <= fitted:  # the per-type factors did not predict better than one for all types
+                    fitted, chosen = one, full_single.types[key]
             profiled = data.error(rows, IDENTITY, 1.0)
             if fitted < profiled:
-                kept[key] = replace(full.types[key], held_out_error=fitted, catalogue_error=profiled, held_out=label)
+                kept[key] = replace(chosen, held_out_error=fitted, catalogue_error=profiled, held_out=label)
     scale = full.interference_scale if kept else 1.0
-    return Calibration(kept, scale, full.co_located_records, by_demand, frozenset(full.types))
+    return Calibration(kept, scale, full.co_located_records, by_demand, frozenset(full.types), mixed)
 
 
 @dataclass(frozen=True, slots=True)
 class _Data:
-    """The steady measurements of a log, with what every fit needs of each: its terms, its worst neighbour's
-    profiled extra slowdown, its observed inverse speed and its type keys."""
+    """The steady measurements of a log (none with workers on several accelerator types), with what every fit
+    needs of each: its terms, its worst neighbour's profiled extra slowdown, its observed inverse speed, its type
+    keys and its workers' accelerator type."""
 
     measurements: list[Measurement]
     terms: list[np.ndarray]
@@ -237,6 +309,7 @@ class _Data:
     inverse: np.ndarray
     keys: list[set[TypeKey]]
     by_demand: bool
+    accelerators: list[str]
 
     @classmethod
     def of(
@@ -254,11 +327,12 @@ class _Data:
             np.array([1.0 / m.throughput for m in measurements]),
             [{type_key(m.record, False), type_key(m.record, by_demand)} for m in measurements],
             by_demand,
+            [_one_accelerator(m.record) for m in measurements],
         )
 
     def fit(
         self, use: np.ndarray, prior_weight: float, rounds: int = 4, min_solo: int = 20,
-        fixed_scale: float | None = None,
+        fixed_scale: float | None = None, per_accelerator: bool = True,
     ) -> Calibration:  # fmt: skip
         """Solo and co-located records both count: the factors are fitted to each record's speed with its
         slowdown taken out at the current interference scale, the scale then at the current factors, `rounds`
@@ -274,21 +348,21 @@ class _Data:
         start = 1.0 if fixed_scale is None else fixed_scale
         calibration = Calibration({}, start, shared, self.by_demand)
         for _ in range(rounds if shared and fixed_scale is None else 1):
-            rows: dict[TypeKey, list[tuple[np.ndarray, float]]] = defaultdict(list)
+            rows: dict[TypeKey, list[tuple[np.ndarray, float, str]]] = defaultdict(list)
             solo_inverse = self.inverse / (1.0 + calibration.interference_scale * self.extra)
             for i in np.flatnonzero(use):
                 # every label gets a calibration of its own (what `CalibratedSpeedModel.throughput` reads), and
                 # with `by_demand` each demand signature under it one more
                 for key in self.keys[i]:
                     if self.extra[i] == 0.0 or solo[key] < min_solo:
-                        rows[key].append((self.terms[i], float(solo_inverse[i])))
+                        rows[key].append((self.terms[i], float(solo_inverse[i]), self.accelerators[i]))
             types = {
-                key: TypeCalibration(_fit(samples, prior_weight), len(samples), len(jobs[key]))
+                key: _type_calibration(samples, prior_weight, len(jobs[key]), per_accelerator)
                 for key, samples in rows.items()
             }
             fitted = Calibration(types, calibration.interference_scale, shared, self.by_demand)
             scale = (
-                _interference_scale(fitted, self.measurements, self.terms, self.extra, use)
+                _interference_scale(fitted, self.measurements, self.terms, self.extra, use, self.accelerators)
                 if fixed_scale is None
                 else fixed_scale
             )
@@ -332,14 +406,23 @@ class _Data:
         catalogue's for a type it lacks), against the observed."""
         return self._relative_error(
             rows,
-            lambda i: _coordinates(calibration.factors(self.measurements[i].record)),
+            lambda i: _coordinates(
+                calibration.factors(self.measurements[i].record),
+                calibration.speedups(self.measurements[i].record),
+                self.accelerators[i],
+            ),
             calibration.interference_scale,
         )
 
-    def error(self, rows: np.ndarray, factors: TermFactors, scale: float) -> float:
-        """Mean relative error of the speeds these factors and scale predict for `rows`, against the observed."""
-        coordinates = _coordinates(factors)
-        return self._relative_error(rows, lambda _: coordinates, scale)
+    def error(
+        self, rows: np.ndarray, factors: TermFactors, scale: float, speedups: dict[str, float] | None = None
+    ) -> float:
+        """Mean relative error of the speeds these factors (with these per-accelerator-type speedups) and scale
+        predict for `rows`, against the observed."""
+        if not speedups:
+            coordinates = _coordinates(factors)
+            return self._relative_error(rows, lambda _: coordinates, scale)
+        return self._relative_error(rows, lambda i: _coordinates(factors, speedups, self.accelerators[i]), scale)
 
     def _relative_error(self, rows: np.ndarray, coordinates_of: Callable[[int], np.ndarray], scale: float) -> float:
         """Mean relative error of the inverse speeds predicted for `rows` (measurement i's terms at
@@ -355,6 +438,7 @@ def _interference_scale(
     terms: list[np.ndarray],
     extra: np.ndarray,
     use: np.ndarray,
+    accelerators: list[str],
 ) -> float:
     """One scale k on the profiled extra slowdowns, slowdown = 1 + k (s - 1). Within a type, a record's inverse
     speed over the calibrated one is r = b (1 + k e), e its worst profiled neighbour's extra slowdown (0 alone):
@@ -365,7 +449,8 @@ def _interference_scale(
     ratios: dict[TypeKey, list[tuple[float, float]]] = defaultdict(list)
     for i in np.flatnonzero(use):
         m, row, e = measurements[i], terms[i], extra[i]
-        predicted_inverse = float(row @ _coordinates(calibration.factors(m.record)))
+        coordinates = _coordinates(calibration.factors(m.record), calibration.speedups(m.record), accelerators[i])
+        predicted_inverse = float(row @ coordinates)
         ratios[type_key(m.record, calibration.by_demand)].append((float(e), 1.0 / (m.throughput * predicted_inverse)))
     slopes, weights = [], []
     for pairs in ratios.values():
@@ -381,6 +466,26 @@ def _interference_scale(
     if not weights:
         return calibration.interference_scale
     return float(np.clip(np.average(slopes, weights=weights), 0.0, 10.0))
+
+
+def _one_accelerator(record: DecisionRecord) -> str:
+    found = worker_accelerator(record)
+    if found is None:
+        raise ValueError(f"job {record.job_id}'s workers sat on several accelerator types: not one type's measurement")
+    return found
+
+
+def _type_calibration(
+    samples: list[tuple[np.ndarray, float, str]], prior_weight: float, jobs: int, per_accelerator: bool = True
+) -> TypeCalibration:
+    """A type's calibration from its records (terms, observed inverse speed, accelerator type): `_fit` where they
+    ran on one accelerator type (or `per_accelerator` is off), `_fit_per_accelerator` where on several."""
+    counts = Counter(s[2] for s in samples)
+    if len(counts) == 1 or not per_accelerator:
+        return TypeCalibration(_fit([(s[0], s[1]) for s in samples], prior_weight), len(samples), jobs)
+    factors, speedups = _fit_per_accelerator(samples, prior_weight)
+    records = dict(sorted(counts.items()))
+    return TypeCalibration(factors, len(samples), jobs, speedups=speedups, accelerator_records=records)
 
 
 def _fit(samples: list[tuple[np.ndarray, float]], prior_weight: float) -> TermFactors:
@@ -406,15 +511,56 @@ def _fit(samples: list[tuple[np.ndarray, float]], prior_weight: float) -> TermFa
     return (compute, communication, joint / communication, overhead)
 
 
-def _coordinates(factors: TermFactors) -> np.ndarray:
+def _fit_per_accelerator(
+    samples: list[tuple[np.ndarray, float, str]], prior_weight: float
+) -> tuple[TermFactors, dict[str, float]]:
+    """`_fit` with one computation column per accelerator type (the module docstring): the factors, with the
+    computation's c, and per accelerator type its speedup c / x. Every column is pulled towards 1 as in `_fit`."""
+    names = sorted({s[2] for s in samples})
+    column = {name: k for k, name in enumerate(names)}
+    terms = np.array([s[0] for s in samples])
+    target = np.array([s[1] for s in samples])
+    relative = terms / target[:, None]
+    present = relative.any(axis=0)
+    strength = math.sqrt(prior_weight * float(np.mean(np.sum(relative**2, axis=1))) / int(present.sum()))
+    k = len(names)
+    wide = np.zeros((len(samples), k + 3))  # x per accelerator type, communication, its PS part, overhead
+    for row, sample in enumerate(samples):
+        wide[row, column[sample[2]]] = relative[row, 0]
+    wide[:, k:] = relative[:, 1:]
+    used = wide.any(axis=0)
+    ridge = strength * np.eye(k + 3)[used]
+    design = np.vstack([wide, ridge])
+    goal = np.concatenate([np.ones(len(target)), ridge.sum(axis=1)])
+    solution = np.ones(k + 3)
+    solution[used], *_ = np.linalg.lstsq(design[:, used], goal, rcond=None)
+    solution = np.clip(solution, 0.05, 20.0)
+    x = {name: float(solution[column[name]]) for name in names}
+    communication, joint, overhead = (float(v) for v in solution[k:])
+    if not present[2]:
+        joint = communication
+    counts = Counter(s[2] for s in samples)
+    if REFERENCE in x:
+        compute = x[REFERENCE]
+    else:  # no reference accelerator to anchor c: the types' geometric mean, weighted by their records
+        compute = math.exp(sum(counts[name] * math.log(x[name]) for name in names) / len(samples))
+    speedups = {name: compute / x[name] for name in names if name != REFERENCE}
+    return (compute, communication, joint / communication, overhead), speedups
+
+
+def _coordinates(factors: TermFactors, speedups: dict[str, float] | None = None, accelerator: str = "") -> np.ndarray:
+    """The factors in `_fit`'s coordinates, the computation's on `accelerator` (its speedup applied)."""
     compute, communication, parameter_server, overhead = factors
+    if speedups and accelerator:
+        compute = compute / speedups.get(accelerator, 1.0)
     return np.array([compute, communication, communication * parameter_server, overhead])
 
 
 class CalibratedSpeedModel(ShiftedSpeedModel):
     """The catalogue's speed with a calibration's factors (the `SpeedModel` protocol): what a heuristic reads
     once the cluster's records have been fitted. A type read by name takes its label's factors; a job, its own
-    type's (`Calibration.factors`)."""
+    type's (`Calibration.factors`), and on a cluster of several accelerator types its per-type speedups
+    (`accelerator_speedups`, `dl2.workload.accelerated_speed.PerAcceleratorSpeeds`)."""
 
     def __init__(self, catalogue: ParametricSpeedModel, calibration: Calibration) -> None:
         super().__init__(catalogue)
@@ -427,3 +573,11 @@ class CalibratedSpeedModel(ShiftedSpeedModel):
     def job_factors(self, spec: JobSpec) -> tuple[str, TermFactors | None]:
         found = self.calibration.factors(spec)
         return spec.model, None if found == IDENTITY else found  # None: the catalogue's own floats
+
+    def accelerator_speedups(self, spec: JobSpec) -> tuple[str, Mapping[str, float]]:
+        """(the job's calibrated type, its speedups per accelerator type): `PerAcceleratorSpeeds`, through which
+        `dl2.workload.accelerated_speed` plays them on a cluster of several types."""
+        found = self.calibration.entry(spec)
+        if found is None or not found[1].speedups:
+            return spec.model, {}
+        return "/".join(str(part) for part in found[0]), found[1].speedups
