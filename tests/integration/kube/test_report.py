@@ -551,6 +551,17 @@ def test_a_bound_account_may_change_nothing_but_progress(kube, training_namespac
         {"metadata": {"annotations": {contract.MAX_WORKERS: "64"}}},
         {"metadata": {"labels": {"team": "other"}}},
     ]
+    # the API server loads a policy from its own watch a moment after it is created and admits everything until
+    # then (the session's cluster may be seconds old): wait until a dry-run rewrite is refused
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            trainer.request("PATCH", path, rewrites[0], {"dryRun": "All"}, MERGE_PATCH)
+        except ApiException as error:
+            assert error.status == 403, error.body
+            break
+        assert time.monotonic() < deadline, "the admission policy was not enforced within a minute"
+        time.sleep(0.2)
     for body in rewrites:
         for query in (None, {"dryRun": "All"}):
             with pytest.raises(ApiException) as refused:
