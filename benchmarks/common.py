@@ -51,6 +51,15 @@ def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     Console(width=200).print(table)
 
 
+def report(
+    name: str, title: str, columns: list[str], table: list[list[str]], rows: dict[str, Any], **settings: Any
+) -> Path:
+    """Print a benchmark's table and write `benchmarks/results/<name>`: its `settings` (what the command line set),
+    its `rows` (the summary a row, with its runs) and the environment it ran in."""
+    print_table(title, columns, table)
+    return write_json(name, {**settings, "rows": rows, "environment": environment()})
+
+
 def dl2(*arguments: str) -> str:
     """Run the `dl2` command line with this interpreter from the project root; its stdout, or an error with the
     end of its stderr."""

@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from common import environment, print_table, write_json
+from common import report
 
 from dl2.core import Allocation, ClusterView, Scheduler, Workload
 from dl2.schedulers.accelerator_types import AcceleratorTypes
@@ -107,18 +107,9 @@ def main() -> None:
         summary[row] = {"average_jct_h": mean, "ci95_h": half, "spread_share": spread, "runs": runs[row]}
         table.append([row, f"{mean:.2f} ± {half:.2f}", f"{100 * spread:.1f}%"])
     title = f"alibaba-gpu2023, first {args.jobs} jobs on the first {args.nodes} nodes ({dict(mix)}), seeds {seeds}"
-    print_table(title, ["scheduler", "average JCT (h)", "job-slots on >1 type"], table)
-    write_json(
-        "heterogeneous.json",
-        {
-            "jobs": args.jobs,
-            "nodes": args.nodes,
-            "seeds": seeds,
-            "node_types": dict(mix),
-            "rows": summary,
-            "environment": environment(),
-        },
-    )
+    columns = ["scheduler", "average JCT (h)", "job-slots on >1 type"]
+    settings = {"jobs": args.jobs, "nodes": args.nodes, "seeds": seeds, "node_types": dict(mix)}
+    report("heterogeneous.json", title, columns, table, summary, **settings)
 
 
 if __name__ == "__main__":

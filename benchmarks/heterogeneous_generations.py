@@ -31,7 +31,7 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
-from common import environment, print_table, write_json
+from common import report
 
 from dl2.core import Allocation, ClusterView, Scheduler, Workload
 from dl2.schedulers.registry import make_scheduler
@@ -143,19 +143,8 @@ def main() -> None:
         f"truth {args.truth}, seeds {seeds}"
     )
     columns = ["scheduler", "average JCT (h)", "vs gavel (catalogue), paired", "V100 worker-slots to language models"]
-    print_table(title, columns, table)
-    write_json(
-        args.out,
-        {
-            "truth": args.truth,
-            "jobs": args.jobs,
-            "nodes": args.nodes,
-            "seeds": seeds,
-            "node_types": dict(mix),
-            "rows": summary,
-            "environment": environment(),
-        },
-    )
+    settings = {"truth": args.truth, "jobs": args.jobs, "nodes": args.nodes, "seeds": seeds, "node_types": dict(mix)}
+    report(args.out, title, columns, table, summary, **settings)
 
 
 if __name__ == "__main__":

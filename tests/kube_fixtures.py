@@ -121,6 +121,10 @@ class KubeEnv:
         rest.request("DELETE", LEASES.path("dl2-system"))
         rest.request("DELETE", CONFIGMAPS.path("dl2-system"), query={"fieldSelector": "metadata.name=dl2-clock"})
         rest.request("DELETE", NODES.path(), query={"labelSelector": "type=kwok"})
+        # kwok keeps a node's lease in kube-node-lease, owned by that node's uid. A later test that creates a node of
+        # the same name would find the old lease (kwok sets owners only on a lease that has none), the garbage
+        # collector would delete it under kwok, and the node could stay NotReady: drop the leases with their nodes.
+        rest.request("DELETE", LEASES.path("kube-node-lease"))
 
 
 def _start() -> tuple[ControlPlane, Identities]:

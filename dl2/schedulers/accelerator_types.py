@@ -13,6 +13,9 @@ cluster whose GPU servers are all of one type is not mixed: every placer then ru
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
 from dl2.core import Accelerator, ClusterSpec
 from dl2.workload.accelerators import ACCELERATOR_TYPES, relative_speed
 from dl2.workload.catalogue import CATALOGUE, GPU_MODEL_NAMES, MODEL_NAMES
@@ -20,11 +23,28 @@ from dl2.workload.catalogue import CATALOGUE, GPU_MODEL_NAMES, MODEL_NAMES
 NO_TYPE = -1
 """The type index of a node without GPUs, and 'any type' where a type is asked for."""
 
+T = TypeVar("T")
+
+
+class LastCluster(Generic[T]):
+    """`build` of the last cluster it was asked about, kept until it is asked about another (by identity).
+
+    The simulator asks for the same cluster spec (immutable) every slot, so what is derived from it is built once per
+    run, not per slot; one entry, so a finished run's cluster is let go as soon as the next run asks."""
+
+    def __init__(self, build: Callable[[ClusterSpec], T]) -> None:
+        self.build = build
+        self._last: tuple[ClusterSpec, T] | None = None
+
+    def __call__(self, cluster: ClusterSpec) -> T:
+        last = self._last
+        if last is None or last[0] is not cluster:
+            last = self._last = (cluster, self.build(cluster))
+        return last[1]
+
 
 class AcceleratorTypes:
     """Per cluster (immutable, so built once per run): its GPU types, each node's, and per job type an order."""
-
-    _last: tuple[ClusterSpec, AcceleratorTypes] | None = None
 
     def __init__(self, cluster: ClusterSpec) -> None:
         with_gpus = sorted(
@@ -53,12 +73,10 @@ class AcceleratorTypes:
         self._orders: dict[str, tuple[int, ...]] = {}
         self._gains: dict[str, float] = {}
 
-    @classmethod
-    def of(cls, cluster: ClusterSpec) -> AcceleratorTypes:
-        last = cls._last
-        if last is None or last[0] is not cluster:
-            last = cls._last = (cluster, cls(cluster))
-        return last[1]
+    @staticmethod
+    def of(cluster: ClusterSpec) -> AcceleratorTypes:
+        """The cluster's types, built once per run (`LastCluster`)."""
+        return _types_of(cluster)
 
     @property
     def is_mixed(self) -> bool:
@@ -99,6 +117,9 @@ class AcceleratorTypes:
             speeds = self.speeds(model)
             gain = self._gains[model] = max(speeds) / min(speeds) if speeds else 1.0
         return gain
+
+
+_types_of = LastCluster(AcceleratorTypes)
 
 
 def _profile_key(accelerator: Accelerator | None) -> object:

@@ -19,7 +19,7 @@ from typing import Protocol
 import numpy as np
 
 from dl2.core import Allocation, Architecture, ClusterSpec, ClusterView, JobAllocation, JobSpec
-from dl2.schedulers.accelerator_types import NO_TYPE, AcceleratorTypes
+from dl2.schedulers.accelerator_types import NO_TYPE, AcceleratorTypes, LastCluster
 from dl2.schedulers.tenancy import Tenancy
 
 Demand = tuple[float, float, float]
@@ -225,8 +225,6 @@ class NodeState:
 class _ClusterArrays:
     """Per-cluster constants of `NodeState` (a cluster spec is immutable), built once per run, not per slot."""
 
-    _last: tuple[ClusterSpec, _ClusterArrays] | None = None
-
     def __init__(self, cluster: ClusterSpec) -> None:
         self.capacity = np.array([node.capacity.as_tuple() for node in cluster.nodes], dtype=float).reshape(-1, 3)
         self.capacity_rows: list[Demand] = [(row[0], row[1], row[2]) for row in self.capacity.tolist()]
@@ -235,12 +233,13 @@ class _ClusterArrays:
         self.inverse_rows: list[list[float]] = self.inverse.tolist()
         self.type_of_node = AcceleratorTypes.of(cluster).type_of_node
 
-    @classmethod
-    def of(cls, cluster: ClusterSpec) -> _ClusterArrays:
-        last = cls._last
-        if last is None or last[0] is not cluster:
-            last = cls._last = (cluster, cls(cluster))
-        return last[1]
+    @staticmethod
+    def of(cluster: ClusterSpec) -> _ClusterArrays:
+        """The cluster's arrays, built once per run (`LastCluster`)."""
+        return _arrays_of(cluster)
+
+
+_arrays_of = LastCluster(_ClusterArrays)
 
 
 class Placer(Protocol):
