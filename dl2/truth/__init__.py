@@ -8,7 +8,7 @@ pyproject.toml): they learn the truth, if at all, from the cluster's feedback.
     simulate(cluster.workload, scheduler, cluster.config(config), cluster.speed, cluster.interference)
 """
 
-from dl2.truth.model import NewJobType, ScalingKnee, SpeedShift, Truth
+from dl2.truth.model import NewJobType, ScalingKnee, SlowNodes, SpeedShift, Truth
 from dl2.truth.realise import TrueCluster, realise
 from dl2.truth.scenarios import MIXED_SCENARIOS, SCENARIOS, generate, truth_named
 
@@ -17,6 +17,7 @@ __all__ = [
     "SCENARIOS",
     "NewJobType",
     "ScalingKnee",
+    "SlowNodes",
     "SpeedShift",
     "TrueCluster",
     "Truth",

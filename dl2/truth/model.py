@@ -105,6 +105,22 @@ class ScalingKnee:
 
 
 @config
+class SlowNodes:
+    """Degraded GPU servers (a thermally throttled or failing GPU, a bad PCIe link): a worker's computation on one
+    of them takes `compute` times as long. Synchronous training runs at its slowest worker's pace, so a job with one
+    worker on a slow node is slowed as a whole; parameter servers run on CPUs, and a job whose workers use no GPU
+    does not touch the GPUs either: neither is slowed. Which nodes are slow is drawn with the truth's seed, among the
+    cluster's GPU servers (`dl2.truth.realise.slow_nodes`); nothing a policy reads names them."""
+
+    share: Annotated[float, Gt(0), Le(1)]
+    """The fraction of the cluster's GPU servers that are slow (at least one; drawn with the truth's seed, its own
+    stream)."""
+    compute: Annotated[float, Ge(1), Le(10)] = 3.0
+    """The factor on a worker's computation time on a slow node (the computation term of the fit, as
+    `SpeedShift.compute`)."""
+
+
+@config
 class Truth:
     """How a cluster's jobs really behave (see the module docstring). The identity truth is the catalogue."""
 
@@ -124,9 +140,12 @@ class Truth:
     arrival_density: Annotated[float, Ge(0.1), Le(10)] = 1.0
     """Arrivals come this many times as densely as the workload's (2: every gap between arrivals halves)."""
     seed: Annotated[int, Ge(0), Lt(2**32)] = 0
-    """Seeds which jobs are of the new types, which have the knee, and the interference spread."""
+    """Seeds which jobs are of the new types, which have the knee, which nodes are slow, and the interference
+    spread."""
     knee: ScalingKnee | None = None
     """Jobs whose throughput stops gaining past a few workers, whatever their type's fit says (None: none)."""
+    slow_nodes: SlowNodes | None = None
+    """GPU servers on which a worker's computation takes longer, whatever its job's type (None: none)."""
     accelerator_speedups: dict[str, dict[str, Factor]] = field(default_factory=dict)
     """Per job type (a catalogue model, or one of `new_types` by its name), per accelerator type
     (`dl2.workload.accelerators.ACCELERATOR_TYPES`): a factor on how fast its computation runs on that type against
@@ -173,6 +192,7 @@ class Truth:
             and self.rescale is None
             and self.arrival_density == 1.0
             and self.knee is None
+            and (self.slow_nodes is None or self.slow_nodes.compute == 1.0)
             and all(factor == 1.0 for per_type in self.accelerator_speedups.values() for factor in per_type.values())
         )
 

@@ -1,11 +1,12 @@
 """A truth played on a workload: the jobs as the cluster receives them, and the speed and interference they really
 run at.
 
-Which jobs are of a new type, and which have a scaling knee, is drawn with the truth's seed (each its own stream,
-so that adding a knee to a truth moves no other draw). Such a job is submitted under its type's declared
-catalogue label, with its type's demands, and with its epochs rescaled so that what a reader of the catalogue
-expects of it (its declared epochs at the label's speed at the asked size) takes as long as the job did in the
-workload: the arrivals and expected sizes stay the workload's, only the truth departs.
+Which jobs are of a new type, which have a scaling knee, and which of the cluster's GPU servers are slow are drawn
+with the truth's seed (each its own stream, so that adding a knee or slow nodes to a truth moves no other draw). A
+job of a new type is submitted under its type's declared catalogue label, with its type's demands, and with its
+epochs rescaled so that what a reader of the catalogue expects of it (its declared epochs at the label's speed at
+the asked size) takes as long as the job did in the workload: the arrivals and expected sizes stay the workload's,
+only the truth departs.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from dl2.core import Architecture, Job, JobSpec, Resources, Workload
+from dl2.core import Architecture, ClusterSpec, Job, JobSpec, Resources, Workload
 from dl2.sim.config import SimConfig
 from dl2.sim.run import catalogue_speed
 from dl2.truth.model import NewJobType, Truth
@@ -35,6 +36,9 @@ class TrueCluster:
     """Job id -> the new type it really is (absent: the catalogue type it declares)."""
     knee_of: dict[str, int] = field(default_factory=dict)
     """Job id -> its knee (`dl2.truth.model.ScalingKnee.workers`), for the jobs that have one."""
+    slow_nodes: frozenset[int] = frozenset()
+    """The workload's cluster's nodes that are slow (`dl2.truth.model.SlowNodes`; empty without them): what a
+    scheduler reading the truth may be handed."""
 
     def config(self, config: SimConfig) -> SimConfig:
         """The run's configuration with the truth's cost of a resize."""
@@ -75,13 +79,15 @@ def realise(truth: Truth, workload: Workload) -> TrueCluster:
         jobs.append(job)
     submitted = replace(workload, jobs=tuple(jobs), name=f"{workload.name}+{truth.name}")
     knee_of = knee_jobs(truth, workload)
+    slow = slow_nodes(truth, workload.cluster)
     return TrueCluster(
         truth,
         submitted,
-        TrueSpeedModel(truth, new_of, catalogue_speed(), knee_of),
+        TrueSpeedModel(truth, new_of, catalogue_speed(), knee_of, slow),
         TrueInterference(truth, new_of),
         {job_id: new.name for job_id, new in new_of.items()},
         knee_of,
+        slow,
     )
 
 
@@ -96,6 +102,20 @@ def knee_jobs(truth: Truth, workload: Workload) -> dict[str, int]:
         for job, draw in zip(workload.jobs, draws, strict=True)
         if draw < truth.knee.share
     }
+
+
+def slow_nodes(truth: Truth, cluster: ClusterSpec) -> frozenset[int]:
+    """The nodes of `cluster` that the truth's `SlowNodes` makes slow (none without it): its share of the GPU
+    servers (`capacity.gpu > 0`), at least one, drawn from the truth's seed in a stream of its own, so the new
+    types', the knee's and the interference's draws stay what they were."""
+    if truth.slow_nodes is None:
+        return frozenset()
+    servers = [node.node_id for node in cluster.nodes if node.capacity.gpu > 0]
+    if not servers:
+        return frozenset()
+    count = max(1, round(truth.slow_nodes.share * len(servers)))
+    drawn = np.random.default_rng([truth.seed, 17]).choice(servers, size=count, replace=False)
+    return frozenset(int(node) for node in drawn)
 
 
 def _as_new_type(job: Job, new: NewJobType) -> Job:

@@ -11,6 +11,10 @@ The named ones are the cases DL2's online phase exists for, one departure each, 
   splits, their synchronisation still grows), whatever their type's fit says. The catalogue's types peak at about
   two workers on the cluster sizes played here, so a knee at two would depart from it on few allocations; at one,
   a knee job on the two workers Optimus gives most jobs runs 9-15% slower than on one.
+- `slow-nodes`: a quarter of the GPU servers are degraded (`SlowNodes`: a throttled or failing GPU, a bad PCIe
+  link), a worker's computation on one taking three times as long; a job with a worker there runs at that worker's
+  pace. Which servers are slow is drawn with the truth's seed; no policy reading the catalogue can tell them apart
+  but by how the jobs on them run.
 - `accelerator-affinity` (in `MIXED_SCENARIOS`: it departs only on a cluster of several accelerator types; on
   a reference cluster it is the catalogue): the catalogue, scaling one profile per model by Gavel's geometric mean
   over batch sizes, says the CNNs gain most from a V100 (1.52x a P100) and the language models least (wlm 1.19x,
@@ -22,11 +26,11 @@ The named ones are the cases DL2's online phase exists for, one departure each, 
   (Gavel's largest V100/P100 ratio is CycleGAN's 1.84): a deliberately strong departure, so that which jobs get
   the fast GPUs matters and the catalogue is wrong about it.
 
-`seed-N` draws a truth that mixes all of these but the knee (`generate`; it draws none, so the truths drawn so
-far stay what they were), so that a method is judged on cases nobody tuned it to. Its per-(model, accelerator
-type) speedups come from streams of their own, one per pair, keyed by the names (`_accelerator_speedups`): every
-other draw of a seed is what it was before they existed, and they act only on nodes of a named accelerator type,
-so every run on a reference cluster is bit for bit what it was.
+`seed-N` draws a truth that mixes all of these but the knee and the slow nodes (`generate`; it draws neither, so
+the truths drawn so far stay what they were), so that a method is judged on cases nobody tuned it to. Its
+per-(model, accelerator type) speedups come from streams of their own, one per pair, keyed by the names
+(`_accelerator_speedups`): every other draw of a seed is what it was before they existed, and they act only on nodes
+of a named accelerator type, so every run on a reference cluster is bit for bit what it was.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import numpy as np
 
 from dl2.config import ConfigError
 from dl2.sim.config import RescaleCost, RescaleKind
-from dl2.truth.model import NewJobType, ScalingKnee, SpeedShift, Truth
+from dl2.truth.model import NewJobType, ScalingKnee, SlowNodes, SpeedShift, Truth
 from dl2.workload.accelerators import ACCELERATOR_TYPES
 from dl2.workload.catalogue import CATALOGUE, GPU_MODEL_NAMES, MODEL_NAMES
 
@@ -90,6 +94,7 @@ SCENARIOS: dict[str, Truth] = {
     "interference-2x": Truth("interference-2x", interference_scale=2.0),
     "dense-arrivals": Truth("dense-arrivals", arrival_density=2.0),
     "scaling-knee": Truth("scaling-knee", knee=ScalingKnee(share=0.4, workers=1)),
+    "slow-nodes": Truth("slow-nodes", slow_nodes=SlowNodes(share=0.25, compute=3.0)),
 }
 
 MIXED_SCENARIOS: dict[str, Truth] = {
@@ -117,7 +122,8 @@ def generate(seed: int) -> Truth:
     """A truth drawn from `seed`: every type's speed off by log-normal factors, up to two new types (5-20% of the
     jobs each), interference 0.5-2.5 times the profiled with a per-pair spread, sometimes checkpoint-restart
     resizes, arrivals 1-2 times as dense; on a cluster of several accelerator types, every GPU model's speed on each
-    named type off the catalogue's by a log-normal factor (`_accelerator_speedups`)."""
+    named type off the catalogue's by a log-normal factor (`_accelerator_speedups`). It draws no scaling knee and
+    no slow nodes yet: adding them would move every drawn truth."""
     rng = np.random.default_rng([seed, 2029])
     shifts = {
         model: SpeedShift(

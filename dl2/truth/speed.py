@@ -4,7 +4,9 @@
 `ParametricSpeedModel` and `InterferenceModel`; a job of a new type, or one with a scaling knee, is known by its id
 (its spec carries only the catalogue label it declares). On a cluster of several accelerator types the simulator
 wraps the speed model (`dl2.workload.accelerated_speed`), which reads the truth's own per-type speedups from
-`TrueSpeedModel.accelerator_speedups`.
+`TrueSpeedModel.accelerator_speedups`. Where the truth has slow nodes it wraps it on every cluster, one of
+reference accelerators too, and reads them from `TrueSpeedModel.node_compute_factors` (the model's own
+`placed_throughput` knows no nodes).
 """
 
 from __future__ import annotations
@@ -43,9 +45,11 @@ class TrueSpeedModel(ShiftedSpeedModel):
         new_type_of: Mapping[str, NewJobType],
         catalogue: ParametricSpeedModel,
         knee_of: Mapping[str, int] | None = None,
+        slow_nodes: frozenset[int] = frozenset(),
     ) -> None:
         """`new_type_of`: job id -> its new type, for the jobs that are of one; `knee_of`: job id -> its knee
-        (`dl2.truth.model.ScalingKnee`), for the jobs that have one."""
+        (`dl2.truth.model.ScalingKnee`), for the jobs that have one; `slow_nodes`: the nodes the truth's
+        `SlowNodes` made slow on the cluster it is played on (`dl2.truth.realise.slow_nodes`)."""
         super().__init__(catalogue)
         self.truth = truth
         self.new_type_of = dict(new_type_of)
@@ -53,6 +57,9 @@ class TrueSpeedModel(ShiftedSpeedModel):
         self.knee_of = dict(knee_of or {})
         self._speedups = {name: truth.speedups_of(name) for name in truth.accelerator_speedups}
         """Per job type the truth names: per accelerator type, its factor over the catalogue's speed there."""
+        compute = truth.slow_nodes.compute if truth.slow_nodes is not None else 1.0
+        self._node_factors = {node: compute for node in sorted(slow_nodes)} if compute != 1.0 else {}
+        """Per slow node, the factor on a GPU worker's computation time there."""
 
     def type_factors(self, model: str) -> tuple[str, TermFactors | None]:
         """A catalogue type's shift, or a new type's own (by its name: only a scheduler reading the truth, which
@@ -74,6 +81,11 @@ class TrueSpeedModel(ShiftedSpeedModel):
         new = self.new_type_of.get(spec.job_id)
         name = new.name if new is not None else spec.model
         return name, self._speedups.get(name, _NONE)
+
+    def node_compute_factors(self) -> Mapping[int, float]:
+        """Per slow node, the factor on a GPU worker's computation time there (`dl2.workload.accelerated_speed.
+        PerNodeSpeeds`; empty without slow nodes)."""
+        return self._node_factors
 
     def placed_throughput(self, spec: JobSpec, allocation: JobAllocation) -> float:
         knee = self.knee_of.get(spec.job_id)

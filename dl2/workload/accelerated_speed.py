@@ -21,6 +21,12 @@ A wrapped model that knows per-(job type, accelerator type) speeds of its own (`
 `dl2.truth.speed.TrueSpeedModel`) has them applied on top: a job's computation on a type runs its speedup times
 as fast as the catalogue's factor says, still at the slowest worker's pace. Where it names none for a job, the
 numbers are the catalogue's, bit for bit.
+
+A wrapped model that knows nodes slower than their type (`PerNodeSpeeds`: a truth's slow nodes,
+`dl2.truth.model.SlowNodes`) has each worker's type factor multiplied by its node's factor before the slowest is
+taken, for jobs whose workers use a GPU (the degraded part is the GPU server's; a parameter server's node never
+counts). Such a model is wrapped on a cluster of reference accelerators too (`on_accelerators`); where a job's
+workers sit on no named node the factor is the type's alone, so its numbers stay the wrapped model's, bit for bit.
 """
 
 from __future__ import annotations
@@ -43,6 +49,16 @@ class PerAcceleratorSpeeds(Protocol):
     def accelerator_speedups(self, spec: JobSpec) -> tuple[str, Mapping[str, float]]:
         """(a name for the job's true type, per accelerator type name the factor on its computation's speed there
         over the catalogue's; a type not named: 1). The same name must always come with the same factors."""
+        ...
+
+
+@runtime_checkable
+class PerNodeSpeeds(Protocol):
+    """A speed model that knows nodes on which a GPU worker's computation is slower than its accelerator type says
+    (a truth's degraded servers); `AcceleratedSpeedModel` applies it."""
+
+    def node_compute_factors(self) -> Mapping[int, float]:
+        """Node index -> the factor (at least 1) on a GPU worker's computation time there; a node not named: 1."""
         ...
 
 
@@ -80,6 +96,8 @@ class AcceleratedSpeedModel:
             model: tuple(1.0 / relative_speed(model, accelerator) for accelerator in types) for model in MODEL_NAMES
         }
         """Per catalogue model, per accelerator type: the factor on the computation time."""
+        self._node_factor = _node_factors(base, len(cluster.nodes))
+        """Per node, the factor on a GPU worker's computation time there (None: 1 on every node)."""
 
     def throughput(self, model: str, num_ps: int, num_workers: int) -> float:
         """Placement ignored: on the reference accelerator, as the wrapped model says."""
@@ -89,10 +107,15 @@ class AcceleratedSpeedModel:
         """Factor on the computation time of `model` with workers on these nodes: the slowest worker's."""
         return self.slowest(self._compute_factor[model], worker_nodes)
 
-    def slowest(self, factors: tuple[float, ...], worker_nodes: tuple[int, ...]) -> float:
-        """Of per-type factors on the computation time, the one of the slowest worker on these nodes."""
+    def slowest(
+        self, factors: tuple[float, ...], worker_nodes: tuple[int, ...], node_factors: tuple[float, ...] | None = None
+    ) -> float:
+        """Of per-type factors on the computation time, the one of the slowest worker on these nodes; with
+        `node_factors` (per node), each worker's type factor times its node's."""
         type_of = self._type_of_node
-        return max(factors[type_of[node]] for node in worker_nodes)
+        if node_factors is None:
+            return max(factors[type_of[node]] for node in worker_nodes)
+        return max(factors[type_of[node]] * node_factors[node] for node in worker_nodes)
 
     def job_compute_factors(self, spec: JobSpec, model: str) -> tuple[float, ...]:
         """Per accelerator type, the factor on the computation time of `spec` (whose fit is `model`'s): the
@@ -120,7 +143,8 @@ class AcceleratedSpeedModel:
             model, factors = base.job_factors(spec)  # a job runs at its true type's pace
         else:
             model, factors = spec.model, None
-        slowest = self.slowest(self.job_compute_factors(spec, model), workers)
+        nodes = self._node_factor if spec.worker_demand.gpu > 0 else None
+        slowest = self.slowest(self.job_compute_factors(spec, model), workers, nodes)
         if slowest == 1.0:
             return base.placed_throughput(spec, allocation)
         if not isinstance(base, ParametricSpeedModel):
@@ -132,18 +156,33 @@ class AcceleratedSpeedModel:
         return speed if held == 0.0 or speed <= 0.0 else 1.0 / (1.0 / speed + held)
 
 
+def _node_factors(speed: SpeedModel, num_nodes: int) -> tuple[float, ...] | None:
+    """Per node of a cluster of `num_nodes`, the factor `speed` names on a GPU worker's computation time there
+    (`PerNodeSpeeds`); None where it names none other than 1."""
+    named = speed.node_compute_factors() if isinstance(speed, PerNodeSpeeds) else {}
+    if any(factor < 1.0 for factor in named.values()):
+        raise ValueError(f"node compute factors must be at least 1, got {dict(named)}")
+    if all(factor == 1.0 for node, factor in named.items() if node < num_nodes):
+        return None
+    return tuple(float(named.get(node, 1.0)) for node in range(num_nodes))
+
+
 def on_accelerators(speed: SpeedModel, cluster: ClusterSpec) -> SpeedModel:
-    """`speed` itself on a cluster of reference accelerators only; otherwise it wrapped for the cluster's types."""
-    if cluster.accelerators == {None}:
+    """`speed` itself on a cluster of reference accelerators only, unless it names slow nodes (`PerNodeSpeeds`);
+    otherwise it wrapped for the cluster's types and nodes."""
+    if cluster.accelerators == {None} and _node_factors(speed, len(cluster.nodes)) is None:
         return speed
     return AcceleratedSpeedModel(speed, cluster)
 
 
 class FastestAcceleratorSpeed(AcceleratedSpeedModel):
     """As if every worker ran on the cluster's fastest type for its model: no placement on the cluster is faster,
-    so bounds that search placements by speed (`dl2.sim.lower_bound`) stay bounds on a heterogeneous cluster."""
+    so bounds that search placements by speed (`dl2.sim.lower_bound`) stay bounds on a heterogeneous cluster.
+    Slow nodes (`PerNodeSpeeds`) are ignored: their factors are at least 1, so the bound stays a bound."""
 
-    def slowest(self, factors: tuple[float, ...], worker_nodes: tuple[int, ...]) -> float:
+    def slowest(
+        self, factors: tuple[float, ...], worker_nodes: tuple[int, ...], node_factors: tuple[float, ...] | None = None
+    ) -> float:
         return min(factors)
 
 
