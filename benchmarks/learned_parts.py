@@ -8,28 +8,38 @@ Optimus the base, its continuations decided every slot for two slots and sparsel
 - the network: the DL2 policy `--network` (`models/dl2-philly`), the search's third candidate;
 - calibration: the world the search looks ahead in is the catalogue's calibrated from the decision records of
   the cluster's previous week (`benchmarks/truth_scenarios.calibrated_speed`: per type), corrected per job as
-  each job's own progress accumulates (`dl2.rl.fitted_lookahead`);
+  each job's own progress accumulates (`dl2.rl.fitted_lookahead`), and the servers that progress shows slow
+  spared by every placer (`dl2.workload.node_fit`);
 - the learned placer: Harmony's `--learned-placer` (`models/harmony-placer-philly`), placing for every candidate.
+  It is no part of the full system, which places with `isolate-strict` (`FULL_PLACER`): on every run of this
+  benchmark the learned placer made the full system slower, not faster (row "full system, learned placer").
 
 Rows (each pair named in the summary differs in one part):
 
 | row | search | world | network | placer |
 |---|---|---|---|---|
-| full system | yes | calibrated + per job | yes | learned |
-| without the per-job fit | yes | calibrated | yes | learned |
-| without calibration | yes | catalogue | yes | learned |
-| without the network | yes | calibrated + per job | no | learned |
-| network alone | no | - | yes | learned |
-| full system, P | yes | calibrated + per job | yes | P (isolate-strict, binpack) |
-| search, nothing learned, P | yes | catalogue | no | P |
+| full system | yes | calibrated + per job + slow servers | yes | isolate-strict |
+| without the learned resize cost | yes | as the full system's, resizes at the run's cost | yes | isolate-strict |
+| without the slow-server fit | yes | calibrated + per job, no servers spared | yes | isolate-strict |
+| without the per-job fit | yes | calibrated | yes | isolate-strict |
+| without calibration | yes | catalogue | yes | isolate-strict |
+| without the network | yes | calibrated + per job + slow servers | no | isolate-strict |
+| network alone | no | - | yes | isolate-strict |
+| full system, learned placer | yes | calibrated + per job + slow servers | yes | learned |
+| full system, binpack | yes | calibrated + per job + slow servers | yes | binpack |
+| search, nothing learned, P | yes | catalogue | no | P (isolate-strict, binpack) |
 | H, P | no | catalogue | no | P, for H in Optimus, `speedup-hull` |
+| search reading the truth, isolate-strict | yes | the truth (speeds, interference, types) | no | isolate-strict |
 
 The best placer of the rows with nothing learned is the one with the lower mean over all cells (one placer for
-every cell, never picked per cell). Summaries, each a mean over cells of paired ratios with a 95% interval
-(Student t over cells): the full system against the search with nothing learned on the shifted truths (every
-truth but `catalogue`) and on `catalogue` (the control); what removing each part costs on the truths it targets
-(calibration: every shifted truth; the network: all; the learned placer: the interference truths and the drawn
-ones); the network alone against the full system.
+every cell, never picked per cell); so is the full system's (of isolate-strict, the learned placer and binpack).
+Summaries, each a mean over cells of paired ratios with a 95% interval (Student t over cells): the full system
+against the search with nothing learned, each with its best placer, on the shifted truths (every truth but
+`catalogue`) and on `catalogue` (the control); what removing each part costs on the truths it targets (calibration:
+every shifted truth; the slow-server fit: the truths with slow servers; the network: all); the learned placer
+instead of isolate-strict on the interference truths and the drawn ones; the network alone against the full
+system; the search reading the truth against the same search with nothing learned (the most a learned world could
+add to it).
 
     .venv/bin/python benchmarks/learned_parts.py [--truths catalogue,speed-shift,...,seed-1,...,seed-6]
         [--densities 1,2 --seeds 9100,9101,9102 --jobs 150 --nodes 12]
@@ -54,23 +64,28 @@ from truth_scenarios import calibrated_speed, philly_like
 from dl2.core import Scheduler
 from dl2.resolve import placer_factory, scheduler_builder
 from dl2.rl.fitted_lookahead import make_fitted_lookahead
-from dl2.rl.lookahead import SPARSE_GROWTH, LookaheadScheduler, make_lookahead
+from dl2.rl.lookahead import SPARSE_GROWTH, LookaheadScheduler, load_policy, make_lookahead
+from dl2.schedulers.registry import make_scheduler
+from dl2.schedulers.slow_nodes import SparingSlowNodes
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.metrics import mean_ci95, summarize
 from dl2.sim.run import World, interference_model
-from dl2.truth.realise import realise
+from dl2.truth.realise import TrueCluster, realise
 from dl2.truth.run import run_on
 from dl2.truth.scenarios import truth_named
+from dl2.workload.interference import InterferenceModel
 from dl2.workload.speed import SpeedModel
 
 ROOT = Path(__file__).resolve().parent.parent
 NETWORK = str(ROOT / "models" / "dl2-philly")
 LEARNED_PLACER = str(ROOT / "models" / "harmony-placer-philly")
 PLAIN_PLACERS = ("isolate-strict", "binpack")
+FULL_PLACER = "isolate-strict"
+"""The full system's placer (the module docstring says why it is not the learned one)."""
 HEURISTICS = ("optimus", "speedup-hull")
 HORIZON_SLOTS = 2
 """The shipped search's horizon (`online.twin.lookahead_horizon_slots` in params.yaml), sparse past it."""
-NAMED = "catalogue,speed-shift,new-types,interference-2x,scaling-knee"
+NAMED = "catalogue,speed-shift,new-types,interference-2x,scaling-knee,slow-nodes"
 """`dense-arrivals` is left out: its one departure is the density, which every cell sets."""
 DRAWN = ",".join(f"seed-{seed}" for seed in range(1, 7))
 INTERFERENCE_TRUTHS = ("interference-2x",)
@@ -79,8 +94,13 @@ FULL = "full system"
 NO_JOB_FIT = "without the per-job fit"
 NO_RESCALE_FIT = "without the learned resize cost"
 NO_CALIBRATION = "without calibration"
+NO_NODE_FIT = "without the slow-server fit"
 NO_NETWORK = "without the network"
 NETWORK_ALONE = "network alone"
+WITH_LEARNED_PLACER = "full system, learned placer"
+READING_THE_TRUTH = "search reading the truth, isolate-strict"
+"""The search with nothing learned, looking ahead in the truth itself (its speeds, interference and job types, which
+no deployment has): how much any learned world could add to this search, on these truths."""
 
 
 def full_placer(placer: str) -> str:
@@ -97,44 +117,67 @@ def heuristic_row(name: str, placer: str) -> str:
 
 def row_labels() -> list[str]:
     """The rows in the order the tables print them (`rows_of`'s)."""
-    labels = [FULL, NO_RESCALE_FIT, NO_JOB_FIT, NO_CALIBRATION, NO_NETWORK, NETWORK_ALONE]
+    labels = [FULL, NO_RESCALE_FIT, NO_NODE_FIT, NO_JOB_FIT, NO_CALIBRATION, NO_NETWORK, NETWORK_ALONE]
+    labels += [WITH_LEARNED_PLACER, *(full_placer(p) for p in PLAIN_PLACERS if p != FULL_PLACER)]
     for placer in PLAIN_PLACERS:
-        labels += [full_placer(placer), nothing_learned(placer), *(heuristic_row(h, placer) for h in HEURISTICS)]
-    return labels
+        labels += [nothing_learned(placer), *(heuristic_row(h, placer) for h in HEURISTICS)]
+    return [*labels, READING_THE_TRUTH]
 
 
-def search(candidates: str, speed: SpeedModel, placer: str, fitted: bool, learn_rescale: bool = True) -> Scheduler:
+def search(
+    candidates: str,
+    speed: SpeedModel,
+    placer: str,
+    fitted: bool,
+    learn_rescale: bool = True,
+    interference: InterferenceModel | None = None,
+    learn_nodes: bool = True,
+    spare: frozenset[int] = frozenset(),
+) -> Scheduler:
     """The shipped search over `candidates` (heuristics and model folders joined by '+'), placing with `placer`, in
-    the world of `speed` (corrected per job when `fitted`) with the catalogue's interference."""
-    world = World(speed, interference_model())
+    the world of `speed` (corrected per job, and sparing the servers it learns slow with `learn_nodes`, when
+    `fitted`) with `interference` (None: the catalogue's); unfitted, its placers spare the servers `spare` names."""
+    world = World(speed, interference or interference_model())
     config = SimConfig.realistic()
+    make_placer = placer_factory(placer)
+    assert make_placer is not None
     if fitted:
-        make_placer = placer_factory(placer)
-        assert make_placer is not None
-        policy = lambda name: scheduler_builder(name, placer, Mode.REALISTIC)(speed, False)  # noqa: E731
+        policy = lambda name, make: load_policy(name, compat=False, placer=make())  # noqa: E731
         return make_fitted_lookahead(
-            candidates, world, config, make_placer, HORIZON_SLOTS, "sparse", SPARSE_GROWTH, policy, learn_rescale
-        )
+            candidates, world, config, make_placer, HORIZON_SLOTS, "sparse", SPARSE_GROWTH, policy, learn_rescale,
+            learn_nodes,
+        )  # fmt: skip
+    if spare:
+        fresh = make_placer
+        build = lambda name: make_scheduler(name, speed, False, SparingSlowNodes(fresh(), lambda: spare))  # noqa: E731
+        return make_lookahead("lookahead:" + candidates, build, world, config, HORIZON_SLOTS, "sparse", SPARSE_GROWTH)
     build = lambda name: scheduler_builder(name, placer, Mode.REALISTIC)(speed, False)  # noqa: E731
     return make_lookahead("lookahead:" + candidates, build, world, config, HORIZON_SLOTS, "sparse", SPARSE_GROWTH)
 
 
-def rows_of(calibrated: SpeedModel, network: str, learned_placer: str) -> dict[str, Any]:
-    """Row -> a builder of its scheduler from the speeds `run_on` hands it (the catalogue's)."""
+def rows_of(calibrated: SpeedModel, network: str, learned_placer: str, truth: TrueCluster) -> dict[str, Any]:
+    """Row -> a builder of its scheduler from the speeds `run_on` hands it (the catalogue's; the truth's for
+    `READING_THE_TRUTH`, which also looks ahead with the truth's interference and spares its slow servers)."""
     with_network = f"optimus+speedup-hull+{network}"
     rows: dict[str, Any] = {
-        FULL: lambda speed, compat: search(with_network, calibrated, learned_placer, True),
-        NO_RESCALE_FIT: lambda speed, compat: search(with_network, calibrated, learned_placer, True, False),
-        NO_JOB_FIT: lambda speed, compat: search(with_network, calibrated, learned_placer, False),
-        NO_CALIBRATION: lambda speed, compat: search(with_network, speed, learned_placer, False),
-        NO_NETWORK: lambda speed, compat: search("optimus+speedup-hull", calibrated, learned_placer, True),
-        NETWORK_ALONE: scheduler_builder(network, learned_placer, Mode.REALISTIC),
+        FULL: lambda speed, compat: search(with_network, calibrated, FULL_PLACER, True),
+        NO_RESCALE_FIT: lambda speed, compat: search(with_network, calibrated, FULL_PLACER, True, False),
+        NO_NODE_FIT: lambda speed, compat: search(with_network, calibrated, FULL_PLACER, True, learn_nodes=False),
+        NO_JOB_FIT: lambda speed, compat: search(with_network, calibrated, FULL_PLACER, False),
+        NO_CALIBRATION: lambda speed, compat: search(with_network, speed, FULL_PLACER, False),
+        NO_NETWORK: lambda speed, compat: search("optimus+speedup-hull", calibrated, FULL_PLACER, True),
+        NETWORK_ALONE: scheduler_builder(network, FULL_PLACER, Mode.REALISTIC),
+        WITH_LEARNED_PLACER: lambda speed, compat: search(with_network, calibrated, learned_placer, True),
     }
     for placer in PLAIN_PLACERS:
-        rows[full_placer(placer)] = lambda speed, compat, p=placer: search(with_network, calibrated, p, True)
+        if placer != FULL_PLACER:
+            rows[full_placer(placer)] = lambda speed, compat, p=placer: search(with_network, calibrated, p, True)
         rows[nothing_learned(placer)] = lambda speed, compat, p=placer: search("optimus+speedup-hull", speed, p, False)
         for name in HEURISTICS:
             rows[heuristic_row(name, placer)] = scheduler_builder(name, placer, Mode.REALISTIC)
+    rows[READING_THE_TRUTH] = lambda speed, compat: search(
+        "optimus+speedup-hull", speed, "isolate-strict", False, interference=truth.interference, spare=truth.slow_nodes
+    )
     return rows
 
 
@@ -146,7 +189,7 @@ def run_cell(task: tuple[str, float, int, int, int, str, str, tuple[str, ...]]) 
     hours: dict[str, float] = {}
     seconds: dict[str, float] = {}
     decided: dict[str, dict[str, float]] = {}
-    for label, build in rows_of(calibrated, network, learned_placer).items():
+    for label, build in rows_of(calibrated, network, learned_placer, cluster).items():
         if only and label not in only:
             continue
         built: list[Scheduler] = []
@@ -156,7 +199,7 @@ def run_cell(task: tuple[str, float, int, int, int, str, str, tuple[str, ...]]) 
             return built[-1]
 
         started = time.perf_counter()
-        result = run_on(cluster, keep, SimConfig.realistic(seed=seed))
+        result = run_on(cluster, keep, SimConfig.realistic(seed=seed), oracle=label == READING_THE_TRUTH)
         hours[label] = summarize(result).avg_jct_s / 3600
         seconds[label] = time.perf_counter() - started
         if isinstance(built[-1], LookaheadScheduler):
@@ -182,6 +225,12 @@ def best_plain_placer(cells: list[dict[str, Any]]) -> str:
     return min(PLAIN_PLACERS, key=lambda p: sum(c["avg_jct_h"][nothing_learned(p)] for c in cells))
 
 
+def best_full_system(cells: list[dict[str, Any]]) -> str:
+    """The full system's row with the lower mean JCT over all cells: its own placer, the learned one or another."""
+    rows = [FULL, WITH_LEARNED_PLACER, *(full_placer(p) for p in PLAIN_PLACERS if p != FULL_PLACER)]
+    return min(rows, key=lambda row: sum(c["avg_jct_h"][row] for c in cells))
+
+
 def with_best_heuristic(cell: dict[str, Any], placer: str) -> dict[str, Any]:
     """`cell` with a row "best heuristic": the lower of the heuristics placing with `placer` in that cell."""
     best = min(cell["avg_jct_h"][heuristic_row(name, placer)] for name in HEURISTICS)
@@ -191,21 +240,27 @@ def with_best_heuristic(cell: dict[str, Any], placer: str) -> dict[str, Any]:
 def summarise(cells: list[dict[str, Any]]) -> dict[str, Any]:
     placer = best_plain_placer(cells)
     baseline = nothing_learned(placer)
+    best = best_full_system(cells)
     shifted = [c for c in cells if c["truth"] != "catalogue"]
     control = [c for c in cells if c["truth"] == "catalogue"]
     interference = [c for c in cells if c["truth"] in INTERFERENCE_TRUTHS or c["truth"].startswith("seed-")]
     checkpoint = [c for c in cells if truth_named(c["truth"]).rescale is not None]
+    slow = [c for c in cells if truth_named(c["truth"]).slow_nodes is not None]
     return {
         "best_plain_placer": placer,
-        "full_vs_nothing_learned_shifted": paired(shifted, FULL, baseline),
-        "full_vs_nothing_learned_catalogue": paired(control, FULL, baseline),
+        "best_full_system": best,
+        "full_vs_nothing_learned_shifted": paired(shifted, best, baseline),
+        "full_vs_nothing_learned_catalogue": paired(control, best, baseline),
         "removing_calibration_shifted": paired(shifted, NO_CALIBRATION, FULL),
         "removing_the_per_job_fit_shifted": paired(shifted, NO_JOB_FIT, FULL),
         "removing_the_learned_resize_cost_checkpoint": paired(checkpoint, NO_RESCALE_FIT, FULL),
+        "removing_the_slow_server_fit_slow_servers": paired(slow, NO_NODE_FIT, FULL),
         "removing_the_network": paired(cells, NO_NETWORK, FULL),
-        "removing_the_learned_placer_interference": paired(interference, full_placer(placer), FULL),
-        "learned_allocation_vs_nothing_learned_same_placer_shifted": paired(shifted, full_placer(placer), baseline),
+        "the_learned_placer_instead_of_isolate_strict_interference": paired(interference, WITH_LEARNED_PLACER, FULL),
         "network_alone_vs_full": paired(cells, NETWORK_ALONE, FULL),
+        "reading_the_truth_vs_nothing_learned_shifted": paired(
+            shifted, READING_THE_TRUTH, nothing_learned("isolate-strict")
+        ),
         "nothing_learned_vs_best_heuristic": paired(
             [with_best_heuristic(c, placer) for c in cells], baseline, "best heuristic"
         ),
@@ -242,7 +297,7 @@ def main() -> None:
         return
     only = tuple(label for label in args.rows.split(";") if label)
     unknown = [label for label in only if label not in row_labels()]
-    if unknown or (only and not args.merge):
+    if unknown or (only and not args.merge):  # a run of every row may merge with an earlier one's other cells
         parser.error(
             f"--rows takes labels of {row_labels()} and needs --merge" + (f" (unknown: {unknown})" * bool(unknown))
         )
@@ -255,25 +310,31 @@ def main() -> None:
     with multiprocessing.get_context("fork").Pool(args.processes) as pool:
         cells = list(tqdm(pool.imap(run_cell, tasks, chunksize=1), total=len(tasks), desc="cells"))
     if args.merge:
-        cells = merged(cells, json.loads(Path(args.merge).read_text())["cells"])
+        cells = merged(cells, json.loads(Path(args.merge).read_text())["cells"], not only)
     report(args, cells, environment())
 
 
-def merged(cells: list[dict[str, Any]], earlier: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each cell completed with the rows it did not run from the same cell (truth, density, seed) of `earlier`."""
-    by_key = {(c["truth"], c["density"], c["seed"]): c for c in earlier}
+def merged(cells: list[dict[str, Any]], earlier: list[dict[str, Any]], every_row: bool) -> list[dict[str, Any]]:
+    """`earlier`'s cells, each completed or overridden by the rows the same cell (truth, density, seed) of `cells`
+    ran; then the cells of `cells` that `earlier` lacks, which must have run every row (`every_row`)."""
+    key = lambda cell: (cell["truth"], cell["density"], cell["seed"])  # noqa: E731
+    new = {key(cell): cell for cell in cells}
     complete = []
-    for cell in cells:
-        old = by_key.get((cell["truth"], cell["density"], cell["seed"]))
-        if old is None:
-            raise SystemExit(f"--merge: no cell {cell['truth']} x{cell['density']:g} seed {cell['seed']} to merge")
+    for old in earlier:
+        cell = new.pop(key(old), None)
+        if cell is None:
+            complete.append(old)
+            continue
         complete.append({
             **cell,
             "avg_jct_h": {**old["avg_jct_h"], **cell["avg_jct_h"]},
             "seconds": {**old["seconds"], **cell["seconds"]},
             "decided": {**old["decided"], **cell["decided"]},
         })  # fmt: skip
-    return complete
+    if new and not every_row:
+        truth, density, seed = next(iter(new))
+        raise SystemExit(f"--merge: no cell {truth} x{density:g} seed {seed} to merge (run every row for a new cell)")
+    return [*complete, *new.values()]
 
 
 def report(args: argparse.Namespace, cells: list[dict[str, Any]], measured_on: dict[str, Any]) -> None:
@@ -296,7 +357,8 @@ def report(args: argparse.Namespace, cells: list[dict[str, Any]], measured_on: d
         )  # fmt: skip
     summary = summarise(cells)
     print_table(
-        f"what each part adds (paired by cell; nothing learned places with {summary['best_plain_placer']})",
+        f"what each part adds (paired by cell; the full system is {summary['best_full_system']!r}, nothing learned "
+        f"places with {summary['best_plain_placer']})",
         ["comparison", "mean ± 95% interval"],
         [[key.replace("_", " "), percent(entry)] for key, entry in summary.items() if isinstance(entry, dict)],
     )  # fmt: skip

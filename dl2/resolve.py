@@ -84,6 +84,7 @@ def _fitted_lookahead_builder(name: str, placer: str | None, mode: Mode) -> Sche
     (model folders) placing with `placer` (a name or a Harmony placer folder), looking ahead in the world of the
     speed model the builder is handed, corrected per job from each job's progress."""
     from dl2.rl.fitted_lookahead import FITTED_PREFIX, fitted_candidate_names, make_fitted_lookahead
+    from dl2.rl.lookahead import load_policy
     from dl2.sim.config import SimConfig
     from dl2.sim.run import World, interference_model
 
@@ -95,16 +96,17 @@ def _fitted_lookahead_builder(name: str, placer: str | None, mode: Mode) -> Sche
             f"{name}: a fitted lookahead chooses among two or more candidates, named {FITTED_PREFIX}A+B, the base A "
             f"a heuristic (known: {', '.join(SCHEDULERS)})"
         )
-    policies = {
-        candidate: scheduler_builder(candidate, placer, mode) for candidate in names[1:] if candidate not in SCHEDULERS
-    }  # checked now: an unknown name or a broken model folder fails before any work
+    for candidate in names[1:]:
+        if candidate not in SCHEDULERS:
+            scheduler_builder(candidate, placer, mode)  # checked now: an unknown name or a broken model folder fails
     make_placer = placer_factory(placer) or PLACERS["load-balance"]
 
     def build(speed: SpeedModel, compat: bool) -> Scheduler:
         world = World(speed, interference_model())
         return make_fitted_lookahead(
-            name, world, SimConfig.realistic(), make_placer, build_policy=lambda folder: policies[folder](speed, compat)
-        )
+            name, world, SimConfig.realistic(), make_placer,
+            build_policy=lambda folder, make: load_policy(folder, compat=compat, placer=make()),
+        )  # fmt: skip
 
     return build
 

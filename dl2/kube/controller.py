@@ -330,7 +330,8 @@ class Controller:
         raw = self.cache.read()
         measured = self._measured_progress(raw)
         recorded = self._recorded_progress(slot)
-        snap = snapshot(raw, time_s, slot, slot_s, self.config.cluster_name, self.specs, measured, recorded)
+        last_slot = self._recorded.at(slot - 1)
+        snap = snapshot(raw, time_s, slot, slot_s, self.config.cluster_name, self.specs, measured, recorded, last_slot)
         phases = {"observe": time.perf_counter() - started, "wait": waited, "decide": 0.0}
         mark = time.perf_counter()
         self.last_snapshot = snap

@@ -203,6 +203,19 @@ def progress_queries(raw: RawCluster, active: set[tuple[str, str]]) -> list[Prog
     return queries
 
 
+def _throughput(
+    spec: JobSpec, epochs: float, last_slot: Mapping[str, float] | None, slot: int, slot_s: float, resized: int | None
+) -> float:
+    """Samples/s over the slot just before: the epochs it gained since its record of that slot. 0 where it was not
+    decided then, gained nothing, or was resized at its start: the simulator's views give a job's speed while it
+    ran, and the progress of a slot that began with a resize holds the resize's pause too, which the controller
+    cannot tell apart (so `dl2.sim.rescale_fit` learns nothing here, and no fit takes a pause for slowness)."""
+    before = (last_slot or {}).get(spec.job_id)
+    if before is None or epochs <= before or slot_s <= 0 or (resized is not None and resized >= slot - 1):
+        return 0.0
+    return (epochs - before) * spec.samples_per_epoch / slot_s
+
+
 def snapshot(
     raw: RawCluster,
     time_s: float,
@@ -212,11 +225,15 @@ def snapshot(
     specs: SpecCache | None = None,
     measured: Mapping[tuple[str, str], float] | None = None,
     recorded: Mapping[str, float] | None = None,
+    last_slot: Mapping[str, float] | None = None,
 ) -> Snapshot:
     """The view of a slot from one read: active jobs in workload order with the tasks they hold (`specs` keeps
     the parsed job specs between slots; `measured`: (namespace, name) -> epochs from the jobs' own metrics, which
     count where they are ahead of the reported annotation; `recorded`: job id -> its progress in its last decision
-    record). A job whose inputs break the contract or are out of range is quarantined (`dl2.kube.quarantine`)."""
+    record; `last_slot`: job id -> its progress in its record of the slot just before, from which each job's
+    observed throughput over that slot follows, as the simulator's views carry it: what a fit per job or per server
+    learns from, `dl2.rl.fitted_lookahead`). A job whose inputs break the contract or are out of range is
+    quarantined (`dl2.kube.quarantine`)."""
     if specs is not None:
         cluster, node_index = specs.cluster(raw.nodes, cluster_name)
     else:
@@ -257,7 +274,8 @@ def snapshot(
             continue
         progress[spec.job_id] = epochs
         allocation = held.get((namespace, name), JobAllocation())
-        job_view = JobView(spec, epochs, 0.0, allocation, 0.0, 0.0, 0)
+        throughput = _throughput(spec, epochs, last_slot, slot, slot_s, _resized_slot(obj))
+        job_view = JobView(spec, epochs, 0.0, allocation, throughput, 0.0, 0)
         owner = c.size_owner(obj) or autoscaled.get((namespace, str(obj.get("kind")), name))
         managed = ManagedJob(
             spec.job_id, namespace, name, obj, replicas, c.is_kueue_managed(obj), _resized_slot(obj), owner,

@@ -206,6 +206,17 @@ class RecordedProgress:
                 recorded[job_id] = earlier[0]
         return recorded
 
+    def at(self, slot: int) -> dict[str, float]:
+        """Job id -> its progress in its record of `slot` itself (jobs not decided then are left out): at slot t,
+        what each job did over slot t - 1 is its progress now less `at(t - 1)`."""
+        recorded = {}
+        for job_id, (latest, earlier) in self._slots.items():
+            if latest[1] == slot:
+                recorded[job_id] = latest[0]
+            elif earlier is not None and earlier[1] == slot:
+                recorded[job_id] = earlier[0]
+        return recorded
+
     def forget_before(self, slot: int) -> None:
         """Forget the jobs whose latest record is older than `slot`."""
         for job_id in [job_id for job_id, ((_, at), _) in self._slots.items() if at < slot]:

@@ -11,7 +11,9 @@ numbers, the same caches). Any other heuristic named as a candidate reads types 
 folder) decides from its observation of the cluster as everywhere else: the full system is
 `lookahead-fitted:optimus+speedup-hull+models/dl2-philly`. Its what-if runs also resize at the cost the
 cluster's resizes showed (`dl2.sim.rescale_fit`): a cluster that resizes by checkpoint and restart is not searched
-as if resizing were free.
+as if resizing were free. And it learns which servers run slow (`dl2.workload.node_fit`) from the same observed
+ratios: every placer of its heuristics and its continuation (and of a policy that takes the placer it is handed)
+spares them (`dl2.schedulers.slow_nodes`).
 
 Its ablations: the same lookahead in the world it wraps (`benchmarks/per_job_fit.py`), and each learned part
 removed from the full system (`benchmarks/learned_parts.py`).
@@ -27,12 +29,14 @@ from dl2.rl.lookahead import PREFIX, Beyond, LookaheadScheduler, candidate_names
 from dl2.schedulers.optimus import OptimusOracle
 from dl2.schedulers.placement import Placer
 from dl2.schedulers.registry import PLACERS, SCHEDULERS, make_scheduler
+from dl2.schedulers.slow_nodes import SparingSlowNodes
 from dl2.schedulers.speedup_hull import HullPoint, SpeedupHull, hull_of
 from dl2.sim.config import SimConfig
 from dl2.sim.rescale_fit import RescaleFit
 from dl2.sim.run import World
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.job_fit import JobFittedSpeedModel, JobSpeedModel
+from dl2.workload.node_fit import NodeSpeedFit
 
 
 class JobAwareOptimus(OptimusOracle):
@@ -121,10 +125,12 @@ class FittedLookahead(LookaheadScheduler):
         beyond: Beyond = "estimate",
         growth: int = 2,
         learn_rescale: bool = True,
+        node_fit: NodeSpeedFit | None = None,
     ) -> None:
         """`fit`: the world's speed it learns and looks ahead in (its candidates and continuation read it too);
         `interference`: the world's; `learn_rescale`: whether its what-if runs' resizes cost what the cluster's
-        showed (else `config`'s); the rest as `LookaheadScheduler`'s."""
+        showed (else `config`'s); `node_fit`: the slow servers it learns, which its candidates' placers read (None:
+        none learned); the rest as `LookaheadScheduler`'s."""
         world = World(fit, interference)
         super().__init__(candidates, continuation, world, config, horizon_slots, beyond, growth)
         self.name = FITTED_PREFIX + self.name.removeprefix(PREFIX)
@@ -132,16 +138,21 @@ class FittedLookahead(LookaheadScheduler):
         self.world_config = config
         """The what-if runs' settings before the learned resize cost."""
         self.rescale_fit = RescaleFit() if learn_rescale else None
+        self.node_fit = node_fit
 
     def reset(self) -> None:
         super().reset()
         self.fit.reset()
+        if self.node_fit is not None:
+            self.node_fit.reset()
         self.config = self.world_config
         if self.rescale_fit is not None:
             self.rescale_fit.reset()
 
     def schedule(self, view: ClusterView) -> Allocation:
         self.fit.observe(view)
+        if self.node_fit is not None:
+            self.node_fit.observe(self.fit.last_ratios)
         if self.rescale_fit is not None:
             self.rescale_fit.observe(view)
             self.config = replace(self.world_config, rescale=self.rescale_fit.rescale(self.world_config.rescale))
@@ -156,29 +167,42 @@ def make_fitted_lookahead(
     horizon_slots: int = 0,
     beyond: Beyond = "estimate",
     growth: int = 2,
-    build_policy: Callable[[str], Scheduler] | None = None,
+    build_policy: Callable[[str, Callable[[], Placer]], Scheduler] | None = None,
     learn_rescale: bool = True,
+    learn_nodes: bool = True,
 ) -> FittedLookahead:
     """`lookahead-fitted:A+B...` (or `lookahead:A+B...`, A the base, a heuristic) looking ahead in `world`
     corrected per job by a fresh `JobFittedSpeedModel` (which divides out `world`'s interference), which its
     heuristics and continuation read per job (`job_aware_scheduler`); a candidate that is no heuristic (a model
-    folder) is made by `build_policy`; named `lookahead-fitted:A+B...`."""
+    folder) is made by `build_policy` from its name and the placers every candidate places with (sparing the slow
+    servers it learns, with `learn_nodes`); named `lookahead-fitted:A+B...`."""
     names = fitted_candidate_names(name)
     if not all(names):
         raise ValueError(f"{name}: candidates are named as {FITTED_PREFIX}A+B (A the base)")
     if names[0] not in SCHEDULERS:
         raise ValueError(f"{name}: the base {names[0]!r} plays the continuations and is a heuristic")
     fit = JobFittedSpeedModel(world.speed, world.interference)
+    node_fit = NodeSpeedFit() if learn_nodes else None
+    make_placer = _placer_factory(placer, node_fit)
 
     def candidate(name: str) -> Scheduler:
         if name in SCHEDULERS:
-            return job_aware_scheduler(name, fit, placer)
+            return job_aware_scheduler(name, fit, make_placer)
         if build_policy is None:
             raise ValueError(f"{name!r} is no heuristic and this fitted lookahead was given no way to load a policy")
-        return build_policy(name)
+        return build_policy(name, make_placer)
 
     candidates = [candidate(name) for name in names]
-    continuation = job_aware_scheduler(names[0], fit, placer)
+    continuation = job_aware_scheduler(names[0], fit, make_placer)
     return FittedLookahead(
-        fit, candidates, continuation, world.interference, config, horizon_slots, beyond, growth, learn_rescale
-    )
+        fit, candidates, continuation, world.interference, config, horizon_slots, beyond, growth, learn_rescale,
+        node_fit,
+    )  # fmt: skip
+
+
+def _placer_factory(placer: PlacerChoice, node_fit: NodeSpeedFit | None) -> Callable[[], Placer]:
+    """Fresh placers of `placer`, each sparing the servers `node_fit` has named slow (where one is given)."""
+    fresh: Callable[[], Placer] = PLACERS[placer] if isinstance(placer, str) else placer
+    if node_fit is None:
+        return fresh
+    return lambda: SparingSlowNodes(fresh(), lambda: node_fit.slow)

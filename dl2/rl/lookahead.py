@@ -229,20 +229,19 @@ def as_configured(policy: Scheduler, config: PolicyConfig, speed: SpeedModel | N
         return policy
     speed = speed or speed_model(Mode.REALISTIC)
     horizon = config.lookahead_horizon_slots
+    world = World(speed, interference_model())
     if config.lookahead_fit:
-        from dl2.rl.fitted_lookahead import FittedLookahead, job_aware_scheduler
-        from dl2.workload.job_fit import JobFittedSpeedModel
+        from dl2.rl.fitted_lookahead import FITTED_PREFIX, make_fitted_lookahead
 
-        fit = JobFittedSpeedModel(speed, interference_model())
-        fitted = [job_aware_scheduler(name, fit, config.placer) for name in config.lookahead]
-        continuation = job_aware_scheduler(config.lookahead[0], fit, config.placer)
-        return FittedLookahead(
-            fit, [*fitted, policy], continuation, interference_model(), SimConfig.realistic(), horizon, "sparse",
-            SPARSE_GROWTH,
+        # The policy goes last under a name no heuristic has (the config's are all heuristics: `PolicyConfig`
+        # checks), so `make_fitted_lookahead` takes it from `build_policy`.
+        name = FITTED_PREFIX + JOINER.join([*config.lookahead, "policy"])
+        return make_fitted_lookahead(
+            name, world, SimConfig.realistic(), config.placer, horizon, "sparse", SPARSE_GROWTH,
+            build_policy=lambda _, __: policy,
         )  # fmt: skip
     heuristics = [make_scheduler(name, speed, False, config.placer) for name in config.lookahead]
     continuation = make_scheduler(config.lookahead[0], speed, False, config.placer)
-    world = World(speed, interference_model())
     return LookaheadScheduler(
         [*heuristics, policy], continuation, world, SimConfig.realistic(), horizon, "sparse", SPARSE_GROWTH
     )

@@ -78,6 +78,9 @@ class JobFittedSpeedModel:
         """Job id -> (worker count, correction) for every observed count, ascending; only jobs with a departure."""
         self.observations = 0
         """Observations used so far."""
+        self.last_ratios: list[tuple[JobSpec, JobAllocation, float]] = []
+        """The last `observe`'s (job, allocation it held, observed / predicted throughput), for what learns from the
+        same ratios per server (`dl2.workload.node_fit`)."""
 
     def observe(self, view: ClusterView) -> int:
         """Learn from a slot boundary's view: each job that ran the previous slot (module docstring). Returns how
@@ -89,6 +92,7 @@ class JobFittedSpeedModel:
             for node in (*allocation.worker_nodes, *allocation.ps_nodes):
                 holders.setdefault(node, set()).add(job_id)
         used = 0
+        self.last_ratios = []
         for job in view.jobs:
             allocation = job.allocation
             if job.last_throughput <= 0 or not allocation.worker_nodes:
@@ -100,9 +104,11 @@ class JobFittedSpeedModel:
             predicted = self.base.placed_throughput(job.spec, allocation) / slowdown
             if predicted <= 0:
                 continue
+            ratio = job.last_throughput / predicted
+            self.last_ratios.append((job.spec, allocation, ratio))
             samples = self.observed.setdefault(job.spec.job_id, {})
             total, count = samples.get(allocation.num_workers, (0.0, 0))
-            samples[allocation.num_workers] = (total + job.last_throughput / predicted, count + 1)
+            samples[allocation.num_workers] = (total + ratio, count + 1)
             self._refit(job.spec.job_id)
             used += 1
         self.observations += used

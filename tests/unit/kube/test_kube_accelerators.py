@@ -319,3 +319,11 @@ def test_the_simulators_records_name_the_types_as_the_controllers_do():
     for record in placed:
         names = tuple(workload.cluster.nodes[node].accelerator.name for node in record.applied_worker_nodes)
         assert record.applied_worker_accelerators == names
+
+
+def test_recorded_progress_answers_for_one_slot_exactly():
+    recorded = RecordedProgress()
+    recorded.note("a", 1.0, 3)
+    recorded.note("a", 2.0, 4)
+    recorded.note("b", 9.0, 1)
+    assert recorded.at(4) == {"a": 2.0} and recorded.at(3) == {"a": 1.0} and recorded.at(2) == {}

@@ -12,7 +12,7 @@ from dl2.core import Architecture, ClusterSpec, JobSpec, NodeSpec, Resources
 from dl2.core.limits import MAX_EPOCHS, MAX_TASKS_PER_JOB
 from dl2.kube import contract as c
 from dl2.kube.models import PolicyRuntime, input_problem, smoke_view
-from dl2.kube.observe import RawCluster, snapshot
+from dl2.kube.observe import RESIZED_SLOT, RawCluster, snapshot
 from dl2.kube.quarantine import MAX_PROGRESS_RATIO, Cause, Room, job_problem, reserved
 from dl2.twin import manifests
 from tests.builders import heuristic_loader, tiny_workload
@@ -119,10 +119,10 @@ def thirty_jobs() -> list[dict]:
     ]
 
 
-def observe(jobs, pods=(), recorded=None):
+def observe(jobs, pods=(), recorded=None, last_slot=None):
     nodes = [manifests.node(n, name) for n, name in zip(WORKLOAD.cluster.nodes, NODE_NAMES, strict=True)]
     raw = RawCluster(("team-a",), tuple(jobs), tuple(pods), tuple(nodes))
-    return snapshot(raw, NOW_S, 7, 600.0, "hand", recorded=recorded)
+    return snapshot(raw, NOW_S, 7, 600.0, "hand", recorded=recorded, last_slot=last_slot)
 
 
 def bad_job(**annotations: str | None) -> dict:
@@ -204,3 +204,22 @@ def test_a_second_job_with_the_same_id_is_quarantined():
     snap = observe([*jobs, twin])
     assert [(q.name, q.cause) for q in snap.quarantined] == [("job-0039-copy", Cause.DUPLICATE_ID)]
     assert len(snap.view.jobs) == 30
+
+
+def test_a_jobs_throughput_over_the_slot_before_is_what_it_gained_since_its_record_then():
+    """The view carries each job's observed samples/s over the last slot, as the simulator's does, so that a fit
+    per job or per server learns under `dl2 serve` too: (epochs now - epochs recorded at slot 6) x samples per epoch
+    / the slot's 600 s; a job not decided at slot 6, or that gained nothing, shows 0."""
+    jobs = thirty_jobs()
+    first, second, third = (WORKLOAD.jobs[i].spec for i in range(3))
+    quarter = {spec.job_id: 0.25 * spec.declared_epochs for spec in (first, second, third)}
+    last_slot = {first.job_id: quarter[first.job_id] - 0.5, second.job_id: quarter[second.job_id]}
+    views = {job.spec.job_id: job for job in observe(jobs, last_slot=last_slot).view.jobs}
+    assert views[first.job_id].last_throughput == pytest.approx(0.5 * first.samples_per_epoch / 600.0)
+    assert views[second.job_id].last_throughput == 0.0  # no progress since
+    assert views[third.job_id].last_throughput == 0.0  # not decided at slot 6
+    assert all(job.last_throughput == 0.0 for job in observe(jobs).view.jobs)
+    # resized at slot 6: what it gained then holds the resize's pause, not its speed
+    jobs[0]["metadata"]["annotations"][RESIZED_SLOT] = "6"
+    resized = {job.spec.job_id: job for job in observe(jobs, last_slot=last_slot).view.jobs}
+    assert resized[first.job_id].last_throughput == 0.0

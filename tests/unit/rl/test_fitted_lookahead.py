@@ -148,6 +148,9 @@ def test_the_full_system_is_a_fitted_lookahead_with_the_network_as_a_candidate()
         isinstance(scheduler, FittedLookahead) and scheduler.name == "lookahead-fitted:optimus+speedup-hull+dl2-philly"
     )
     assert isinstance(scheduler.candidates[2], LearnedScheduler)
-    assert {type(c.placer).__name__ for c in scheduler.candidates} == {"HarmonyPlacer"}
+    # every candidate, the network included, places with Harmony sparing the servers the run shows slow
+    assert {type(c.placer).__name__ for c in scheduler.candidates} == {"SparingSlowNodes"}
+    assert {type(c.placer.placer).__name__ for c in scheduler.candidates} == {"HarmonyPlacer"}
+    assert scheduler.node_fit is not None and scheduler.node_fit.slow == frozenset()  # no slow servers in this truth
     assert all(job.jct_s is not None for job in result.jobs)
     assert sum(scheduler.tally.decided.values()) >= scheduler.contested
