@@ -11,10 +11,16 @@ Tiresias and Optimus handed the catalogue's speeds (placed by load-balance, whic
 the catalogue's profile); `gavel (catalogue)`, Gavel's heterogeneity-aware max-min fairness reading the
 catalogue's per-type throughputs (what a deployment knows on day one); `gavel (reading the truth)`, the same policy
 handed the truth's speed model (`dl2.truth.run.run_on`'s `oracle`): a ceiling for what gavel gains from knowing
-the per-type speeds, which no deployment has. Reported: mean average JCT over the seeds with a 95% confidence
-interval (Student t); each row against `gavel (catalogue)` on the same seed (the mean of the per-seed ratios, less
-1, with its 95% interval: the seeds' loads differ more than the rows do); and the share of the V100 worker-slots
-that went to the language models (wlm, seq2seq).
+the per-type speeds, which no deployment has. Then the same allocation policies placed alike, with
+`isolate-strict` (type-aware as every placer is: `dl2.schedulers.placement._Typed`): Optimus, and the search dl2
+ships (`lookahead:optimus+speedup-hull`, two slots then sparse x8) looking ahead in three worlds: the catalogue's;
+the one calibrated per (model, accelerator type) from the decision records of the cluster's previous week (the
+workload of seed + 500 on the same mixed cluster under the same truth, DRF deciding, as a shadow-mode controller
+records it; `dl2.workload.calibration`, as `benchmarks/accelerator_calibration.py` checks it); and the truth's own
+(speeds, interference and the jobs' true types), which no deployment has. Reported: mean average JCT over the
+seeds with a 95% confidence interval (Student t); each row against `gavel (catalogue)` on the same seed (the mean of
+the per-seed ratios, less 1, with its 95% interval: the seeds' loads differ more than the rows do); and the share
+of the V100 worker-slots that went to the language models (wlm, seq2seq).
 
     .venv/bin/python benchmarks/heterogeneous_generations.py [--jobs 300 --nodes 24 --seeds 9100,9101,9102]
 
@@ -34,17 +40,29 @@ from typing import Any
 from common import report
 
 from dl2.core import Allocation, ClusterView, Scheduler, Workload
-from dl2.schedulers.registry import make_scheduler
+from dl2.placement.samples import record_run
+from dl2.rl.lookahead import SPARSE_GROWTH, make_lookahead
+from dl2.schedulers.registry import PLACERS, make_scheduler
 from dl2.sim.config import SimConfig
 from dl2.sim.metrics import mean_ci95
+from dl2.sim.run import World, catalogue_speed, interference_model
 from dl2.truth import realise, truth_named
 from dl2.truth.run import run_on
 from dl2.twin.workloads import first_jobs, first_nodes
 from dl2.workload.accelerators import with_generations
+from dl2.workload.calibration import CalibratedSpeedModel, calibrate
+from dl2.workload.interference import InterferenceModel
 from dl2.workload.speed import SpeedModel
 from dl2.workload.synthetic import PRESETS, generate
 
-ROWS = ("drf", "tiresias", "optimus", "gavel (catalogue)", "gavel (reading the truth)")
+SEARCH_CATALOGUE = "search, catalogue, isolate-strict"
+SEARCH_CALIBRATED = "search, calibrated from the previous week, isolate-strict"
+SEARCH_TRUTH = "search reading the truth, isolate-strict"
+READS_THE_TRUTH = ("gavel (reading the truth)", SEARCH_TRUTH)
+ROWS = (
+    "drf", "tiresias", "optimus", "gavel (catalogue)", "gavel (reading the truth)", "optimus, isolate-strict",
+    SEARCH_CATALOGUE, SEARCH_CALIBRATED, SEARCH_TRUTH,
+)  # fmt: skip
 BASELINE = "gavel (catalogue)"
 LANGUAGE_MODELS = frozenset({"wlm", "seq2seq"})
 
@@ -76,9 +94,34 @@ def mixed_philly(seed: int, num_jobs: int, num_nodes: int) -> Workload:
     return replace(workload, cluster=with_generations(workload.cluster), name=f"{workload.name}+generations")
 
 
+def calibrated_from_previous_week(truth_name: str, seed: int, num_jobs: int, num_nodes: int) -> SpeedModel:
+    """The catalogue calibrated per (model, accelerator type) from the records of the cluster's previous week."""
+    previous = realise(truth_named(truth_name), mixed_philly(seed + 500, num_jobs, num_nodes))
+    config = previous.config(SimConfig.realistic(seed=seed + 500))
+    drf = make_scheduler("drf", catalogue_speed(), False)
+    records = record_run(previous.workload, drf, config, previous.speed, previous.interference)
+    return CalibratedSpeedModel(catalogue_speed(), calibrate(records, catalogue_speed(), InterferenceModel(), True))
+
+
+def scheduler_of(row: str, speed: SpeedModel, compat: bool, interference: InterferenceModel) -> Scheduler:
+    """The row's scheduler reading `speed` (a search looks ahead in `speed`'s world with `interference`)."""
+    if not row.startswith("search"):
+        placer = PLACERS["isolate-strict"]() if row.endswith("isolate-strict") else "load-balance"
+        return make_scheduler(row.split(" ")[0].rstrip(","), speed, compat, placer)
+    build = lambda name: make_scheduler(name, speed, False, PLACERS["isolate-strict"]())  # noqa: E731
+    world = World(speed, interference)
+    return make_lookahead(
+        "lookahead:optimus+speedup-hull", build, world, SimConfig.realistic(), 2, "sparse", SPARSE_GROWTH
+    )
+
+
 def run_cell(task: tuple[str, int, int, int, str]) -> tuple[str, int, dict[str, float]]:
     truth_name, seed, num_jobs, num_nodes, row = task
     cluster = realise(truth_named(truth_name), mixed_philly(seed, num_jobs, num_nodes))
+    calibrated = (
+        calibrated_from_previous_week(truth_name, seed, num_jobs, num_nodes) if row == SEARCH_CALIBRATED else None
+    )
+    interference = cluster.interference if row == SEARCH_TRUTH else interference_model()
     v100 = frozenset(
         node.node_id
         for node in cluster.workload.cluster.nodes
@@ -88,11 +131,11 @@ def run_cell(task: tuple[str, int, int, int, str]) -> tuple[str, int, dict[str, 
     wrappers: list[V100Share] = []
 
     def build(speed: SpeedModel, compat: bool) -> Scheduler:
-        wrappers.append(V100Share(make_scheduler(row.split(" ")[0], speed, compat), v100, models))
+        wrappers.append(V100Share(scheduler_of(row, calibrated or speed, compat, interference), v100, models))
         return wrappers[-1]
 
     started = time.perf_counter()
-    result = run_on(cluster, build, SimConfig.realistic(seed=seed), oracle=row == "gavel (reading the truth)")
+    result = run_on(cluster, build, SimConfig.realistic(seed=seed), oracle=row in READS_THE_TRUTH)
     jcts = [job.jct_s for job in result.jobs]
     share = wrappers[-1].language / max(wrappers[-1].slots, 1)
     cell = {"average_jct_h": sum(jcts) / len(jcts) / 3600, "v100_language_share": share, "seed": seed}

@@ -3,7 +3,9 @@ which order a job's workers should try the types.
 
 A real deployment knows each node's GPU model (Kubernetes' `nvidia.com/gpu.product` label) and, from its profile,
 how fast each job type runs on each model; it does not know a job's true speed. So the order reads the catalogue's
-profile of each type (`dl2.workload.accelerators.relative_speed`), never the truth.
+profile of each type (`dl2.workload.accelerators.relative_speed`), or, for a job the deciding scheduler's speed
+model knows per type (a calibration from the cluster's records: `place_sticky`'s `speed`), the profile times that
+model's speedups (`speeds_with`, `order_of`).
 
 A type here is a class of accelerators that the profile cannot tell apart (the same relative speed for every
 catalogue model: Alibaba's G2 and G3 and P100, or its V100M16 and V100M32): spreading a job over them costs nothing.
@@ -13,7 +15,7 @@ cluster whose GPU servers are all of one type is not mixed: every placer then ru
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
 from dl2.core import Accelerator, ClusterSpec
@@ -96,9 +98,21 @@ class AcceleratorTypes:
         equally fast for it, the one the catalogue's models gain least from on average; then type index."""
         order = self._orders.get(model)
         if order is None:
-            speeds, mean = self.speeds(model), self._mean_speeds()
-            order = self._orders[model] = tuple(sorted(range(len(self.types)), key=lambda t: (-speeds[t], mean[t], t)))
+            order = self._orders[model] = self.order_of(self.speeds(model))
         return order
+
+    def order_of(self, speeds: list[float]) -> tuple[int, ...]:
+        """`order` for a job whose per-type speeds are `speeds` (its own, where a speed model knows them)."""
+        mean = self._mean_speeds()
+        return tuple(sorted(range(len(self.types)), key=lambda t: (-speeds[t], mean[t], t)))
+
+    def speeds_with(self, model: str, speedups: Mapping[str, float]) -> list[float]:
+        """Per type, `model`'s profile speed there times its speedup over the profile (a speed model's per-type
+        knowledge of a job: `dl2.workload.accelerated_speed.PerAcceleratorSpeeds`; a type not named: 1)."""
+        return [
+            speed * speedups.get(members[0].name, 1.0) if members[0] is not None else speed
+            for speed, members in zip(self.speeds(model), self.types, strict=True)
+        ]
 
     def _mean_speeds(self) -> list[float]:
         """Per type, how much the catalogue's GPU models gain from it on average: where a job gains the same from

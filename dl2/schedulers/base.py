@@ -24,6 +24,10 @@ class HeuristicScheduler:
     """True for policies whose requests are bundles, each job asking until `below_caps` fails (DRF, FIFO,
     SRTF): when every job's bundles fit the cluster at once, the order does not matter and realistic mode
     skips the request stream (on a big cluster that is most slots once arrivals stop)."""
+    placement_speed: object | None = None
+    """The speed model placement reads a job's per-accelerator-type speeds from (`place_sticky`'s `speed`): set by
+    the policies that read speeds (Optimus, `speedup-hull`), so that one handed a calibration or a truth places on
+    the types those say, not the profile's; None (the type-agnostic ones): the profile's."""
 
     def __init__(self, compat: bool = False, placer: Placer | None = None) -> None:
         self.compat = compat
@@ -100,19 +104,19 @@ class HeuristicScheduler:
         if not self.compat and self.gives_bundles_to_caps:
             targets = self._targets_if_all_fit(view)
             if targets is not None:
-                allocation = place_sticky(view, targets, self.placer)
+                allocation = place_sticky(view, targets, self.placer, speed=self.placement_speed)
                 self._memo_key, self._memo = key, allocation
                 return allocation
         demands = self._role_demands(view)
         direct = None if self.compat else self.direct_counts(view, demands)
         counts: Counts = [[0, 0] for _ in view.jobs]
         if direct is not None:
-            allocation = place_sticky(view, [(w, p) for w, p in direct], self.placer)
+            allocation = place_sticky(view, [(w, p) for w, p in direct], self.placer, speed=self.placement_speed)
         elif self.compat:
             allocation = fill_first_failure(view, self.requests(view, counts), counts, demands)
         else:
             allocation = fill_with_placer(
-                view, self.requests(view, counts), counts, demands, self.placer, self._smallest
+                view, self.requests(view, counts), counts, demands, self.placer, self._smallest, self.placement_speed
             )
         self._memo_key, self._memo = key, allocation
         return allocation

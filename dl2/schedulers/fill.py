@@ -65,10 +65,12 @@ def fill_with_placer(
     demands: Sequence[RoleDemands],
     placer: Placer,
     smallest: tuple[float, float, float] = (0.0, 0.0, 0.0),
+    speed: object | None = None,
 ) -> Allocation:
     """`smallest`: per resource, a lower bound on any job's worker or PS demand. Once the free budget falls below
     it in some resource, no further request can be granted and the stream is cut short (a long queue of
-    waiting jobs would otherwise each be asked and refused)."""
+    waiting jobs would otherwise each be asked and refused). `speed`: what placement reads per-type speeds from
+    (`place_sticky`)."""
     total = view.cluster.total_capacity
     free_gpu, free_cpu, free_mem = total.as_tuple()
     jobs = view.jobs
@@ -94,4 +96,4 @@ def fill_with_placer(
         pass
     finally:
         stream.close()
-    return place_sticky(view, [(w, p) for w, p in counts], placer)
+    return place_sticky(view, [(w, p) for w, p in counts], placer, speed=speed)

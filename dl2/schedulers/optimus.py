@@ -78,6 +78,7 @@ class OptimusOracle(HeuristicScheduler):
     def __init__(self, speed: SpeedModel, compat: bool = False, placer: object | None = None) -> None:
         super().__init__(compat, placer)  # type: ignore[arg-type]
         self.speed = speed
+        self.placement_speed = speed
         self._known: dict[tuple[str, int, int], float] = {}
         """Throughputs asked before: the speed function is fixed, and at a thousand jobs the greedy loop asks it
         hundreds of thousands of times a slot for a few hundred distinct (model, PS, workers)."""

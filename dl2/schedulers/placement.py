@@ -21,6 +21,7 @@ import numpy as np
 from dl2.core import Allocation, Architecture, ClusterSpec, ClusterView, JobAllocation, JobSpec
 from dl2.schedulers.accelerator_types import NO_TYPE, AcceleratorTypes, LastCluster
 from dl2.schedulers.tenancy import Tenancy
+from dl2.workload.accelerated_speed import PerAcceleratorSpeeds
 
 Demand = tuple[float, float, float]
 NodeKey = Callable[["NodeState", int], float]
@@ -273,13 +274,16 @@ def place_sticky(
     targets: Sequence[tuple[int, int]],
     placer: Placer,
     worker_types: Sequence[int] | None = None,
+    speed: object | None = None,
 ) -> Allocation:
     """Allocation giving job `view.jobs[r]` up to `targets[r]` = (workers, PS), keeping existing tasks in place.
 
     On a cluster of several accelerator types, new workers go where `_Typed.place_workers` says, and the jobs
     that gain most from a fast type place theirs first. `worker_types[r]`, where given and not `NO_TYPE`, is the
     only type on which job r's new workers may go, all of them or none (a policy that chose the type: `gavel`;
-    it must not keep workers of that job on another type).
+    it must not keep workers of that job on another type). `speed`: the deciding scheduler's speed model; where it
+    knows a job's speeds per accelerator type otherwise than the profile (`PerAcceleratorSpeeds`: a calibration
+    from the cluster's records, or a truth), the job's type order and gain are its (else the profile's).
     """
     # per job that holds tasks or will (a long queue of waiting jobs costs nothing here): its allocation as it
     # stands when its target is what it holds (most jobs in most slots), else what it keeps and its targets
@@ -320,11 +324,23 @@ def place_sticky(
     typed = types is not None and (
         worker_types is not None or (types.is_mixed and getattr(placer, "reads_accelerators", True))
     )
+    own = speed if typed and isinstance(speed, PerAcceleratorSpeeds) else None
+    job_speeds: dict[int, list[float]] = {}
+    if own is not None and types is not None:
+        for rank, spec, _, growth in entries:
+            if growth is not None and spec.worker_demand.gpu > 0:
+                _, speedups = own.accelerator_speedups(spec)
+                if speedups:
+                    job_speeds[rank] = types.speeds_with(spec.model, speedups)
     order = entries
     if typed and types is not None and types.is_mixed and worker_types is None:
         # the jobs that gain most from their fastest type place first, so that the fast servers go to them (a
         # policy that chose the types orders its jobs itself)
-        order = sorted(entries, key=lambda entry: (-types.gain(entry[1].model), entry[0]))
+        def gain(entry: tuple[int, JobSpec, JobAllocation, _Growth | None]) -> float:
+            speeds = job_speeds.get(entry[0])
+            return types.gain(entry[1].model) if speeds is None else max(speeds) / min(speeds)
+
+        order = sorted(entries, key=lambda entry: (-gain(entry), entry[0]))
     placed: dict[int, JobAllocation] = {}
     for rank, spec, old, growth in order:
         if growth is None:
@@ -340,7 +356,7 @@ def place_sticky(
                 assert state is not None and types is not None
                 forced = worker_types[rank] if worker_types is not None else NO_TYPE
                 _Typed(state, placer, tenancy, rank, types, ps_nodes).place_workers(
-                    spec.model, demand, count, nodes, forced
+                    spec.model, demand, count, nodes, forced, job_speeds.get(rank)
                 )
                 continue
             while len(nodes) < count:
@@ -398,11 +414,14 @@ class _Typed:
         self.blind = False
         """Whether the placer chose a node of another type than `only_type` asked for (it reads no types)."""
 
-    def place_workers(self, model: str, demand: Demand, count: int, nodes: list[int], forced: int) -> None:
-        """Appends to `nodes` (the job's workers) up to `count`; `forced`: the only type allowed, or `NO_TYPE`."""
+    def place_workers(
+        self, model: str, demand: Demand, count: int, nodes: list[int], forced: int, speeds: list[float] | None = None
+    ) -> None:
+        """Appends to `nodes` (the job's workers) up to `count`; `forced`: the only type allowed, or `NO_TYPE`;
+        `speeds`: the job's own speed per type where the deciding scheduler knows it (None: `model`'s profile)."""
         type_of = self.state.type_of_node
         held = list(dict.fromkeys(type_of[node] for node in nodes))
-        order = self.types.order(model)
+        order = self.types.order(model) if speeds is None else self.types.order_of(speeds)
         if forced != NO_TYPE:
             self._all_on(forced, demand, count, nodes)
             return
@@ -411,7 +430,7 @@ class _Typed:
         for kind in trials:
             if self._all_on(kind, demand, count, nodes):
                 return
-        speeds = self.types.speeds(model)
+        speeds = self.types.speeds(model) if speeds is None else speeds
         for kind in (*held, *(kind for kind in order if kind not in held)):
             if nodes and kind not in held:
                 slowest = min(speeds[type_of[node]] for node in nodes)

@@ -76,6 +76,7 @@ class SpeedupHull(HeuristicScheduler):
             raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
         super().__init__(compat, placer)
         self.speed = speed
+        self.placement_speed = speed
         self.size_exponent = size_exponent
         self.order = order
         if order == "marginal":

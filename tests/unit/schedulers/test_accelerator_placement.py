@@ -140,3 +140,23 @@ def test_on_a_mixed_cluster_jobs_spread_over_types_far_less_than_placed_blind(pl
     # some spread remains (measured at seed 3: 3-30% of allocations against 16-84% placed blind to types)
     aware, blind = spread(False), spread(True)
     assert aware < blind / 2
+
+
+class KnowsBetter:
+    """A speed model that knows resnet-50 runs 10 times as fast on a K80 as the profile says (a calibration or a
+    truth would say so through `PerAcceleratorSpeeds`)."""
+
+    def accelerator_speedups(self, spec: JobSpec) -> tuple[str, dict[str, float]]:
+        return (spec.model, {"K80": 10.0}) if spec.model == "resnet-50" else (spec.model, {})
+
+
+def test_placement_reads_the_deciding_schedulers_per_type_speeds_where_it_knows_them() -> None:
+    cluster = cluster_of(V100, K80)
+    jobs = [job("r", "resnet-50"), job("w", "wlm")]
+    view = ClusterView(0.0, 0, 60.0, cluster, tuple(jobs), Allocation())
+    profile = place_sticky(view, [(1, 1), (1, 1)], PLACERS["load-balance"]())
+    assert types_of(cluster, profile, "r") == ["V100"]  # the profile: a V100 is faster for every model
+    knows = place_sticky(view, [(1, 1), (1, 1)], PLACERS["load-balance"](), speed=KnowsBetter())
+    assert types_of(cluster, knows, "r") == ["K80"] and types_of(cluster, knows, "w") == ["V100"]
+    # a speed model without per-type knowledge (the catalogue's) places as the profile says
+    assert place_sticky(view, [(1, 1), (1, 1)], PLACERS["load-balance"](), speed=object()) == profile
