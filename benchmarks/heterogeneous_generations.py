@@ -13,10 +13,11 @@ catalogue's per-type throughputs (what a deployment knows on day one); `gavel (r
 handed the truth's speed model (`dl2.truth.run.run_on`'s `oracle`): a ceiling for what gavel gains from knowing
 the per-type speeds, which no deployment has. Then the same allocation policies placed alike, with
 `isolate-strict` (type-aware as every placer is: `dl2.schedulers.placement._Typed`): Optimus, and the search dl2
-ships (`lookahead:optimus+speedup-hull`, two slots then sparse x8) looking ahead in three worlds: the catalogue's;
+ships (`lookahead:optimus+speedup-hull`, two slots then sparse x8) looking ahead in four worlds: the catalogue's;
 the one calibrated per (model, accelerator type) from the decision records of the cluster's previous week (the
 workload of seed + 500 on the same mixed cluster under the same truth, DRF deciding, as a shadow-mode controller
-records it; `dl2.workload.calibration`, as `benchmarks/accelerator_calibration.py` checks it); and the truth's own
+records it; `dl2.workload.calibration`, as `benchmarks/accelerator_calibration.py` checks it), also corrected per
+job and per server as the jobs progress (`lookahead-fitted:`, `dl2.rl.fitted_lookahead`); and the truth's own
 (speeds, interference and the jobs' true types), which no deployment has. Reported: mean average JCT over the
 seeds with a 95% confidence interval (Student t); each row against `gavel (catalogue)` on the same seed (the mean of
 the per-seed ratios, less 1, with its 95% interval: the seeds' loads differ more than the rows do); and the share
@@ -41,6 +42,7 @@ from common import report
 
 from dl2.core import Allocation, ClusterView, Scheduler, Workload
 from dl2.placement.samples import record_run
+from dl2.rl.fitted_lookahead import make_fitted_lookahead
 from dl2.rl.lookahead import SPARSE_GROWTH, make_lookahead
 from dl2.schedulers.registry import PLACERS, make_scheduler
 from dl2.sim.config import SimConfig
@@ -57,11 +59,12 @@ from dl2.workload.synthetic import PRESETS, generate
 
 SEARCH_CATALOGUE = "search, catalogue, isolate-strict"
 SEARCH_CALIBRATED = "search, calibrated from the previous week, isolate-strict"
+SEARCH_FITTED = "search, calibrated and fitted per job and server, isolate-strict"
 SEARCH_TRUTH = "search reading the truth, isolate-strict"
 READS_THE_TRUTH = ("gavel (reading the truth)", SEARCH_TRUTH)
 ROWS = (
     "drf", "tiresias", "optimus", "gavel (catalogue)", "gavel (reading the truth)", "optimus, isolate-strict",
-    SEARCH_CATALOGUE, SEARCH_CALIBRATED, SEARCH_TRUTH,
+    SEARCH_CATALOGUE, SEARCH_CALIBRATED, SEARCH_FITTED, SEARCH_TRUTH,
 )  # fmt: skip
 BASELINE = "gavel (catalogue)"
 LANGUAGE_MODELS = frozenset({"wlm", "seq2seq"})
@@ -108,8 +111,13 @@ def scheduler_of(row: str, speed: SpeedModel, compat: bool, interference: Interf
     if not row.startswith("search"):
         placer = PLACERS["isolate-strict"]() if row.endswith("isolate-strict") else "load-balance"
         return make_scheduler(row.split(" ")[0].rstrip(","), speed, compat, placer)
-    build = lambda name: make_scheduler(name, speed, False, PLACERS["isolate-strict"]())  # noqa: E731
     world = World(speed, interference)
+    if row == SEARCH_FITTED:
+        return make_fitted_lookahead(
+            "lookahead-fitted:optimus+speedup-hull", world, SimConfig.realistic(), "isolate-strict", 2, "sparse",
+            SPARSE_GROWTH,
+        )  # fmt: skip
+    build = lambda name: make_scheduler(name, speed, False, PLACERS["isolate-strict"]())  # noqa: E731
     return make_lookahead(
         "lookahead:optimus+speedup-hull", build, world, SimConfig.realistic(), 2, "sparse", SPARSE_GROWTH
     )
@@ -119,7 +127,9 @@ def run_cell(task: tuple[str, int, int, int, str]) -> tuple[str, int, dict[str, 
     truth_name, seed, num_jobs, num_nodes, row = task
     cluster = realise(truth_named(truth_name), mixed_philly(seed, num_jobs, num_nodes))
     calibrated = (
-        calibrated_from_previous_week(truth_name, seed, num_jobs, num_nodes) if row == SEARCH_CALIBRATED else None
+        calibrated_from_previous_week(truth_name, seed, num_jobs, num_nodes)
+        if row in (SEARCH_CALIBRATED, SEARCH_FITTED)
+        else None
     )
     interference = cluster.interference if row == SEARCH_TRUTH else interference_model()
     v100 = frozenset(

@@ -28,10 +28,11 @@ A job that never ran past its knee is never corrected: the fit learns a job only
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from typing import Protocol, runtime_checkable
 
-from dl2.core import ClusterView, JobAllocation, JobSpec
+from dl2.core import ClusterSpec, ClusterView, JobAllocation, JobSpec
+from dl2.workload.accelerated_speed import PerAcceleratorSpeeds, on_accelerators
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.speed import SpeedModel
 
@@ -68,6 +69,11 @@ class JobFittedSpeedModel:
         self._base_per_job = base if isinstance(base, JobSpeedModel) else None
         """`base` where it knows jobs too (checked once: a protocol check costs microseconds, and Optimus's greedy
         loop asks a speed hundreds of thousands of times a slot)."""
+        self._base_per_type = base if isinstance(base, PerAcceleratorSpeeds) else None
+        """`base` where it knows jobs per accelerator type (a calibration from records), which this model passes on."""
+        self._placed: tuple[ClusterSpec, SpeedModel] | None = None
+        """The last cluster observed and `base` on its accelerators (`on_accelerators`: `base` itself on a cluster
+        of one type), what a job's observed speed is compared with."""
         self.reset()
 
     def reset(self) -> None:
@@ -93,6 +99,7 @@ class JobFittedSpeedModel:
                 holders.setdefault(node, set()).add(job_id)
         used = 0
         self.last_ratios = []
+        world = self._on(view.cluster)
         for job in view.jobs:
             allocation = job.allocation
             if job.last_throughput <= 0 or not allocation.worker_nodes:
@@ -101,7 +108,7 @@ class JobFittedSpeedModel:
             slowdown = self._slowdown(job.spec, neighbours - {job.spec.job_id}, specs)
             if slowdown == 0:
                 continue
-            predicted = self.base.placed_throughput(job.spec, allocation) / slowdown
+            predicted = world.placed_throughput(job.spec, allocation) / slowdown
             if predicted <= 0:
                 continue
             ratio = job.last_throughput / predicted
@@ -131,6 +138,20 @@ class JobFittedSpeedModel:
             self.corrections[job_id] = corrections
         else:
             self.corrections.pop(job_id, None)
+
+    def _on(self, cluster: ClusterSpec) -> SpeedModel:
+        """`base` on `cluster`'s accelerators: on a cluster of several types a job's speed depends on the types it
+        ran on, which is no departure of the job's own (nor of a server's)."""
+        if self._placed is None or self._placed[0] is not cluster:
+            self._placed = (cluster, on_accelerators(self.base, cluster))
+        return self._placed[1]
+
+    def accelerator_speedups(self, spec: JobSpec) -> tuple[str, Mapping[str, float]]:
+        """`base`'s per-type speedups of the job (`PerAcceleratorSpeeds`; none where it has none), so that on a
+        cluster of several types the corrected world keeps what the records calibrated per type."""
+        if self._base_per_type is None:
+            return spec.model, {}
+        return self._base_per_type.accelerator_speedups(spec)
 
     def correction(self, job_id: str, num_workers: int) -> float:
         """The factor on the world's throughput of this job at this many workers (module docstring)."""

@@ -110,3 +110,21 @@ def test_reset_forgets_every_job():
     fit.observe(view(job("a", TWO, 0.5)))
     fit.reset()
     assert fit.corrections == {} and fit.observed == {} and fit.correction("a", 2) == 1.0
+
+
+def test_on_a_mixed_cluster_a_job_on_a_slow_type_running_as_its_profile_says_is_not_corrected():
+    """A job's observed speed is compared with the world's on the types it ran on: a K80 is no departure."""
+    from dl2.workload.accelerated_speed import on_accelerators
+    from dl2.workload.accelerators import ACCELERATOR_TYPES
+
+    k80 = ACCELERATOR_TYPES["K80"].accelerator
+    nodes = tuple(NodeSpec(i, Resources(gpu=8, cpu=64, mem_gb=512), "gpu", k80 if i else None) for i in range(2))
+    mixed = ClusterSpec(nodes)
+    on_k80 = JobAllocation((1,), (1,))
+    observed = on_accelerators(BASE, mixed).placed_throughput(spec("k"), on_k80)
+    assert observed < 0.6 * BASE.placed_throughput(spec("k"), on_k80)  # a K80 is far slower than the reference
+    fit = JobFittedSpeedModel(BASE)
+    view = ClusterView(600.0, 1, 600.0, mixed, (JobView(spec("k"), 1.0, 100.0, on_k80, observed, 600.0, 0),),
+                       Allocation({"k": on_k80}))  # fmt: skip
+    assert fit.observe(view) == 1 and fit.correction("k", 1) == 1.0 and fit.job_key(spec("k")) is None
+    assert fit.accelerator_speedups(spec("k")) == ("vgg-16", {})  # the catalogue's world names no speedups
