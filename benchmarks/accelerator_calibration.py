@@ -26,27 +26,24 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 from collections import defaultdict
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from common import environment, print_table, write_json
+from truth_scenarios import mixed_philly
 
-from dl2.core import ClusterSpec, JobAllocation, JobSpec, Workload
+from dl2.core import ClusterSpec, JobAllocation, JobSpec
 from dl2.placement.samples import record_run
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import SimConfig
 from dl2.sim.run import catalogue_speed
 from dl2.truth import realise, truth_named
-from dl2.twin.workloads import first_jobs, first_nodes
 from dl2.workload.accelerated_speed import on_accelerators
-from dl2.workload.accelerators import with_generations
 from dl2.workload.calibration import CalibratedSpeedModel, calibrate, steady_measurements, worker_accelerator
 from dl2.workload.catalogue import CATALOGUE
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.speed import SpeedModel
 from dl2.workload.speed_fit import ShiftedSpeedModel
-from dl2.workload.synthetic import PRESETS, generate
 
 BAR = 0.10
 """Issue 52 §5: the median relative error of the per-(model, accelerator) speed over the pairs with enough records."""
@@ -62,13 +59,6 @@ ERRORS = {
     "speed_error": "speed error",
     "catalogue_speed_error": "the catalogue's",
 }
-
-
-def mixed_philly(seed: int, num_jobs: int, num_nodes: int) -> Workload:
-    """`synthetic-philly`'s first jobs on its first servers, made three generations."""
-    workload = generate(replace(PRESETS["synthetic-philly"], num_jobs=max(num_jobs, 1)), seed, "synthetic-philly")
-    workload = first_nodes(first_jobs(workload, num_jobs), num_nodes)
-    return replace(workload, cluster=with_generations(workload.cluster), name=f"{workload.name}+generations")
 
 
 def computation_factor(speed: ShiftedSpeedModel, spec: JobSpec, accelerator: str) -> float:

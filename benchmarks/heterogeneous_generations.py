@@ -35,27 +35,22 @@ import argparse
 import multiprocessing
 import time
 from collections import Counter
-from dataclasses import replace
 from typing import Any
 
 from common import report
+from truth_scenarios import calibrated_speed, mixed_philly
 
-from dl2.core import Allocation, ClusterView, Scheduler, Workload
-from dl2.placement.samples import record_run
+from dl2.core import Allocation, ClusterView, Scheduler
 from dl2.rl.fitted_lookahead import make_fitted_lookahead
 from dl2.rl.lookahead import SPARSE_GROWTH, make_lookahead
 from dl2.schedulers.registry import PLACERS, make_scheduler
 from dl2.sim.config import SimConfig
 from dl2.sim.metrics import mean_ci95
-from dl2.sim.run import World, catalogue_speed, interference_model
+from dl2.sim.run import World, interference_model
 from dl2.truth import realise, truth_named
 from dl2.truth.run import run_on
-from dl2.twin.workloads import first_jobs, first_nodes
-from dl2.workload.accelerators import with_generations
-from dl2.workload.calibration import CalibratedSpeedModel, calibrate
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.speed import SpeedModel
-from dl2.workload.synthetic import PRESETS, generate
 
 SEARCH_CATALOGUE = "search, catalogue, isolate-strict"
 SEARCH_CALIBRATED = "search, calibrated from the previous week, isolate-strict"
@@ -91,21 +86,6 @@ class V100Share:
         return allocation
 
 
-def mixed_philly(seed: int, num_jobs: int, num_nodes: int) -> Workload:
-    workload = generate(replace(PRESETS["synthetic-philly"], num_jobs=max(num_jobs, 1)), seed, "synthetic-philly")
-    workload = first_nodes(first_jobs(workload, num_jobs), num_nodes)
-    return replace(workload, cluster=with_generations(workload.cluster), name=f"{workload.name}+generations")
-
-
-def calibrated_from_previous_week(truth_name: str, seed: int, num_jobs: int, num_nodes: int) -> SpeedModel:
-    """The catalogue calibrated per (model, accelerator type) from the records of the cluster's previous week."""
-    previous = realise(truth_named(truth_name), mixed_philly(seed + 500, num_jobs, num_nodes))
-    config = previous.config(SimConfig.realistic(seed=seed + 500))
-    drf = make_scheduler("drf", catalogue_speed(), False)
-    records = record_run(previous.workload, drf, config, previous.speed, previous.interference)
-    return CalibratedSpeedModel(catalogue_speed(), calibrate(records, catalogue_speed(), InterferenceModel(), True))
-
-
 def scheduler_of(row: str, speed: SpeedModel, compat: bool, interference: InterferenceModel) -> Scheduler:
     """The row's scheduler reading `speed` (a search looks ahead in `speed`'s world with `interference`)."""
     if not row.startswith("search"):
@@ -127,7 +107,7 @@ def run_cell(task: tuple[str, int, int, int, str]) -> tuple[str, int, dict[str, 
     truth_name, seed, num_jobs, num_nodes, row = task
     cluster = realise(truth_named(truth_name), mixed_philly(seed, num_jobs, num_nodes))
     calibrated = (
-        calibrated_from_previous_week(truth_name, seed, num_jobs, num_nodes)
+        calibrated_speed(truth_name, seed, num_jobs, num_nodes, mixed_philly)
         if row in (SEARCH_CALIBRATED, SEARCH_FITTED)
         else None
     )

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+from collections.abc import Callable
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -46,6 +47,7 @@ from dl2.sim.run import catalogue_speed
 from dl2.truth import SCENARIOS, realise, truth_named
 from dl2.truth.run import run_on
 from dl2.twin.workloads import first_jobs, first_nodes
+from dl2.workload.accelerators import with_generations
 from dl2.workload.calibration import CalibratedSpeedModel, calibrate
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.synthetic import PRESETS, generate
@@ -66,19 +68,34 @@ def philly_like(seed: int, num_jobs: int, num_nodes: int) -> Workload:
     return first_nodes(first_jobs(workload, num_jobs), num_nodes)
 
 
-def previous_week(truth_name: str, seed: int, num_jobs: int, num_nodes: int) -> tuple[Workload, list[DecisionRecord]]:
+def mixed_philly(seed: int, num_jobs: int, num_nodes: int) -> Workload:
+    """`philly_like`, its servers made three generations (K80, P100, V100: `with_generations`)."""
+    workload = philly_like(seed, num_jobs, num_nodes)
+    return replace(workload, cluster=with_generations(workload.cluster), name=f"{workload.name}+generations")
+
+
+WorkloadOf = Callable[[int, int, int], Workload]
+"""(seed, jobs, servers) -> a workload: `philly_like` or `mixed_philly`."""
+
+
+def previous_week(
+    truth_name: str, seed: int, num_jobs: int, num_nodes: int, workload_of: WorkloadOf = philly_like
+) -> tuple[Workload, list[DecisionRecord]]:
     """The cluster's previous week (the workload of seed + 500 under the same truth) as it was submitted, and its
     decision records with DRF deciding, as a shadow-mode controller records them."""
-    previous = realise(truth_named(truth_name), philly_like(seed + 500, num_jobs, num_nodes))
+    previous = realise(truth_named(truth_name), workload_of(seed + 500, num_jobs, num_nodes))
     config = previous.config(SimConfig.realistic(seed=seed + 500))
     drf = make_scheduler("drf", catalogue_speed(), False)
     return previous.workload, record_run(previous.workload, drf, config, previous.speed, previous.interference)
 
 
 @cache
-def calibrated_speed(truth_name: str, seed: int, num_jobs: int, num_nodes: int) -> CalibratedSpeedModel:
-    """The speeds calibrated from the records of the cluster's previous week."""
-    _, records = previous_week(truth_name, seed, num_jobs, num_nodes)
+def calibrated_speed(
+    truth_name: str, seed: int, num_jobs: int, num_nodes: int, workload_of: WorkloadOf = philly_like
+) -> CalibratedSpeedModel:
+    """The speeds calibrated (per type, and per accelerator type on a mixed cluster) from the records of the
+    cluster's previous week."""
+    _, records = previous_week(truth_name, seed, num_jobs, num_nodes, workload_of)
     return CalibratedSpeedModel(catalogue_speed(), calibrate(records, catalogue_speed(), InterferenceModel(), True))
 
 

@@ -445,10 +445,12 @@ def test_an_informer_survives_dropped_streams_and_expired_versions(kube, policie
 
 
 def events_about(kube, name, namespace=None):
-    """(type, reason, note) of the events about an object, in the order they were made."""
+    """(type, reason, note) of the events about an object, in the order they were made (an event a core/v1 client
+    made, such as the node controller's about a node, has no eventTime: its first timestamp orders it)."""
     rest = kube.rest()
     found = [e for e in rest.list(EVENTS, namespace) if e["regarding"]["name"] == name]
-    return [(e["type"], e["reason"], e["note"]) for e in sorted(found, key=lambda e: e["eventTime"])]
+    made = lambda e: e.get("eventTime") or e.get("deprecatedFirstTimestamp") or ""  # noqa: E731
+    return [(e["type"], e["reason"], e["note"]) for e in sorted(found, key=made)]
 
 
 def test_a_model_that_fails_to_load_or_raises_falls_back_with_conditions_and_events(setup, policies, tmp_path):
