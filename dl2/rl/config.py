@@ -61,8 +61,10 @@ class WarmUpConfig:
 
     teacher: str = "optimus"
     """A heuristic scheduler of the mode (drf, fifo, srtf, optimus, optimus-fitted, tiresias, srpt-knee-fill,
-    speedup-hull-marginal, ...), `rollout:<heuristic>` (rollout policy improvement over its variants), or
-    `rollout:<heuristic>+<another>...` (over those heuristics; `dl2.rl.rollout_teacher`)."""
+    speedup-hull-marginal, ...), `rollout:<heuristic>` (rollout policy improvement over its variants),
+    `rollout:<heuristic>+<another>...` (over those heuristics; `dl2.rl.rollout_teacher`), or, in realistic mode,
+    a search over candidates, `lookahead:A+B...` or `lookahead-fitted:A+B...` (`dl2.rl.lookahead`; a model folder
+    among them makes the warm-up expert iteration: the network learns the decisions of the search it is part of)."""
     source: str = "authors-small"
     """Workload source of the demonstrations (`dl2.workload.source`)."""
     mode: Literal["compat", "realistic"] = "compat"
@@ -93,7 +95,10 @@ class WarmUpConfig:
     on it)."""
 
     def __post_init__(self) -> None:
-        check_scheduler("teacher", self.teacher, self.mode, rollout=True)
+        if is_search_teacher(self.teacher):
+            check_search_teacher(self.teacher, self.mode, self.placer)
+        else:
+            check_scheduler("teacher", self.teacher, self.mode, rollout=True)
         check_source("source", self.source)
         check_placer("placer", self.placer)
         if self.observation.packed and self.mode != "compat":
@@ -229,6 +234,28 @@ class RLConfig:
     def validation(self) -> str:
         """The validation workloads' source."""
         return self.validation_source or self.train_source
+
+
+SEARCH_TEACHERS = ("lookahead:", "lookahead-fitted:")
+"""Prefixes of a teacher that searches over candidates (`dl2.resolve`)."""
+
+
+def is_search_teacher(teacher: str) -> bool:
+    return teacher.startswith(SEARCH_TEACHERS)
+
+
+def check_search_teacher(teacher: str, mode: str, placer: str) -> None:
+    """Refuse (ConfigError naming `teacher`) a search that cannot be built: compat mode (a search simulates the
+    cluster's interference), an unknown candidate, a broken model folder."""
+    from dl2.resolve import UnknownPolicy, scheduler_builder
+    from dl2.sim.config import Mode
+
+    if mode != "realistic":
+        raise refuse("teacher", teacher, "a search teacher plays realistic mode")
+    try:
+        scheduler_builder(teacher, placer, Mode.REALISTIC)
+    except UnknownPolicy as error:
+        raise refuse("teacher", teacher, str(error)) from None
 
 
 def check_source(key: str, source: str) -> None:

@@ -24,7 +24,7 @@ from dl2.env.observation import ObservationConfig
 from dl2.io import to_json
 from dl2.paths import git_commit
 from dl2.rl.actor_critic import ActorCritic, IterationStats, TrainingState
-from dl2.rl.config import NetworkConfig, RLConfig, WarmUpConfig
+from dl2.rl.config import NetworkConfig, RLConfig, WarmUpConfig, is_search_teacher
 from dl2.rl.demonstrations import Demonstrations, SlotTeacher, record, record_on_policy
 from dl2.rl.inference import NumpyPolicy
 from dl2.rl.model_io import PolicyConfig, load_config, load_state, model_card, save_model
@@ -54,6 +54,10 @@ def make_teacher(config: WarmUpConfig, world: World | None = None) -> Scheduler 
     if is_rollout_teacher(config.teacher):
         placer = None if compat else PLACERS[config.placer]()
         return make_rollout_teacher(config.teacher, speed, compat, config.observation.window, placer)
+    if is_search_teacher(config.teacher):
+        from dl2.resolve import scheduler_builder
+
+        return scheduler_builder(config.teacher, config.placer, mode)(speed, compat)
     return make_scheduler(config.teacher, speed, compat, config.placer)
 
 

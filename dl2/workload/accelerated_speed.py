@@ -15,7 +15,9 @@ step instead would let a faster GPU speed up a network-bound job as much as a co
 Exactly today's speeds where nothing differs: a job whose slowest worker's type has relative speed 1.0 (every node
 the reference accelerator, or a type read as P100 with scale 1) gets the wrapped model's own number, computed by
 the wrapped model; no factor of 1.0 is multiplied in. A speed model other than the parametric one (which has no
-computation term to scale) has its whole throughput scaled instead.
+computation term to scale) has its whole throughput scaled instead, except a per-job correction of another model
+(`CorrectedPerJob`: a world fitted from each job's progress), whose model is scaled as it would be alone and the
+correction applied on top.
 
 A wrapped model that knows per-(job type, accelerator type) speeds of its own (`PerAcceleratorSpeeds`: a truth,
 `dl2.truth.speed.TrueSpeedModel`) has them applied on top: a job's computation on a type runs its speedup times
@@ -63,6 +65,19 @@ class PerNodeSpeeds(Protocol):
 
 
 @runtime_checkable
+class CorrectedPerJob(Protocol):
+    """A speed model that is another (`base`) with each job's throughput multiplied by a correction learned from its
+    progress (`dl2.workload.job_fit.JobFittedSpeedModel`); `AcceleratedSpeedModel` scales `base` per type, as it
+    would alone, and applies the correction on top."""
+
+    base: SpeedModel
+
+    def correction(self, job_id: str, num_workers: int) -> float:
+        """The factor on `base`'s throughput of this job at this many workers."""
+        ...
+
+
+@runtime_checkable
 class HeldComputation(Protocol):
     """A speed model with jobs whose computation stops splitting past some worker count (a truth's scaling knee,
     `dl2.truth.model.ScalingKnee`); `AcceleratedSpeedModel` keeps that on every accelerator type."""
@@ -78,6 +93,11 @@ class AcceleratedSpeedModel:
 
     def __init__(self, base: SpeedModel, cluster: ClusterSpec) -> None:
         self.base = base
+        self._corrected: tuple[CorrectedPerJob, AcceleratedSpeedModel] | None = None
+        if isinstance(base, CorrectedPerJob):
+            self._corrected = (base, AcceleratedSpeedModel(base.base, cluster))
+        """A per-job correction and its `base` on this cluster: the correction is applied to that model's speeds, so
+        a parametric `base` keeps its computation-only scaling per type (the module docstring)."""
         self._own = base if isinstance(base, PerAcceleratorSpeeds) else None
         """The wrapped model, where it has per-type speeds of its own."""
         self._own_factor: dict[tuple[str, str], tuple[float, ...]] = {}
@@ -138,6 +158,10 @@ class AcceleratedSpeedModel:
         workers = allocation.worker_nodes
         if not workers:
             return 0.0
+        if self._corrected is not None:
+            corrected, accelerated = self._corrected
+            value = accelerated.placed_throughput(spec, allocation)
+            return value * corrected.correction(spec.job_id, allocation.num_workers) if value > 0 else value
         base = self.base
         if isinstance(base, ShiftedSpeedModel):
             model, factors = base.job_factors(spec)  # a job runs at its true type's pace

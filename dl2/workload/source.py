@@ -2,7 +2,10 @@
 
 A source is a string: `authors-small` / `authors-default` (the authors' generator, `dl2.workload.authors`;
 `authors-small:poisson` for Poisson arrivals, `authors-small:without=seq2seq+dssm` to leave job types out),
-`synthetic-<preset>` optionally with `@<jobs>` to scale the preset (`synthetic-philly@900`), `records:<folder>`
+`synthetic-<preset>` optionally with `@<jobs>` to scale the preset (`synthetic-philly@900`) or with
+`:first=<jobs>[:servers=<n>][:density=<d>]` for the first jobs the full-size preset draws, at its own arrival rate, on
+its first n servers, arrivals d times as dense (`synthetic-philly:first=150:servers=12`: a contended slice of the
+cluster, the regime the ablation benchmarks play), `records:<folder>`
 (a cluster's own jobs from the decision log in the folder, bootstrapped per seed: `dl2.workload.observed`), or any
 name or file that `dl2.workload.registry.load_workloads` accepts (fixed workloads; the seed is ignored). Seeds select
 workloads: training, validation and test seeds must not overlap (the authors' reference workloads are test
@@ -11,10 +14,11 @@ data only).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
-from dl2.core import InputError, Workload
+from dl2.core import ClusterSpec, InputError, Workload
 from dl2.core.limits import MAX_JOBS, MAX_NODES
 from dl2.core.log_format import CLUSTER_FILE, read_cluster_log
 from dl2.workload.authors import SETTINGS, generate_authors_workload
@@ -50,6 +54,8 @@ def source_problem(source: str) -> str | None:
         if not folder.is_dir():
             return "expected records:<the folder of a decision log>"
         return None if (folder / CLUSTER_FILE).is_file() else f"no {CLUSTER_FILE} beside the decision log"
+    if source.partition(":")[0] in PRESETS:
+        return _slice_problem(source)
     name, at, size = source.partition("@")
     if name in PRESETS:
         if not at:
@@ -65,7 +71,7 @@ def source_problem(source: str) -> str | None:
         return "is a folder; expected a workload source, name or file"
     if looks_like_path(source):
         return "file not found"
-    presets = ", ".join(f"{preset}[@jobs]" for preset in PRESETS)
+    presets = ", ".join(f"{preset}[@jobs|{SLICE_OPTIONS}]" for preset in PRESETS)
     settings = "|".join(SETTINGS)
     return f"unknown workload source; known: authors-<{settings}>[:poisson][:without=<types>], {presets}, " + (
         f"records:<folder>, {', '.join(WORKLOAD_NAMES)}, or a file"
@@ -96,12 +102,60 @@ def workload(source: str, seed: int) -> Workload:
             raise InputError(source, str(error)) from None
     if source.startswith(RECORDS):
         return resampled_workload(_observed(source.removeprefix(RECORDS)), seed)
+    if source.partition(":")[0] in PRESETS:
+        return _slice(source, seed)
     name, _, size = source.partition("@")
     if name in PRESETS:
         spec = scaled(PRESETS[name], int(size)) if size else PRESETS[name]
         return generate(spec, seed, f"{source}/{seed}")
     fixed = _fixed(source)
     return fixed[seed % len(fixed)]
+
+
+SLICE_OPTIONS = ":first=<jobs>[:servers=<n>][:density=<d>]"
+"""The options of a slice of a preset (`_slice`)."""
+
+
+def _slice_options(source: str) -> tuple[str, dict[str, str]]:
+    name, *options = source.split(":")
+    return name, dict(option.partition("=")[::2] for option in options)
+
+
+def _slice_problem(source: str) -> str | None:
+    """Why `synthetic-<preset>:first=...` names nothing (None if it names a slice)."""
+    _, options = _slice_options(source)
+    unknown = sorted(set(options) - {"first", "servers", "density"})
+    if unknown:
+        return f"unknown option {unknown[0]!r} of a preset's slice; expected {SLICE_OPTIONS}"
+    if "first" not in options:
+        return f"a preset's slice names its jobs: {SLICE_OPTIONS}"
+    for key, limit in (("first", MAX_JOBS), ("servers", MAX_NODES)):
+        value = options.get(key, "1")
+        if not (value.isdigit() and 1 <= int(value) <= limit):
+            return f"{key}= must be a whole number from 1 to {limit:,}, got {value!r}"
+    try:
+        density = float(options.get("density", "1"))
+    except ValueError:
+        density = 0.0
+    if not 0.1 <= density <= 10:
+        return f"density= must be a number from 0.1 to 10, got {options['density']!r}"
+    return None
+
+
+def _slice(source: str, seed: int) -> Workload:
+    """The first jobs the full-size preset draws for `seed` (its arrival rate kept: a contended slice), on its
+    first servers, their arrivals `density` times as dense."""
+    name, options = _slice_options(source)
+    drawn = generate(replace(PRESETS[name], num_jobs=int(options["first"])), seed, f"{source}/{seed}")
+    servers = int(options.get("servers", drawn.cluster.num_nodes))
+    if servers < drawn.cluster.num_nodes:
+        cluster = ClusterSpec(drawn.cluster.nodes[:servers], f"{drawn.cluster.name}-{servers}")
+        drawn = replace(drawn, cluster=cluster)
+    density = float(options.get("density", "1"))
+    if density == 1:
+        return drawn
+    jobs = tuple(replace(job, spec=replace(job.spec, arrival_s=job.spec.arrival_s / density)) for job in drawn.jobs)
+    return replace(drawn, jobs=jobs)
 
 
 @cache
@@ -120,7 +174,7 @@ def _observed(folder: str) -> Workload:
 
 def is_generated(source: str) -> bool:
     """A source whose seed draws a new workload (else a fixed set the seed only cycles through)."""
-    return source.startswith(("authors-", RECORDS)) or source.partition("@")[0] in PRESETS
+    return source.startswith(("authors-", RECORDS)) or source.partition("@")[0].partition(":")[0] in PRESETS
 
 
 def workloads_of(source: str, seed: int) -> tuple[Workload, ...]:

@@ -510,6 +510,29 @@ def test_a_rollout_teacher_over_two_heuristics_is_never_worse_than_its_base() ->
     assert teacher.rollouts > 0 and teacher.chosen.get(1, 0) > 0
 
 
+def test_a_search_teacher_is_replayed_exactly_and_checked_when_configured() -> None:
+    """Expert iteration's teacher: `lookahead:optimus+speedup-hull` recorded on a contended slice (30 jobs on 3
+    servers) replays, action by action through the policy's `SlotDecision`, to the very run the search makes alone
+    (so the student learns the search's decisions, not an approximation); every label is one its mask allows. A
+    search in compat mode or over an unknown candidate is refused by the configuration, naming the teacher."""
+    source = "synthetic-philly:first=30:servers=3"
+    config = training.WarmUpConfig(
+        teacher="lookahead:optimus+speedup-hull", mode="realistic", source=source, placer="isolate-strict",
+        observation=ObservationConfig(window=30),
+    )  # fmt: skip
+    world = World.catalogue(Mode.REALISTIC)
+    sim = SimConfig.realistic(seed=1)
+    data, replayed_jct = record(workload(source, 1), training.make_teacher(config), sim, config.observation,
+                                StrictIsolatePlacer())  # fmt: skip
+    alone = simulate(workload(source, 1), training.make_teacher(config), sim, world.speed, world.interference)
+    assert replayed_jct == pytest.approx(float(np.mean([job.jct_s for job in alone.jobs])), rel=1e-12)
+    assert len(data) > 0 and all(data.masks[i, action] for i, action in enumerate(data.actions))
+    with pytest.raises(ConfigError, match=r"teacher.*realistic mode"):
+        training.WarmUpConfig(teacher="lookahead:optimus+speedup-hull", mode="compat")
+    with pytest.raises(ConfigError, match="lookahead:optimus\\+nope"):
+        training.WarmUpConfig(teacher="lookahead:optimus+nope", mode="realistic")
+
+
 # --- supervised warm-up --------------------------------------------------------------------------------------------
 
 

@@ -128,3 +128,24 @@ def test_on_a_mixed_cluster_a_job_on_a_slow_type_running_as_its_profile_says_is_
                        Allocation({"k": on_k80}))  # fmt: skip
     assert fit.observe(view) == 1 and fit.correction("k", 1) == 1.0 and fit.job_key(spec("k")) is None
     assert fit.accelerator_speedups(spec("k")) == ("vgg-16", {})  # the catalogue's world names no speedups
+
+
+def test_on_a_mixed_cluster_the_corrected_world_is_its_world_per_type_times_the_correction():
+    """The fitted world on several types scales its base's computation per type, as the base alone would be, and
+    multiplies the job's correction in (not the whole corrected throughput divided by the slowest type's factor,
+    which would speed a network-bound job up on a fast type as much as a compute-bound one)."""
+    from dl2.workload.accelerated_speed import AcceleratedSpeedModel
+    from dl2.workload.accelerators import ACCELERATOR_TYPES
+
+    k80 = ACCELERATOR_TYPES["K80"].accelerator
+    nodes = tuple(NodeSpec(i, Resources(gpu=8, cpu=64, mem_gb=512), "gpu", k80 if i else None) for i in range(2))
+    mixed = ClusterSpec(nodes)
+    spread = JobAllocation((0, 1), (0,))
+    fit = JobFittedSpeedModel(BASE)
+    accelerated, corrected = AcceleratedSpeedModel(BASE, mixed), AcceleratedSpeedModel(fit, mixed)
+    assert corrected.placed_throughput(spec("a"), spread) == accelerated.placed_throughput(spec("a"), spread)
+    fit.observe(view(job("a", TWO, 0.8)))
+    assert corrected.placed_throughput(spec("a"), spread) == pytest.approx(
+        0.8 * accelerated.placed_throughput(spec("a"), spread)
+    )
+    assert corrected.placed_throughput(spec("a"), JobAllocation((), ())) == 0.0
