@@ -96,7 +96,7 @@ class WarmUpConfig:
 
     def __post_init__(self) -> None:
         if is_search_teacher(self.teacher):
-            check_search_teacher(self.teacher, self.mode, self.placer)
+            check_search_teacher(self.teacher, self.mode)
         else:
             check_scheduler("teacher", self.teacher, self.mode, rollout=True)
         check_source("source", self.source)
@@ -244,18 +244,22 @@ def is_search_teacher(teacher: str) -> bool:
     return teacher.startswith(SEARCH_TEACHERS)
 
 
-def check_search_teacher(teacher: str, mode: str, placer: str) -> None:
+def check_search_teacher(teacher: str, mode: str) -> None:
     """Refuse (ConfigError naming `teacher`) a search that cannot be built: compat mode (a search simulates the
-    cluster's interference), an unknown candidate, a broken model folder."""
-    from dl2.resolve import UnknownPolicy, scheduler_builder
-    from dl2.sim.config import Mode
+    cluster's interference), fewer than two candidates, a base that is no heuristic, a candidate that is neither a
+    heuristic nor a folder (a model folder is loaded, and checked, when the teacher is made)."""
+    from pathlib import Path
+
+    from dl2.schedulers.registry import SCHEDULERS
 
     if mode != "realistic":
         raise refuse("teacher", teacher, "a search teacher plays realistic mode")
-    try:
-        scheduler_builder(teacher, placer, Mode.REALISTIC)
-    except UnknownPolicy as error:
-        raise refuse("teacher", teacher, str(error)) from None
+    candidates = teacher.split(":", 1)[1].split("+")
+    if len(candidates) < 2 or candidates[0] not in SCHEDULERS:
+        raise refuse("teacher", teacher, "a search over two or more candidates, the first a heuristic: lookahead:A+B")
+    unknown = [name for name in candidates if name not in SCHEDULERS and not Path(name).is_dir()]
+    if unknown:
+        raise refuse("teacher", teacher, f"{unknown[0]!r} is neither a heuristic nor a model folder")
 
 
 def check_source(key: str, source: str) -> None:

@@ -32,11 +32,13 @@ from dl2.rl.networks import PolicyNetwork, ValueNetwork
 from dl2.rl.rollout_teacher import is_rollout_teacher, make_rollout_teacher
 from dl2.rl.supervised import SupervisedHistory, train_supervised
 from dl2.rl.workers import RolloutPool
-from dl2.schedulers.registry import PLACERS, make_scheduler
+from dl2.schedulers.placement import Placer
+from dl2.schedulers.registry import PLACERS, SCHEDULERS, make_scheduler
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.metrics import report_unit
-from dl2.sim.run import World, speed_model
+from dl2.sim.run import World, interference_model, speed_model
 from dl2.workload.source import workload
+from dl2.workload.speed import SpeedModel
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -55,10 +57,31 @@ def make_teacher(config: WarmUpConfig, world: World | None = None) -> Scheduler 
         placer = None if compat else PLACERS[config.placer]()
         return make_rollout_teacher(config.teacher, speed, compat, config.observation.window, placer)
     if is_search_teacher(config.teacher):
-        from dl2.resolve import scheduler_builder
-
-        return scheduler_builder(config.teacher, config.placer, mode)(speed, compat)
+        return search_teacher(config.teacher, speed, PLACERS[config.placer])
     return make_scheduler(config.teacher, speed, compat, config.placer)
+
+
+def search_teacher(name: str, speed: SpeedModel, make_placer: Callable[[], Placer]) -> Scheduler:
+    """`lookahead:A+B...` or `lookahead-fitted:A+B...` looking ahead in the world of `speed` (with the catalogue's
+    interference), its candidates placing with `make_placer`'s placers: the search `dl2 simulate --scheduler`
+    runs by that name, as expert iteration's teacher."""
+    from dl2.rl.fitted_lookahead import FITTED_PREFIX, make_fitted_lookahead
+    from dl2.rl.lookahead import load_policy, make_lookahead
+
+    world, sim = World(speed, interference_model()), SimConfig.realistic()
+
+    def policy(folder: str, make: Callable[[], Placer]) -> Scheduler:
+        return load_policy(folder, compat=False, placer=make())
+
+    if name.startswith(FITTED_PREFIX):
+        return make_fitted_lookahead(name, world, sim, make_placer, build_policy=policy)
+
+    def build(candidate: str) -> Scheduler:
+        if candidate in SCHEDULERS:
+            return make_scheduler(candidate, speed, False, make_placer())
+        return policy(candidate, make_placer)
+
+    return make_lookahead(name, build, world, sim)
 
 
 def _in_parallel(

@@ -529,8 +529,10 @@ def test_a_search_teacher_is_replayed_exactly_and_checked_when_configured() -> N
     assert len(data) > 0 and all(data.masks[i, action] for i, action in enumerate(data.actions))
     with pytest.raises(ConfigError, match=r"teacher.*realistic mode"):
         training.WarmUpConfig(teacher="lookahead:optimus+speedup-hull", mode="compat")
-    with pytest.raises(ConfigError, match="lookahead:optimus\\+nope"):
+    with pytest.raises(ConfigError, match="neither a heuristic nor a model folder"):
         training.WarmUpConfig(teacher="lookahead:optimus+nope", mode="realistic")
+    with pytest.raises(ConfigError, match="the first a heuristic"):
+        training.WarmUpConfig(teacher="lookahead-fitted:models/dl2-philly+optimus", mode="realistic")
 
 
 # --- supervised warm-up --------------------------------------------------------------------------------------------
