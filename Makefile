@@ -9,6 +9,10 @@
 #               decision records in, into ~/.cache/dl2/versitygw/<digest>
 #   make prometheus   build prometheus (tools/prometheus), which scrapes a job's own metrics in the tests of progress
 #               from metrics, into ~/.cache/dl2/prometheus/<digest>
+#   make real-nodes   what real nodes (dl2.controlplane.nodes) need: Debian's containerd, runc and CNI plugins through
+#               apt-get if missing (the one step that installs system packages; root), the kubelet of the control
+#               plane's release (tools/kubelet) into ~/.cache/dl2/kubelet/<digest>, and the static pause and hello
+#               programs of the nodes' images (tools/pause) into ~/.cache/dl2/pause/<digest>
 SHELL := /bin/bash
 VENV := .venv
 PYTHON := $(VENV)/bin/python
@@ -19,7 +23,7 @@ TORCH_WHEEL := $(firstword $(wildcard $(WHEELS)/torch-2.13.0+cpu-*.whl))
 PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test lint typecheck unit bench clean kube-assets helm versitygw prometheus
+.PHONY: demo test lint typecheck unit bench clean kube-assets helm versitygw prometheus real-nodes
 
 $(INSTALLED): requirements/requirements.txt requirements/dev.txt requirements/constraints.txt pyproject.toml
 	@test -x $(PYTHON) || python3.11 -m venv $(VENV)
@@ -34,7 +38,7 @@ $(INSTALLED): requirements/requirements.txt requirements/dev.txt requirements/co
 demo: $(INSTALLED) kube-assets
 	$(PYTHON) -m pipelines.lifecycle
 
-test: $(INSTALLED) kube-assets helm versitygw prometheus lint typecheck unit
+test: $(INSTALLED) kube-assets helm versitygw prometheus real-nodes lint typecheck unit
 
 kube-assets: $(INSTALLED)
 	@$(PYTHON) -m dl2.controlplane.assets > /dev/null
@@ -48,6 +52,13 @@ versitygw: $(INSTALLED)
 prometheus: $(INSTALLED)
 	@$(PYTHON) -m dl2.controlplane.assets --tool prometheus > /dev/null
 
+REAL_NODE_PACKAGES := containerd runc containernetworking-plugins
+real-nodes: $(INSTALLED)
+	@dpkg-query -W -f='$${Status}\n' $(REAL_NODE_PACKAGES) 2>/dev/null | grep -c '^install ok installed$$' \
+		| grep -qx $(words $(REAL_NODE_PACKAGES)) || { apt-get update -q && apt-get install -y -q --no-install-recommends $(REAL_NODE_PACKAGES); }
+	@nice $(PYTHON) -m dl2.controlplane.assets --tool kubelet > /dev/null
+	@nice $(PYTHON) -m dl2.controlplane.assets --tool pause > /dev/null
+
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -57,7 +68,7 @@ lint: $(INSTALLED)
 typecheck: $(INSTALLED)
 	$(VENV)/bin/mypy
 
-unit: $(INSTALLED) kube-assets helm versitygw prometheus
+unit: $(INSTALLED) kube-assets helm versitygw prometheus real-nodes
 	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: $(INSTALLED)

@@ -18,6 +18,12 @@ pins never rebuild it:
     python -m dl2.controlplane.assets --tool helm        # the folder holding `helm` (built if missing: about 5 minutes)
     python -m dl2.controlplane.assets --tool versitygw   # (about 2 minutes)
     python -m dl2.controlplane.assets --tool prometheus  # (about 7 minutes)
+
+The kubelet of real nodes (`dl2.controlplane.nodes`) is built the same way from `tools/kubelet/`, a copy of the
+control plane's k8s.io/kubernetes pins, so that it is the control plane's release and still never rebuilds it:
+
+    python -m dl2.controlplane.assets --tool kubelet     # (about 8 minutes on 2 cores; 10-25 s with Go's cache warm)
+    python -m dl2.controlplane.assets --tool pause       # pause and hello, static, for the nodes' images
 """
 
 from __future__ import annotations
@@ -119,19 +125,24 @@ class GoTool:
     env: str
     first_time: str
     purpose: str
+    pins: tuple[str, ...] = ("build.sh", "go.mod", "go.sum")
+    """The files under `tools/<binary>/` the build is made from (its sources too, for a tool written here)."""
+    others: tuple[str, ...] = ()
+    """Binaries the same build makes beside `binary`."""
 
     @property
     def tools(self) -> Path:
         return REPO_ROOT / "tools" / self.binary
 
     def digest(self) -> str:
-        return _pins_digest(self.tools, [self.tools / name for name in ("build.sh", "go.mod", "go.sum")])
+        return _pins_digest(self.tools, [self.tools / name for name in self.pins])
 
     def folder(self) -> Path:
         return _cache(self.binary, self.env, self.digest())
 
     def missing(self, where: Path | None = None) -> list[str]:
-        return [] if os.access((where or self.folder()) / self.binary, os.X_OK) else [self.binary]
+        where = where or self.folder()
+        return [name for name in (self.binary, *self.others) if not os.access(where / name, os.X_OK)]
 
     def path(self) -> str:
         """The pinned binary's path; `AssetsMissing` if it is not built (one on PATH is another release)."""
@@ -155,7 +166,21 @@ VERSITYGW = GoTool(
 PROMETHEUS = GoTool(
     "prometheus", "DL2_PROMETHEUS_ASSETS", "about 7 minutes", "scrapes a job's own metrics, for progress from metrics"
 )
-TOOLS_BY_NAME = {tool.binary: tool for tool in (HELM, VERSITYGW, PROMETHEUS)}
+KUBELET = GoTool(
+    "kubelet",
+    "DL2_KUBELET_ASSETS",
+    "about 8 minutes",
+    "the node agent of the control plane's release, for real nodes (dl2.controlplane.nodes)",
+)
+PAUSE = GoTool(
+    "pause",
+    "DL2_PAUSE_ASSETS",
+    "seconds",
+    "the pod sandbox's program and a hello container, images of real nodes (dl2.controlplane.nodes.images)",
+    pins=("build.sh", "go.mod", "main.go", "hello/main.go"),
+    others=("hello",),
+)
+TOOLS_BY_NAME = {tool.binary: tool for tool in (HELM, VERSITYGW, PROMETHEUS, KUBELET, PAUSE)}
 
 
 def helm() -> str:
