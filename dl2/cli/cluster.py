@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import sys
@@ -18,6 +19,16 @@ from dl2.schedulers.registry import PLACERS
 from dl2.sim.config import Mode
 
 DEFAULT_KUBECONFIG = Path("work/dl2-cluster.kubeconfig")
+REAL_PREFIX = "dl2-real"
+"""Real nodes are named dl2-real-0, dl2-real-1, ..."""
+REAL_NODES_HELP = (
+    "also start N real nodes (at most 16; `make real-nodes`, as root): a kubelet on its own containerd with runc "
+    f"each, Nodes {REAL_PREFIX}-0.. labelled dl2.io/real-node=true. No registry: a pod runs an image imported into "
+    "the nodes' containerd (dl2.local/hello:1 is; `ctr --address SOCKET --namespace k8s.io images import ARCHIVE` "
+    "with the sockets printed, or RealNodes.import_image), with imagePullPolicy Never; not with --simulate"
+)
+"""Literal values (checked against `dl2.controlplane.nodes` by the tests): importing that package here would slow
+every dl2 command's start."""
 FINAL_SLOT_WAIT_S = 60.0
 """In lock step, how long the cluster waits, once done, for the controller to report the final slot."""
 
@@ -31,8 +42,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "the job operators' CRDs and dl2's CRD, namespace, ServiceAccounts and RBAC (k8s/), and write a cluster-admin "
         "kubeconfig for kubectl and one for `dl2 serve` as its ServiceAccount. With --simulate, a workload's jobs "
         "are submitted at their arrival times as PyTorchJobs and Volcano Jobs on kwok nodes and trained by dl2's "
-        "simulator (the cluster twin, realistic mode), one slot per tick. Stops on SIGINT or SIGTERM and prints the "
-        "JCT of every finished job.",
+        "simulator (the cluster twin, realistic mode), one slot per tick. With --real-nodes, real kubelets (each on "
+        "its own containerd with runc) join it and run real pods. Stops on SIGINT or SIGTERM (real nodes and all "
+        "they made are taken back) and prints the JCT of every finished job.",
     )
     parser.add_argument("--port", type=int, default=0, help="the API server's port on 127.0.0.1 (0: a free one)")
     parser.add_argument(
@@ -48,6 +60,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--crd", type=Path, action="append", default=[], help="another CRD file to install (repeatable)"
     )
+    parser.add_argument("--real-nodes", type=int, default=0, metavar="N", help=REAL_NODES_HELP)
     parser.add_argument("--simulate", metavar="WORKLOAD", default=None, help="run this workload (name or file)")
     parser.add_argument("--jobs", type=int, default=None, help="take the workload's first N jobs")
     parser.add_argument("--nodes", type=int, default=None, help="take the cluster's first N nodes")
@@ -82,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     check_range("--tick-s", args.tick_s, 0.001, MAX_TIME_S)
     check_range("--allreduce-fraction", args.allreduce_fraction, 0, 1)
     check_range("--kueue-fraction", args.kueue_fraction, 0, 1)
+    check_real_nodes(args.real_nodes, args.simulate)
     if args.jobs is not None:
         check_range("--jobs", args.jobs, 1, MAX_JOBS)
     if args.nodes is not None:
@@ -97,6 +111,23 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--crd {path}: no such file")
     check_seed(args.seed)
     return _serve(args)
+
+
+def check_real_nodes(count: int, simulate: str | None) -> None:
+    """UsageError, naming --real-nodes, for a count out of range, with --simulate, or where real nodes cannot run
+    (`make real-nodes` has not run, or not root)."""
+    from dl2.controlplane.nodes.layout import MAX_NODES as MAX_REAL_NODES
+    from dl2.controlplane.nodes.layout import missing
+
+    check_range("--real-nodes", count, 0, MAX_REAL_NODES)
+    if count and simulate is not None:
+        raise UsageError(
+            "--real-nodes runs real pods; --simulate's jobs are trained by the simulator on kwok nodes: give one or "
+            "the other"
+        )
+    absent = missing() if count else []
+    if absent:
+        raise UsageError(f"--real-nodes: real nodes cannot run here, missing: {'; '.join(absent)}")
 
 
 def _workload(args: argparse.Namespace) -> Any:
@@ -120,6 +151,7 @@ def _workload(args: argparse.Namespace) -> Any:
 def _serve(args: argparse.Namespace) -> int:
     from dl2.controlplane.apply import install_crds
     from dl2.controlplane.assets import AssetsMissing
+    from dl2.controlplane.nodes import HELLO_IMAGE, NODE_LABEL, RealNodes
     from dl2.twin import TwinOptions
     from dl2.twin.local import LocalCluster
 
@@ -141,7 +173,13 @@ def _serve(args: argparse.Namespace) -> int:
         local = LocalCluster(args.folder, workload, config, _heuristic_placer(args), options, args.port, args.truth)
     except AssetsMissing as error:
         raise UsageError(str(error)) from None
-    with local:
+    with local, contextlib.ExitStack() as stack:
+        # entered after the cluster, so left before it: the nodes delete their pods through the API on the way out
+        nodes = (
+            stack.enter_context(RealNodes(local.plane, args.real_nodes, prefix=REAL_PREFIX))
+            if args.real_nodes
+            else None
+        )
         if args.crd:
             install_crds(local.admin(), *args.crd)
         kubeconfig = local.plane.write_kubeconfig(args.kubeconfig)
@@ -157,9 +195,17 @@ def _serve(args: argparse.Namespace) -> int:
                 "folder": str(local.folder),
                 "audit_log": str(local.plane.audit_log),
                 "startup_s": round(local.plane.startup_s, 1),
+                **({} if nodes is None else {"real_nodes": _real_nodes(nodes)}),
             }
         )
         sys.stdout.flush()
+        if nodes is not None:
+            print(
+                f"dl2 cluster: real nodes {', '.join(nodes.names)} Ready (nodeSelector {NODE_LABEL}=true); no "
+                f"registry: pods run images imported into every node's containerd ({HELLO_IMAGE} is), with "
+                "imagePullPolicy: Never",
+                file=sys.stderr,
+            )
         print(
             f"dl2 cluster: Kubernetes API on {local.url} (kubectl --kubeconfig {kubeconfig} get pods -A); "
             "Ctrl-C stops it",
@@ -172,6 +218,15 @@ def _serve(args: argparse.Namespace) -> int:
         if local.twin is not None:
             _report(local.twin, workload, config, args)
     return 0
+
+
+def _real_nodes(nodes: Any) -> list[dict[str, str]]:
+    """What a user of each real node needs: its name, its InternalIP, and its containerd's socket (images are
+    imported there: `ctr --address SOCKET --namespace k8s.io images import ARCHIVE`)."""
+    return [
+        {"name": node.name, "address": node.address, "containerd": str(node.socket), "folder": str(node.folder)}
+        for node in nodes.nodes
+    ]
 
 
 def _heuristic_placer(args: argparse.Namespace) -> str:

@@ -11,7 +11,9 @@ The API server authenticates client certificates (CA in `pki/`) and ServiceAccou
 only (nothing is allowed that a Role does not grant), runs the default admission plugins (PodSecurity,
 ServiceAccount, ...) and writes an audit log of every request by anyone but the control plane's own components
 and the cluster twin. kwok plays the kubelet of every Node annotated `kwok.x-k8s.io/node: fake` (heartbeats,
-pods Running, deletions confirmed). Every process dies with the one that started it.
+pods Running, deletions confirmed). Real nodes' kubelets (`dl2.controlplane.nodes`) serve logs and exec through
+the API server, which dials them by InternalIP with a client certificate of its own. Every process dies with the one
+that started it.
 """
 
 from __future__ import annotations
@@ -167,6 +169,10 @@ class ControlPlane:
         ca = CertificateAuthority(self.pki)
         serving = ca.issue("apiserver", "kube-apiserver", server=True)
         signing = ca.signing_key()
+        # the API server's identity towards kubelets (logs, exec, port-forward, node proxy): a real node's kubelet
+        # authenticates it by the control plane's CA and authorizes it by webhook (RBAC: system:masters), as
+        # kubeadm's `apiserver-kubelet-client`
+        kubelet_client = ca.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",))
         self.users = {
             ADMIN: ca.issue("admin", ADMIN, ("system:masters",)),
             "system:kube-controller-manager": ca.issue("controller-manager", "system:kube-controller-manager"),
@@ -213,6 +219,13 @@ class ControlPlane:
                 f"--service-account-signing-key-file={signing.key}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--authorization-mode=RBAC",
+                f"--kubelet-client-certificate={kubelet_client.cert}",
+                f"--kubelet-client-key={kubelet_client.key}",
+                # a node by its InternalIP first: a real node's Hostname (its name) resolves nowhere here, its
+                # InternalIP is where its kubelet listens; kwok's Nodes say 10.0.1.1, where nothing serves their
+                # pods' logs, as nothing did by their Hostname. The kubelets' serving certificates are self-signed
+                # (no --kubelet-certificate-authority), as in a kubeadm cluster without serverTLSBootstrap
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
                 f"--audit-policy-file={policy}",
                 f"--audit-log-path={self.audit_log}",
                 "--audit-log-maxsize=0",

@@ -47,7 +47,8 @@ def _name(common_name: str, groups: tuple[str, ...] = ()) -> x509.Name:
 
 
 class CertificateAuthority:
-    """A self-signed CA in `folder` (`ca.crt`, `ca.key`) that issues the rest."""
+    """A self-signed CA in `folder` (`ca.crt`, `ca.key`) that issues the rest: a new one, or with `load` the one a
+    running control plane made (for identities that join after it started, such as a real node's kubelet)."""
 
     def __init__(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -73,15 +74,32 @@ class CertificateAuthority:
         self.pair.cert.write_bytes(self.certificate.public_bytes(serialization.Encoding.PEM))
         _write_key(self.key, self.pair.key)
 
+    @classmethod
+    def load(cls, folder: Path) -> CertificateAuthority:
+        """The CA already in `folder` (its key is kept only there). FileNotFoundError if there is none (the control
+        plane is not started), ValueError if its key is not the ECDSA key this module makes."""
+        pair = KeyPair(folder / "ca.crt", folder / "ca.key")
+        for path in (pair.cert, pair.key):
+            if not path.is_file():
+                raise FileNotFoundError(f"no {path.name} in {folder}: is the control plane started?")
+        key = serialization.load_pem_private_key(pair.key.read_bytes(), password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise ValueError(f"{pair.key} is not the ECDSA key the control plane's CA uses")
+        authority = cls.__new__(cls)
+        authority.folder, authority.key, authority.pair = folder, key, pair
+        authority.certificate = x509.load_pem_x509_certificate(pair.cert.read_bytes())
+        return authority
+
     def issue(
         self,
         name: str,
         common_name: str,
         groups: tuple[str, ...] = (),
         server: bool = False,
+        folder: Path | None = None,
     ) -> KeyPair:
-        """`<name>.crt` and `<name>.key`: a client certificate (CN user, O groups), or with `server` the API
-        server's serving certificate (loopback names and addresses)."""
+        """`<name>.crt` and `<name>.key` in `folder` (None: the CA's): a client certificate (CN user, O groups), or
+        with `server` the API server's serving certificate (loopback names and addresses)."""
         key = _key()
         now = datetime.datetime.now(datetime.UTC)
         usage = [ExtendedKeyUsageOID.SERVER_AUTH] if server else [ExtendedKeyUsageOID.CLIENT_AUTH]
@@ -101,7 +119,9 @@ class CertificateAuthority:
             alternative += [x509.IPAddress(ipaddress.ip_address(address)) for address in SERVING_ADDRESSES]
             builder = builder.add_extension(x509.SubjectAlternativeName(alternative), critical=False)
         certificate = builder.sign(self.key, hashes.SHA256())
-        pair = KeyPair(self.folder / f"{name}.crt", self.folder / f"{name}.key")
+        folder = folder or self.folder
+        folder.mkdir(parents=True, exist_ok=True)
+        pair = KeyPair(folder / f"{name}.crt", folder / f"{name}.key")
         pair.cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
         _write_key(key, pair.key)
         return pair

@@ -25,8 +25,8 @@ This machine has cgroup v1, denies lowering `oom_score_adj`, and no systemd mana
 make a kubelet run here are in `config`, each with its reason.
 
 Modules: `layout` (what is needed, where a node keeps its things), `config` (containerd, CNI, kubelet), `host`
-(bridges, shims, mounts, cgroups, sweeping), `certs` (node certificates from the control plane's CA), `images`
-(OCI archives of static binaries), `real` (`RealNodes`).
+(bridges, shims, mounts, cgroups, sweeping), `images` (OCI archives of static binaries), `real` (`RealNodes`;
+its kubelets' certificates come from the control plane's CA, `pki.CertificateAuthority.load`).
 """
 
 from dl2.controlplane.nodes.layout import (

@@ -19,7 +19,6 @@ import yaml
 from dl2.controlplane import assets
 from dl2.controlplane.cluster import ADMIN, ControlPlane
 from dl2.controlplane.nodes import host, images
-from dl2.controlplane.nodes.certs import issue_client_certificate
 from dl2.controlplane.nodes.config import (
     cni_configuration,
     containerd_configuration,
@@ -37,6 +36,7 @@ from dl2.controlplane.nodes.layout import (
     check_arguments,
     require,
 )
+from dl2.controlplane.pki import CertificateAuthority
 from dl2.controlplane.processes import Component, free_port, wait_until
 
 BINDING = "dl2-real-nodes"
@@ -159,8 +159,9 @@ class RealNodes:
         wait_until(answers, timeout_s, f"containerd of {node.name}", watched, poll_s=0.2)
 
     def _start_kubelet(self, node: NodeLayout) -> None:
-        credentials = issue_client_certificate(
-            self.plane.pki, node.folder / "pki", f"system:node:{node.name}", ("system:nodes",)
+        authority = CertificateAuthority.load(self.plane.pki)
+        credentials = authority.issue(
+            "client", f"system:node:{node.name}", ("system:nodes",), folder=node.folder / "pki"
         )
         access = node.folder / "kubelet.kubeconfig"
         access.write_text(yaml.safe_dump(kubeconfig(self.plane.url, self.plane.ca, credentials), sort_keys=False))

@@ -1,18 +1,22 @@
 """Real nodes, end to end: two kubelets of the control plane's release, each on its own containerd with runc,
 register their Nodes with client certificates from the control plane's CA and become Ready; a pod pinned to each
 (by nodeName, and through kube-scheduler by nodeSelector) runs a container built here, gets an address of its
-node's subnet and its log is read back from the kubelet; a long-running pod is Running; a pod on one node reaches
-a pod on the other by its address. Then everything is gone: processes, mounts, bridges, the folder, the Nodes, and
-the host's forwarding is as it was. A start that fails half-way, and a run that was killed, clean up the same.
+node's subnet and its log is read back from the kubelet and through the API server (`kubectl logs`; `kubectl exec`
+runs a command in a running pod); a long-running pod is Running; a pod on one node reaches a pod on the other by
+its address; `dl2 cluster --real-nodes 1` starts a Ready node and takes it back on SIGINT. Then everything is
+gone: processes, mounts, bridges, the folder, the Nodes, and the host's forwarding is as it was. A start that fails
+half-way, and a run that was killed, clean up the same.
 
 Skipped, with what is missing, where `make real-nodes` has not run (it installs containerd, runc and the CNI
-plugins with apt-get and builds the kubelet and the images' programs); about 35 s on 2 cores.
+plugins with apt-get and builds the kubelet and the images' programs); about 55 s on 2 cores.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -23,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from dl2.controlplane import assets
 from dl2.controlplane import nodes as real
 from dl2.controlplane.cluster import ControlPlane
 from dl2.controlplane.nodes import host
@@ -80,6 +85,19 @@ def _kubelet_log(nodes: real.RealNodes, node_name: str, pod: str, container: str
         return str(answer.read().decode())
 
 
+def _api_log(plane: ControlPlane, pod: str, container: str) -> str:
+    """The container's log through the API server (`kubectl logs`): it dials the node's kubelet by InternalIP with
+    its own client certificate."""
+    url = f"{plane.url}{PODS.path(NAMESPACE, pod, 'log')}?container={container}"
+    with urllib.request.urlopen(url, context=plane.ssl_context(), timeout=10) as answer:
+        return str(answer.read().decode())
+
+
+def _kubectl(plane: ControlPlane, kubeconfig: Path, *args: str) -> str:
+    """kubectl of the control plane's release, as the admin; its output (AssertionError with stderr if it fails)."""
+    return _run([str(plane.bin / "kubectl"), f"--kubeconfig={kubeconfig}", f"--namespace={NAMESPACE}", *args])
+
+
 def _leftovers(nodes: real.RealNodes) -> list[str]:
     """What of the nodes is still on the machine."""
     found = [f"mount {point}" for point in host.mounts_under(nodes.folder)]
@@ -91,8 +109,9 @@ def _leftovers(nodes: real.RealNodes) -> list[str]:
     return found
 
 
-def test_two_real_kubelets_run_pods_and_leave_nothing(plane: ControlPlane) -> None:
+def test_two_real_kubelets_run_pods_and_leave_nothing(plane: ControlPlane, tmp_path: Path) -> None:
     rest = Rest(plane.admin_client())
+    kubeconfig = plane.write_kubeconfig(tmp_path / "admin.kubeconfig")
     rest.create(NAMESPACES, None, {"metadata": {"name": NAMESPACE}})
     kubelet_fixed_before = KUBELET_FIXED.exists()
     forwarding_before = Path("/proc/sys/net/ipv4/ip_forward").read_text()
@@ -121,7 +140,9 @@ def test_two_real_kubelets_run_pods_and_leave_nothing(plane: ControlPlane) -> No
             assert pod["spec"]["nodeName"] == node_name
             address = ipaddress.ip_address(pod["status"]["podIP"])
             assert address in nodes.node(node_name).subnet, "an address of its node's bridge (CNI)"
-            assert _kubelet_log(nodes, node_name, pod_name, "hello") == f"hello from {node_name} {pod_name}\n"
+            line = f"hello from {node_name} {pod_name}\n"
+            assert _kubelet_log(nodes, node_name, pod_name, "hello") == line
+            assert _api_log(plane, pod_name, "hello") == line, "through the API server, as kubectl logs reads it"
         sleeper = _wait_phase(rest, "sleeper", {"Running"})
         assert sleeper["status"]["containerStatuses"][0]["state"]["running"]
 
@@ -131,6 +152,10 @@ def test_two_real_kubelets_run_pods_and_leave_nothing(plane: ControlPlane) -> No
         rest.create(PODS, NAMESPACE, _hello("client", {"nodeName": second}, ["get", f"{server_ip}:8080"]))
         assert _wait_phase(rest, "client", {"Succeeded", "Failed"})["status"]["phase"] == "Succeeded"
         assert _kubelet_log(nodes, second, "client", "hello") == f"hello from {first}\n"
+        # kubectl through the API server: a log, and a command run in a running container (exec: the API server
+        # streams it from the kubelet, which streams it from containerd)
+        assert _kubectl(plane, kubeconfig, "logs", "client") == f"hello from {first}\n"
+        assert _kubectl(plane, kubeconfig, "exec", "server", "--", "/hello", "exec") == f"hello from {first} exec\n"
         print(f"two nodes Ready in {ready_s:.1f} s; pods Succeeded and Running")
 
     assert not _leftovers(nodes)
@@ -213,3 +238,40 @@ def test_a_killed_run_is_swept_by_the_next(tmp_path: Path) -> None:
     assert not host.mounts_under(Path(folder))
     assert not Path("/sys/class/net", bridge).exists()
     assert not Path(folder).exists()
+
+
+def test_dl2_cluster_starts_real_nodes_and_takes_them_back_on_sigint(tmp_path: Path) -> None:
+    """`dl2 cluster --real-nodes 1`: the Node is Ready once the first line is printed, a pod runs there and its log
+    reads through kubectl; SIGINT stops the command (exit 0) and the node is gone with all it made."""
+    kubeconfig = tmp_path / "admin.kubeconfig"
+    command = [sys.executable, "-m", "dl2.cli.main", "cluster", "--real-nodes", "1", "--kubeconfig", str(kubeconfig)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None and process.stderr is not None
+        line = process.stdout.readline()
+        assert line, process.communicate(timeout=60)[1]
+        [node] = json.loads(line)["real_nodes"]
+        assert node["name"] == "dl2-real-0" and Path(node["containerd"]).is_socket()
+        kubectl = [str(assets.require() / "kubectl"), f"--kubeconfig={kubeconfig}"]
+        ready = json.loads(_run([*kubectl, "get", "node", node["name"], "-o", "json"]))
+        assert {c["type"]: c["status"] for c in ready["status"]["conditions"]}["Ready"] == "True"
+        addresses = {a["type"]: a["address"] for a in ready["status"]["addresses"]}
+        assert addresses["InternalIP"] == node["address"]
+        pod = {"apiVersion": "v1", "kind": "Pod", **_hello("from-cli", {"nodeName": node["name"]})}
+        pod["metadata"]["namespace"] = "default"
+        _run([*kubectl, "create", "-f", "-"], json.dumps(pod))
+        _run([*kubectl, "wait", "pod/from-cli", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=60s"])
+        assert _run([*kubectl, "logs", "from-cli"]) == f"hello from {node['name']} from-cli\n"
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    assert not Path(node["folder"]).exists() and not Path(node["containerd"]).exists()
+    assert not host.shim_processes({node["containerd"]})
+
+
+def _run(command: list[str], stdin: str | None = None) -> str:
+    """The command's output (AssertionError with its stderr if it fails)."""
+    done = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=90, check=False)
+    assert done.returncode == 0, f"{' '.join(command[1:])}: {done.stderr}"
+    return done.stdout

@@ -305,6 +305,12 @@ CLI_CASES: dict[str, tuple[list[str], list[str]]] = {
     "cluster jobs 0": (["cluster", "--simulate", "synthetic-small", "--jobs", "0"], ["--jobs"]),
     "cluster kueue fraction 5": (["cluster", "--kueue-fraction", "5"], ["--kueue-fraction"]),
     "cluster port 70000": (["cluster", "--port", "70000"], ["--port"]),
+    "cluster real nodes 17": (["cluster", "--real-nodes", "17"], ["--real-nodes", "from 0 to 16"]),
+    "cluster real nodes -1": (["cluster", "--real-nodes", "-1"], ["--real-nodes"]),
+    "cluster real nodes simulated": (
+        ["cluster", "--simulate", "synthetic-small", "--real-nodes", "1"],
+        ["--real-nodes", "--simulate"],
+    ),
     "serve port -1": (["serve", "--metrics-port", "-1"], ["--metrics-port"]),
     "serve slot nan": (["serve", "--slot-s", "nan"], ["--slot-s"]),
     "serve lease -1": (["serve", "--lease-s", "-1"], ["--lease-s"]),
