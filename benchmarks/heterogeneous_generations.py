@@ -17,7 +17,9 @@ ships (`lookahead:optimus+speedup-hull`, two slots then sparse x8) looking ahead
 the one calibrated per (model, accelerator type) from the decision records of the cluster's previous week (the
 workload of seed + 500 on the same mixed cluster under the same truth, DRF deciding, as a shadow-mode controller
 records it; `dl2.workload.calibration`, as `benchmarks/accelerator_calibration.py` checks it), also corrected per
-job and per server as the jobs progress (`lookahead-fitted:`, `dl2.rl.fitted_lookahead`); and the truth's own
+job and per server as the jobs progress (`lookahead-fitted:`, `dl2.rl.fitted_lookahead`); the loop's second round,
+that fitted search in the world calibrated from the shadow week's records and those of a week it decided itself
+(the workload of seed + 1000, active); and the truth's own
 (speeds, interference and the jobs' true types), which no deployment has. Reported: mean average JCT over the
 seeds with a 95% confidence interval (Student t); each row against `gavel (catalogue)` on the same seed (the mean of
 the per-seed ratios, less 1, with its 95% interval: the seeds' loads differ more than the rows do); and the share
@@ -38,7 +40,7 @@ from collections import Counter
 from typing import Any
 
 from common import report
-from truth_scenarios import calibrated_speed, mixed_philly
+from truth_scenarios import calibrated_speed, mixed_philly, previous_week, week_records
 
 from dl2.core import Allocation, ClusterView, Scheduler
 from dl2.rl.fitted_lookahead import make_fitted_lookahead
@@ -46,20 +48,24 @@ from dl2.rl.lookahead import SPARSE_GROWTH, make_lookahead
 from dl2.schedulers.registry import PLACERS, make_scheduler
 from dl2.sim.config import SimConfig
 from dl2.sim.metrics import mean_ci95
-from dl2.sim.run import World, interference_model
+from dl2.sim.run import World, catalogue_speed, interference_model
 from dl2.truth import realise, truth_named
 from dl2.truth.run import run_on
+from dl2.workload.calibration import CalibratedSpeedModel, calibrate
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.speed import SpeedModel
 
 SEARCH_CATALOGUE = "search, catalogue, isolate-strict"
 SEARCH_CALIBRATED = "search, calibrated from the previous week, isolate-strict"
 SEARCH_FITTED = "search, calibrated and fitted per job and server, isolate-strict"
+SEARCH_TWO_WEEKS = "search, calibrated from two weeks (the second its own), fitted, isolate-strict"
+"""The loop's second round: the world calibrated from the shadow week's records and those of a week the fitted
+search of the first round decided (active), fitted per job and server as the jobs progress."""
 SEARCH_TRUTH = "search reading the truth, isolate-strict"
 READS_THE_TRUTH = ("gavel (reading the truth)", SEARCH_TRUTH)
 ROWS = (
     "drf", "tiresias", "optimus", "gavel (catalogue)", "gavel (reading the truth)", "optimus, isolate-strict",
-    SEARCH_CATALOGUE, SEARCH_CALIBRATED, SEARCH_FITTED, SEARCH_TRUTH,
+    SEARCH_CATALOGUE, SEARCH_CALIBRATED, SEARCH_FITTED, SEARCH_TWO_WEEKS, SEARCH_TRUTH,
 )  # fmt: skip
 BASELINE = "gavel (catalogue)"
 LANGUAGE_MODELS = frozenset({"wlm", "seq2seq"})
@@ -92,7 +98,7 @@ def scheduler_of(row: str, speed: SpeedModel, compat: bool, interference: Interf
         placer = PLACERS["isolate-strict"]() if row.endswith("isolate-strict") else "load-balance"
         return make_scheduler(row.split(" ")[0].rstrip(","), speed, compat, placer)
     world = World(speed, interference)
-    if row == SEARCH_FITTED:
+    if row in (SEARCH_FITTED, SEARCH_TWO_WEEKS):
         return make_fitted_lookahead(
             "lookahead-fitted:optimus+speedup-hull", world, SimConfig.realistic(), "isolate-strict", 2, "sparse",
             SPARSE_GROWTH,
@@ -103,14 +109,27 @@ def scheduler_of(row: str, speed: SpeedModel, compat: bool, interference: Interf
     )
 
 
+def two_weeks_speed(truth_name: str, seed: int, num_jobs: int, num_nodes: int) -> SpeedModel:
+    """The loop's second round: the previous week's shadow records (DRF deciding) and those of the week before the
+    test one (the workload of seed + 1000) decided by the first round's fitted search in the world the shadow
+    week calibrated, calibrated together."""
+    first = calibrated_speed(truth_name, seed, num_jobs, num_nodes, mixed_philly)
+    _, shadow = previous_week(truth_name, seed, num_jobs, num_nodes, mixed_philly)
+    search = scheduler_of(SEARCH_FITTED, first, False, interference_model())
+    _, active = week_records(truth_name, seed + 1000, num_jobs, num_nodes, mixed_philly, search)
+    return CalibratedSpeedModel(
+        catalogue_speed(), calibrate(shadow + active, catalogue_speed(), InterferenceModel(), True)
+    )
+
+
 def run_cell(task: tuple[str, int, int, int, str]) -> tuple[str, int, dict[str, float]]:
     truth_name, seed, num_jobs, num_nodes, row = task
     cluster = realise(truth_named(truth_name), mixed_philly(seed, num_jobs, num_nodes))
-    calibrated = (
-        calibrated_speed(truth_name, seed, num_jobs, num_nodes, mixed_philly)
-        if row in (SEARCH_CALIBRATED, SEARCH_FITTED)
-        else None
-    )
+    calibrated: SpeedModel | None = None
+    if row in (SEARCH_CALIBRATED, SEARCH_FITTED):
+        calibrated = calibrated_speed(truth_name, seed, num_jobs, num_nodes, mixed_philly)
+    elif row == SEARCH_TWO_WEEKS:
+        calibrated = two_weeks_speed(truth_name, seed, num_jobs, num_nodes)
     interference = cluster.interference if row == SEARCH_TRUTH else interference_model()
     v100 = frozenset(
         node.node_id

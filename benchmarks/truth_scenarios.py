@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 from common import environment, print_table, write_json
 
-from dl2.core import DecisionRecord, Workload
+from dl2.core import DecisionRecord, Scheduler, Workload
 from dl2.placement.samples import record_run
 from dl2.resolve import scheduler_builder
 from dl2.schedulers.registry import make_scheduler
@@ -78,15 +78,38 @@ WorkloadOf = Callable[[int, int, int], Workload]
 """(seed, jobs, servers) -> a workload: `philly_like` or `mixed_philly`."""
 
 
+def week_records(
+    truth_name: str, seed: int, num_jobs: int, num_nodes: int, workload_of: WorkloadOf, scheduler: Scheduler
+) -> tuple[Workload, list[DecisionRecord]]:
+    """The workload of `seed` under the truth as it was submitted, and its decision records with `scheduler`
+    deciding (every record an observation of the truth, as a controller logs them)."""
+    week = realise(truth_named(truth_name), workload_of(seed, num_jobs, num_nodes))
+    config = week.config(SimConfig.realistic(seed=seed))
+    return week.workload, record_run(week.workload, scheduler, config, week.speed, week.interference)
+
+
+def as_one_log(weeks: Sequence[list[DecisionRecord]]) -> list[DecisionRecord]:
+    """Several weeks' records as one cluster's log, as a controller that ran through them wrote it: each later week
+    starts a day after the one before ends (its times and arrivals shifted), its job ids its own (`week<k>/<id>`:
+    every week's workload numbers its jobs from 0)."""
+    merged = list(weeks[0])
+    start = max(record.time_s for record in merged) + 86_400.0
+    for k, records in enumerate(weeks[1:], start=1):
+        merged += [
+            replace(r, time_s=r.time_s + start, arrival_s=r.arrival_s + start, job_id=f"week{k}/{r.job_id}")
+            for r in records
+        ]
+        start += max(record.time_s for record in records) + 86_400.0
+    return merged
+
+
 def previous_week(
     truth_name: str, seed: int, num_jobs: int, num_nodes: int, workload_of: WorkloadOf = philly_like
 ) -> tuple[Workload, list[DecisionRecord]]:
     """The cluster's previous week (the workload of seed + 500 under the same truth) as it was submitted, and its
     decision records with DRF deciding, as a shadow-mode controller records them."""
-    previous = realise(truth_named(truth_name), workload_of(seed + 500, num_jobs, num_nodes))
-    config = previous.config(SimConfig.realistic(seed=seed + 500))
     drf = make_scheduler("drf", catalogue_speed(), False)
-    return previous.workload, record_run(previous.workload, drf, config, previous.speed, previous.interference)
+    return week_records(truth_name, seed + 500, num_jobs, num_nodes, workload_of, drf)
 
 
 @cache
