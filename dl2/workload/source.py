@@ -54,7 +54,7 @@ def source_problem(source: str) -> str | None:
         if not folder.is_dir():
             return "expected records:<the folder of a decision log>"
         return None if (folder / CLUSTER_FILE).is_file() else f"no {CLUSTER_FILE} beside the decision log"
-    if source.partition(":")[0] in PRESETS:
+    if ":" in source and source.partition(":")[0] in PRESETS:
         return _slice_problem(source)
     name, at, size = source.partition("@")
     if name in PRESETS:
@@ -102,7 +102,7 @@ def workload(source: str, seed: int) -> Workload:
             raise InputError(source, str(error)) from None
     if source.startswith(RECORDS):
         return resampled_workload(_observed(source.removeprefix(RECORDS)), seed)
-    if source.partition(":")[0] in PRESETS:
+    if ":" in source and source.partition(":")[0] in PRESETS:
         return _slice(source, seed)
     name, _, size = source.partition("@")
     if name in PRESETS:

@@ -46,3 +46,8 @@ def test_a_bad_slice_is_refused_naming_the_option(source: str, fragment: str) ->
     assert problem is not None and fragment in problem
     with pytest.raises(InputError, match=fragment):
         workload(source, 0)
+
+
+def test_a_preset_without_options_is_still_the_preset_and_its_scaled_form_too() -> None:
+    assert source_problem("synthetic-small") is None and source_problem("synthetic-philly@900") is None
+    assert workload("synthetic-small", 1).jobs == generate(PRESETS["synthetic-small"], 1, "x").jobs
