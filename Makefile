@@ -13,6 +13,10 @@
 #               apt-get if missing (the one step that installs system packages; root), the kubelet of the control
 #               plane's release (tools/kubelet) into ~/.cache/dl2/kubelet/<digest>, and the static pause and hello
 #               programs of the nodes' images (tools/pause) into ~/.cache/dl2/pause/<digest>
+#   make image   the dl2 image from the Dockerfile without a registry (dl2.controlplane.image): Debian's podman, buildah
+#               and debootstrap through apt-get if missing (root), a Debian bookworm base by debootstrap kept as an OCI
+#               archive in ~/.cache/dl2/image/<digest>, then `podman build` into localhost/dl2:<version>, checked by
+#               running it; IMAGE_ARGS=--export also writes the OCI archive `ctr images import` takes
 SHELL := /bin/bash
 VENV := .venv
 PYTHON := $(VENV)/bin/python
@@ -23,7 +27,7 @@ TORCH_WHEEL := $(firstword $(wildcard $(WHEELS)/torch-2.13.0+cpu-*.whl))
 PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test lint typecheck unit bench clean kube-assets helm versitygw prometheus real-nodes
+.PHONY: demo test lint typecheck unit bench clean kube-assets helm versitygw prometheus real-nodes image
 
 $(INSTALLED): requirements/requirements.txt requirements/dev.txt requirements/constraints.txt pyproject.toml
 	@test -x $(PYTHON) || python3.11 -m venv $(VENV)
@@ -58,6 +62,13 @@ real-nodes: $(INSTALLED)
 		| grep -qx $(words $(REAL_NODE_PACKAGES)) || { apt-get update -q && apt-get install -y -q --no-install-recommends $(REAL_NODE_PACKAGES); }
 	@nice $(PYTHON) -m dl2.controlplane.assets --tool kubelet > /dev/null
 	@nice $(PYTHON) -m dl2.controlplane.assets --tool pause > /dev/null
+
+IMAGE_PACKAGES := podman buildah debootstrap runc
+IMAGE_ARGS ?=
+image: $(INSTALLED)
+	@dpkg-query -W -f='$${Status}\n' $(IMAGE_PACKAGES) 2>/dev/null | grep -c '^install ok installed$$' \
+		| grep -qx $(words $(IMAGE_PACKAGES)) || { apt-get update -q && apt-get install -y -q --no-install-recommends $(IMAGE_PACKAGES); }
+	nice $(PYTHON) -m dl2.controlplane.image $(IMAGE_ARGS)
 
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check .
