@@ -111,7 +111,9 @@ def test_a_job_resized_1_2_1_goes_on_from_its_checkpoint(tmp_path: Path) -> None
         before = max(e["step"] for e in steps if e["t"] < resume["t"])
         after = min(e["step"] for e in steps if e["t"] > resume["t"])
         assert resume["step"] % EVERY_STEPS == 0
-        assert before - EVERY_STEPS < resume["step"] <= before  # lost at most one interval
+        # lost at most one interval: a whole one when the stop fell between a step that ends an interval and its
+        # checkpoint (seen once: step 1210 logged, resumed from 1205)
+        assert before - EVERY_STEPS <= resume["step"] <= before
         assert after == resume["step"] + 1  # and went on from the checkpoint
     for previous, step in itertools.pairwise(steps):
         assert step["step"] == previous["step"] + 1 or previous["step"] - EVERY_STEPS < step["step"] <= previous["step"]
