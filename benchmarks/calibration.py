@@ -29,10 +29,10 @@ from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import SimConfig
 from dl2.sim.run import catalogue_speed
 from dl2.truth import realise, truth_named
-from dl2.twin.workloads import first_jobs, first_nodes
 from dl2.workload.calibration import CalibratedSpeedModel, calibrate
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.synthetic import PRESETS, generate
+from testbed.twin.workloads import first_jobs, first_nodes
 
 GRID = [(w, p) for w in (1, 2, 4, 8) for p in (1, 2, 4, 8)]
 

@@ -4,7 +4,7 @@
 wall time is the policy and the API server. This harness reproduces the controller's side of the same slot offline,
 so that its Python can be profiled and tuned: a real `Controller` (`models/dl2-philly` in active mode, DRF as the
 incumbent, no guardrails) whose informers' caches are filled from memory with the objects the cluster twin
-writes (`dl2.twin.manifests`) for the first N Philly jobs submitted at once on the 352-node Philly cluster, and
+writes (`testbed.twin.manifests`) for the first N Philly jobs submitted at once on the 352-node Philly cluster, and
 whose API client answers every request at once (and records it). A share of the jobs is finished (`--active`);
 the others ask for the tasks they were submitted with, one pod each, bound where DRF places them on the empty
 cluster and Pending otherwise. Between slots the harness plays the twin: it applies the
@@ -140,9 +140,9 @@ def build_cluster(num_jobs: int, num_active: int, seed: int) -> tuple[Cluster, A
     from dl2.schedulers.registry import make_scheduler
     from dl2.sim.config import Mode
     from dl2.sim.run import speed_model
-    from dl2.twin import manifests
-    from dl2.twin.workloads import first_jobs
     from dl2.workload.registry import load_workloads
+    from testbed.twin import manifests
+    from testbed.twin.workloads import first_jobs
 
     philly = first_jobs(load_workloads("philly")[0], num_jobs)
     workload = replace(philly, jobs=tuple(replace(j, spec=replace(j.spec, arrival_s=0.0)) for j in philly.jobs))
@@ -199,7 +199,7 @@ def _key(obj: dict[str, Any]) -> str:
 
 def _pod(spec: Any, job: dict[str, Any], role: str, index: int, node: str | None) -> dict[str, Any]:
     """A pod of the job's task, as its operator creates it and kwok runs it (Running on `node`, or Pending)."""
-    from dl2.twin import manifests
+    from testbed.twin import manifests
 
     metadata = job["metadata"]
     pod = manifests.pod(

@@ -31,9 +31,9 @@ from dl2.schedulers.registry import PLACERS, make_scheduler
 from dl2.sim.config import SimConfig
 from dl2.sim.metrics import mean_ci95
 from dl2.sim.run import run_one
-from dl2.twin.workloads import first_jobs, first_nodes
 from dl2.workload.speed import SpeedModel
 from dl2.workload.traces import load_alibaba
+from testbed.twin.workloads import first_jobs, first_nodes
 
 ROWS = ("drf", "drf (placed blind to types)", "tiresias", "optimus", "gavel (catalogue)")
 

@@ -1,7 +1,7 @@
 """The controller (`dl2 serve`) measured: slot latency under load, kills, and JCTs on a Philly slice.
 
-Everything runs on the real control plane (`dl2.controlplane`: etcd, kube-apiserver with RBAC, kube-controller-
-manager, kube-scheduler, kwok) with the cluster twin (`dl2.twin`), the controller as its ServiceAccount.
+Everything runs on the real control plane (`testbed.controlplane`: etcd, kube-apiserver with RBAC, kube-controller-
+manager, kube-scheduler, kwok) with the cluster twin (`testbed.twin`), the controller as its ServiceAccount.
 
 1. Load (`--part load`): the first N jobs of the Philly week (N = 40, 400, 2,000) submitted at once on the 352-node
    Philly cluster; the control plane and the twin run in a subprocess pinned to one core, the controller in this
@@ -54,8 +54,8 @@ import json, sys
 from dataclasses import replace
 from pathlib import Path
 from dl2.sim.config import SimConfig
-from dl2.twin.local import LocalCluster
-from dl2.twin.workloads import first_jobs
+from testbed.twin.local import LocalCluster
+from testbed.twin.workloads import first_jobs
 from dl2.workload.registry import load_workloads
 
 import time
@@ -223,7 +223,7 @@ def load_size(
 @contextmanager
 def kube_env(folder: Path) -> Iterator[Any]:
     """A fresh control plane with dl2 installed, as the tests' `kube` fixture gives one."""
-    from dl2.twin.local import LocalCluster
+    from testbed.twin.local import LocalCluster
     from tests.kube_fixtures import KubeEnv
 
     with LocalCluster(folder) as local:
@@ -238,7 +238,7 @@ def record_store(kind: str, folder: Path) -> Iterator[str]:
     if kind == "folder":
         yield str(folder / "decisions")
         return
-    from dl2.controlplane.objectstore import object_store
+    from testbed.controlplane.objectstore import object_store
 
     with object_store(folder / "s3", folder / "s3-logs") as store, store.exported():
         yield f"{store.bucket('dl2')}/decisions"
@@ -252,8 +252,8 @@ def kills(
     from dl2.sim.config import SimConfig
     from dl2.sim.decision_log import read_store_log
     from dl2.sim.record_store import RecordStore
-    from dl2.twin.workloads import first_jobs, first_nodes
     from dl2.workload.registry import load_workloads
+    from testbed.twin.workloads import first_jobs, first_nodes
     from tests.kube_fixtures import Policies, ServeUnderKills, run_uninterrupted, running_twin
 
     workload = first_nodes(first_jobs(load_workloads("philly")[0], num_jobs), num_nodes)
@@ -326,9 +326,9 @@ def failover(
 
     from dl2.kube.models import directory_loader  # noqa: F401  (the replicas load the same folder)
     from dl2.sim.config import SimConfig
-    from dl2.twin.lockstep import clock_slot, reported_slot
-    from dl2.twin.workloads import first_jobs, first_nodes
     from dl2.workload.registry import load_workloads
+    from testbed.twin.lockstep import clock_slot, reported_slot
+    from testbed.twin.workloads import first_jobs, first_nodes
     from tests.kube_fixtures import Policies, running_twin
 
     workload = first_nodes(first_jobs(load_workloads("philly")[0], 30), 4)
@@ -413,7 +413,7 @@ def philly(num_jobs: int, num_nodes: int, folder: Path) -> list[dict[str, Any]]:
     from dl2.sim.metrics import summarize
     from dl2.sim.run import interference_model, speed_model
     from dl2.sim.simulator import simulate
-    from dl2.twin.workloads import first_jobs, first_nodes
+    from testbed.twin.workloads import first_jobs, first_nodes
     from tests.builders import heuristic_loader
     from tests.kube_fixtures import Policies, run_clock_slot, running_twin
 

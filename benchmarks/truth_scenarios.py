@@ -46,11 +46,11 @@ from dl2.sim.metrics import mean_ci95, summarize
 from dl2.sim.run import catalogue_speed
 from dl2.truth import SCENARIOS, realise, truth_named
 from dl2.truth.run import run_on
-from dl2.twin.workloads import first_jobs, first_nodes
 from dl2.workload.accelerators import with_generations
 from dl2.workload.calibration import CalibratedSpeedModel, calibrate
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.synthetic import PRESETS, generate
+from testbed.twin.workloads import first_jobs, first_nodes
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAMPION = str(ROOT / "models" / "dl2-philly")

@@ -1,8 +1,8 @@
 """The closed loop on a local Kubernetes cluster: the champion runs in the cluster, its decision records become
 training feedback, the fine-tuned challenger goes through the gate, and the controller runs what the gate leaves.
 
-1. shadow: a Philly slice on a local cluster (a real control plane on loopback, `dl2.controlplane`, with the
-   cluster twin running the jobs in realistic mode, `dl2.twin`) with `dl2 serve` (a separate process, as its
+1. shadow: a Philly slice on a local cluster (a real control plane on loopback, `testbed.controlplane`, with the
+   cluster twin running the jobs in realistic mode, `testbed.twin`) with `dl2 serve` (a separate process, as its
    ServiceAccount under the shipped RBAC) running the champion in shadow mode: every decision recorded under
    `data.incoming`, no job resized (jobs keep the sizes they asked for).
 2. learn: `pipelines.collect` turns the records into versioned feedback, `dvc repro` reruns what they made stale
@@ -48,8 +48,8 @@ REPORT = "cluster_loop.json"
 
 def load_slice(cluster: ClusterParams) -> Workload:
     """The first `cluster.jobs` jobs of the workload on its first `cluster.nodes` nodes."""
-    from dl2.twin.workloads import first_jobs, first_nodes
     from dl2.workload.registry import load_workloads
+    from testbed.twin.workloads import first_jobs, first_nodes
 
     workload = load_workloads(cluster.workload, seed=cluster.seed)[0]
     return first_jobs(first_nodes(workload, cluster.nodes), cluster.jobs)
@@ -79,8 +79,8 @@ class LocalCluster:
         self, workload: Workload, placer: str, folder: Path, decisions: Path, mlflow_uri: str, seed: int, truth: str
     ) -> None:
         from dl2.sim.config import SimConfig
-        from dl2.twin import truth_of
-        from dl2.twin.local import LocalCluster as Local
+        from testbed.twin import truth_of
+        from testbed.twin.local import LocalCluster as Local
 
         folder.mkdir(parents=True, exist_ok=True)
         self.folder = folder
@@ -110,7 +110,7 @@ class LocalCluster:
 
     def run_to_end(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Advance slot by slot as the controller reports each done, then wait for the final slot's records."""
-        from dl2.twin.lockstep import clock_slot, controller_done, run_lockstep
+        from testbed.twin.lockstep import clock_slot, controller_done, run_lockstep
 
         slots = 0
         rest = self.twin.rest
@@ -221,8 +221,8 @@ def slice_h(workload: Workload, build: Any, cluster: ClusterParams) -> float:
     """Average JCT (h) of `build`'s scheduler on the slice under the cluster's truth (`dl2 simulate`)."""
     from dl2.sim.config import SimConfig
     from dl2.sim.metrics import summarize
-    from dl2.twin import simulated as simulate_slice
-    from dl2.twin import truth_of
+    from testbed.twin import simulated as simulate_slice
+    from testbed.twin import truth_of
 
     result = simulate_slice(workload, build, SimConfig.realistic(seed=cluster.seed), truth_of(cluster.truth))
     return summarize(result).avg_jct_s / 3600

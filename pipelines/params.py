@@ -420,7 +420,7 @@ def _check_truth(name: str, where: str) -> None:
     """The cluster's truth exists (asked of the twin: the lifecycle never reads a truth itself)."""
     if not name:
         return
-    from dl2.twin import truth_of
+    from testbed.twin import truth_of
 
     try:
         truth_of(name)

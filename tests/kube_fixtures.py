@@ -34,17 +34,6 @@ from typing import Any
 
 import pytest
 
-from dl2.controlplane.assets import AssetsMissing
-from dl2.controlplane.cluster import TWIN, ControlPlane
-from dl2.controlplane.install import (
-    CONTROLLER,
-    EXTENDER,
-    PROMOTER,
-    Identities,
-    install_dl2,
-    service_account_user,
-)
-from dl2.controlplane.objectstore import ObjectStore
 from dl2.core import Workload
 from dl2.kube import clock as slot_clock
 from dl2.kube import contract
@@ -64,7 +53,18 @@ from dl2.kube.rest import (
 )
 from dl2.sim.config import SimConfig
 from dl2.truth import Truth
-from dl2.twin import ClusterTwin, TwinOptions, start_twin
+from testbed.controlplane.assets import AssetsMissing
+from testbed.controlplane.cluster import TWIN, ControlPlane
+from testbed.controlplane.install import (
+    CONTROLLER,
+    EXTENDER,
+    PROMOTER,
+    Identities,
+    install_dl2,
+    service_account_user,
+)
+from testbed.controlplane.objectstore import ObjectStore
+from testbed.twin import ClusterTwin, TwinOptions, start_twin
 from tests.builders import CONTROLLER_AGENT, policy_object, sent_resizes
 
 LEASES = Resource("coordination.k8s.io", "v1", "leases")
@@ -161,7 +161,7 @@ def kube(kube_session: KubeEnv) -> Iterator[KubeEnv]:
 def s3_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectStore]:
     """versitygw (a real S3 server over a folder) for the session, its endpoint and credentials in the environment
     as a pod's would be (botocore reads them; so do `dl2 serve` subprocesses)."""
-    from dl2.controlplane.objectstore import object_store
+    from testbed.controlplane.objectstore import object_store
 
     folder = tmp_path_factory.mktemp("s3")
     try:
@@ -335,7 +335,7 @@ class ServeUnderKills:
             self.start(fired[-1][1] + 1)
 
     def run(self, slot_timeout_s: float = 120.0) -> None:
-        from dl2.twin.lockstep import clock_slot, reported_slot, run_lockstep
+        from testbed.twin.lockstep import clock_slot, reported_slot, run_lockstep
 
         rest = self.cluster.rest
         self.start(clock_slot(rest))
@@ -372,7 +372,7 @@ class ServeUnderKills:
 
 
 def _audit_between(kube: KubeEnv, first: int, last: int) -> tuple[list[Any], int]:
-    from dl2.controlplane.cluster import read_audit_log
+    from testbed.controlplane.cluster import read_audit_log
 
     return read_audit_log(kube.plane.audit_log, first, last)
 

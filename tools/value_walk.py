@@ -26,7 +26,7 @@ STAGES = frozenset(
 )  # fmt: skip
 """Modules of `pipelines` that are stages (or run them); the others are the pipelines' library."""
 DL2_LAYERS = (
-    "dl2.cli", "dl2.twin", "dl2.truth", "dl2.controlplane", "dl2.kube", "dl2.placement", "dl2.rl", "dl2.nn",
+    "dl2.cli", "testbed.twin", "dl2.truth", "testbed.controlplane", "dl2.kube", "dl2.placement", "dl2.rl", "dl2.nn",
     "dl2.env", "dl2.schedulers", "dl2.sim", "dl2.workload", "dl2.core",
 )  # fmt: skip
 

@@ -27,7 +27,7 @@ REAL_NODES_HELP = (
     "the nodes' containerd (dl2.local/hello:1 is; `ctr --address SOCKET --namespace k8s.io images import ARCHIVE` "
     "with the sockets printed, or RealNodes.import_image), with imagePullPolicy Never; not with --simulate"
 )
-"""Literal values (checked against `dl2.controlplane.nodes` by the tests): importing that package here would slow
+"""Literal values (checked against `testbed.controlplane.nodes` by the tests): importing that package here would slow
 every dl2 command's start."""
 FINAL_SLOT_WAIT_S = 60.0
 """In lock step, how long the cluster waits, once done, for the controller to report the final slot."""
@@ -116,8 +116,8 @@ def run(args: argparse.Namespace) -> int:
 def check_real_nodes(count: int, simulate: str | None) -> None:
     """UsageError, naming --real-nodes, for a count out of range, with --simulate, or where real nodes cannot run
     (`make real-nodes` has not run, or not root)."""
-    from dl2.controlplane.nodes.layout import MAX_NODES as MAX_REAL_NODES
-    from dl2.controlplane.nodes.layout import missing
+    from testbed.controlplane.nodes.layout import MAX_NODES as MAX_REAL_NODES
+    from testbed.controlplane.nodes.layout import missing
 
     check_range("--real-nodes", count, 0, MAX_REAL_NODES)
     if count and simulate is not None:
@@ -132,7 +132,7 @@ def check_real_nodes(count: int, simulate: str | None) -> None:
 
 def _workload(args: argparse.Namespace) -> Any:
     from dl2.cli.common import load
-    from dl2.twin.workloads import first_jobs, first_nodes, with_allreduce
+    from testbed.twin.workloads import first_jobs, first_nodes, with_allreduce
 
     workloads = load(args.simulate, args.seed)
     if len(workloads) != 1:
@@ -149,11 +149,11 @@ def _workload(args: argparse.Namespace) -> Any:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from dl2.controlplane.apply import install_crds
-    from dl2.controlplane.assets import AssetsMissing
-    from dl2.controlplane.nodes import HELLO_IMAGE, NODE_LABEL, RealNodes
-    from dl2.twin import TwinOptions
-    from dl2.twin.local import LocalCluster
+    from testbed.controlplane.apply import install_crds
+    from testbed.controlplane.assets import AssetsMissing
+    from testbed.controlplane.nodes import HELLO_IMAGE, NODE_LABEL, RealNodes
+    from testbed.twin import TwinOptions
+    from testbed.twin.local import LocalCluster
 
     workload = config = options = None
     if args.simulate is not None:
@@ -242,7 +242,7 @@ def _tick(local: Any, tick_s: float, stop: threading.Event, lockstep: bool, exit
     from tqdm import tqdm
 
     from dl2.core import Dl2Error
-    from dl2.twin.lockstep import controller_done
+    from testbed.twin.lockstep import controller_done
 
     twin = local.twin
     rest = twin.rest
@@ -271,7 +271,7 @@ def _report(cluster: Any, workload: Any, config: Any, args: argparse.Namespace) 
     from rich.table import Table
 
     from dl2.sim.metrics import summarize
-    from dl2.twin import reference_result
+    from testbed.twin import reference_result
 
     results = cluster.job_results()
     report: dict[str, Any] = {"status": cluster.status(), "jobs": results}

@@ -1,6 +1,6 @@
 """The job contract: how dl2 reads jobs, pods and nodes from the Kubernetes API, and how it resizes jobs.
 
-The controller (`dl2 serve`) and the cluster twin (`dl2.twin`) both follow it.
+The controller (`dl2 serve`) and the cluster twin (`testbed.twin`) both follow it.
 
 - API group of dl2's own objects: `dl2.io`; labels and annotations are prefixed `dl2.io/`.
 - Managed namespaces carry the label `dl2.io/managed: "true"`.

@@ -1,7 +1,7 @@
 """Asked sizes: every job runs with the workers and PS it was submitted with, as on a cluster with no scheduler
 that resizes jobs.
 
-This is what a cluster does when dl2 is off or in shadow mode: the cluster twin (`dl2.twin.cluster`) places what
+This is what a cluster does when dl2 is off or in shadow mode: the cluster twin (`testbed.twin.cluster`) places what
 each job's object asks for with `place_sticky`, in arrival order, and what fits nowhere stays Pending. It is the
 row a resizing scheduler has to beat for turning it on to pay.
 """

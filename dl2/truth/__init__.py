@@ -1,6 +1,6 @@
 """The truth of a simulated cluster: how its jobs really behave against the catalogue that policies read.
 
-Only what stands for the cluster reads it: the cluster twin (`dl2.twin`), `dl2 simulate --truth` and the
+Only what stands for the cluster reads it: the cluster twin (`testbed.twin`), `dl2 simulate --truth` and the
 benchmarks. Policies, heuristics, the controller and the lifecycle never import it (import-linter contracts in
 pyproject.toml): they learn the truth, if at all, from the cluster's feedback.
 

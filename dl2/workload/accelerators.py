@@ -199,7 +199,7 @@ counts servers per virtual cluster only)."""
 def with_generations(cluster: ClusterSpec, shares: Sequence[tuple[str, float]] = THREE_GENERATIONS) -> ClusterSpec:
     """The same servers, each GPU server given one of `shares`' accelerator types (and that type as its kind),
     interleaved so that every prefix of the servers holds each type's share to within one server: the first N
-    nodes of the result (`dl2.twin.workloads.first_nodes`) mix the generations as the whole does. A server without
+    nodes of the result (`testbed.twin.workloads.first_nodes`) mix the generations as the whole does. A server without
     GPUs keeps what it has. Deterministic: server i takes the type furthest behind its share of the first i + 1."""
     total = sum(share for _, share in shares)
     if not shares or total <= 0 or any(share < 0 for _, share in shares):

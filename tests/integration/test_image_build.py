@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from dl2.controlplane import image
+from testbed.controlplane import image
 
 MISSING = image.missing()
 needs_image = pytest.mark.skipif(bool(MISSING), reason="; ".join(MISSING) or "the image is built")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds helm (helm.sh/helm/v4/cmd/helm) from the Go module proxy into DEST (default: what
-# `python -m dl2.controlplane.assets --tool helm` names), at the version the go.mod beside this script pins.
+# `python -m testbed.controlplane.assets --tool helm` names), at the version the go.mod beside this script pins.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 dest="${1:?usage: build.sh DEST}"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the local control plane from the Go module proxy into DEST (default: what `python -m dl2.controlplane.assets`
+# Builds the local control plane from the Go module proxy into DEST (default: what `python -m testbed.controlplane.assets`
 # names): kube-apiserver, kube-controller-manager, kube-scheduler and a kubectl of the same release
 # (k8s.io/kubernetes), etcd (go.etcd.io/etcd/server/v3) and kwok (sigs.k8s.io/kwok), at the versions the go.mod files
 # beside this script pin.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the kubelet (k8s.io/kubernetes/cmd/kubelet) from the Go module proxy into DEST (default: what
-# `python -m dl2.controlplane.assets --tool kubelet` names), at the release the go.mod beside this script pins: the
+# `python -m testbed.controlplane.assets --tool kubelet` names), at the release the go.mod beside this script pins: the
 # same k8s.io/kubernetes as tools/kube/kubernetes (a node of the control plane's own release, no version skew), kept
 # apart so that building the kubelet never changes the control plane's cache digest.
 set -euo pipefail

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the real nodes' two static programs (pause and hello, standard library only) into DEST (default: what
-# `python -m dl2.controlplane.assets --tool pause` names). dl2.controlplane.nodes.images packs each into an OCI image
+# `python -m testbed.controlplane.assets --tool pause` names). testbed.controlplane.nodes.images packs each into an OCI image
 # archive that the nodes' containerd imports: no container registry is reachable from these machines.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"

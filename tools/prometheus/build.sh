@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds prometheus (github.com/prometheus/prometheus/cmd/prometheus) from the Go module proxy into DEST (default: what
-# `python -m dl2.controlplane.assets --tool prometheus` names), at the version the go.mod beside this script pins.
+# `python -m testbed.controlplane.assets --tool prometheus` names), at the version the go.mod beside this script pins.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 dest="${1:?usage: build.sh DEST}"

@@ -17,11 +17,11 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from dl2.controlplane.faults import Fault, FaultInjector, FaultKind
-from dl2.controlplane.install import CONTROLLER, service_account_user
-from dl2.controlplane.proxy import FaultProxy
-from dl2.controlplane.recording import request_record
 from dl2.kube.rest import CONFIGMAPS, PODS, Resource, Rest
+from testbed.controlplane.faults import Fault, FaultInjector, FaultKind
+from testbed.controlplane.install import CONTROLLER, service_account_user
+from testbed.controlplane.proxy import FaultProxy
+from testbed.controlplane.recording import request_record
 
 NS = "default"
 TESTER = "dl2-proxy-tester"

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from dl2.controlplane import assets
-from dl2.controlplane.cluster import ControlPlane
 from dl2.kube.policy import POLICIES
 from dl2.kube.rest import NAMESPACES, Resource, Rest
+from testbed.controlplane import assets
+from testbed.controlplane.cluster import ControlPlane
 
 ROOT = Path(__file__).resolve().parents[3]
 PAGE = ROOT / "docs" / "operations.md"

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from dl2.controlplane.apply import install_crds
-from dl2.controlplane.assets import AssetsMissing, helm, kubectl
-from dl2.controlplane.install import POLICY_CRD
+from testbed.controlplane.apply import install_crds
+from testbed.controlplane.assets import AssetsMissing, helm, kubectl
+from testbed.controlplane.install import POLICY_CRD
 
 K8S = Path(__file__).resolve().parents[3] / "k8s"
 CHART = K8S / "chart" / "dl2"

@@ -26,16 +26,6 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from dl2.controlplane import assets
-from dl2.controlplane.apply import install_crds
-from dl2.controlplane.cluster import ControlPlane
-from dl2.controlplane.install import (
-    CONTROLLER,
-    SYSTEM_NAMESPACE,
-    THIRD_PARTY_CRDS,
-    install_dl2,
-    service_account_user,
-)
 from dl2.core import Architecture
 from dl2.kube import contract
 from dl2.kube.actuate import Actuator, ApiCaller, ResizeRefused
@@ -44,8 +34,18 @@ from dl2.kube.metrics import Metrics
 from dl2.kube.observe import ManagedJob
 from dl2.kube.rest import EVENTS, JSON_PATCH, MERGE_PATCH, PYTORCHJOBS, VOLCANO_JOBS, Resource, Rest
 from dl2.sim.config import SimConfig
-from dl2.twin import manifests
-from dl2.twin.lockstep import run_lockstep
+from testbed.controlplane import assets
+from testbed.controlplane.apply import install_crds
+from testbed.controlplane.cluster import ControlPlane
+from testbed.controlplane.install import (
+    CONTROLLER,
+    SYSTEM_NAMESPACE,
+    THIRD_PARTY_CRDS,
+    install_dl2,
+    service_account_user,
+)
+from testbed.twin import manifests
+from testbed.twin.lockstep import run_lockstep
 from tests.builders import heuristic_loader, tiny_workload
 from tests.kube_fixtures import KubeEnv, Policies, running_twin
 

@@ -14,7 +14,6 @@ from dataclasses import replace
 
 import pytest
 
-from dl2.controlplane.install import CONTROLLER, service_account_user
 from dl2.core import ClusterSpec
 from dl2.core.log_format import CLUSTER_FILE, read_cluster, read_cluster_log, read_log
 from dl2.env.observation import ObservationConfig
@@ -34,8 +33,9 @@ from dl2.sim.calibrated import calibrated_world
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.run import interference_model, speed_model
 from dl2.truth import SCENARIOS
-from dl2.twin import TwinOptions, reference_result, start_twin
 from dl2.workload.accelerators import ACCELERATOR_TYPES
+from testbed.controlplane.install import CONTROLLER, service_account_user
+from testbed.twin import TwinOptions, reference_result, start_twin
 from tests.builders import CONTROLLER_AGENT, heuristic_loader, tiny_workload
 
 CONFIG = SimConfig.realistic(seed=1)
@@ -67,7 +67,7 @@ class Setup:
         self.policies.create(mode, **spec)
         server = None
         if proxy:
-            from dl2.controlplane.proxy import FaultProxy
+            from testbed.controlplane.proxy import FaultProxy
 
             self.proxy = FaultProxy(self.kube.url, self.kube.plane.ca).start()
             server = self.proxy.url
@@ -367,7 +367,7 @@ def error_counts(controller):
 def test_api_faults_are_survived_with_backoff_and_change_no_decision(setup, tmp_path):
     """Conflicts, server errors, throttling and a slow server on the controller's writes, failed lists and dropped
     and expired watches under its caches: every slot decides as without them."""
-    from dl2.controlplane.faults import Fault, FaultKind
+    from testbed.controlplane.faults import Fault, FaultKind
 
     workload, controller = setup.start(proxy=True)
     controller.rest.timeout_s = 0.5
@@ -407,8 +407,8 @@ def test_api_faults_are_survived_with_backoff_and_change_no_decision(setup, tmp_
 
 
 def test_an_informer_survives_dropped_streams_and_expired_versions(kube, policies):
-    from dl2.controlplane.faults import Fault, FaultKind
-    from dl2.controlplane.proxy import FaultProxy
+    from testbed.controlplane.faults import Fault, FaultKind
+    from testbed.controlplane.proxy import FaultProxy
 
     policies.create("shadow")
     with FaultProxy(kube.url, kube.plane.ca) as proxy:

@@ -23,8 +23,6 @@ import numpy as np
 import pytest
 import yaml
 
-from dl2.controlplane.assets import AssetsMissing, helm
-from dl2.controlplane.pki import CertificateAuthority
 from dl2.core import Architecture, InputError
 from dl2.kube.cache import ClusterCache
 from dl2.kube.extender import (
@@ -44,7 +42,9 @@ from dl2.placement.config import JOB_INPUTS, SERVER_INPUTS, PlacerConfig
 from dl2.placement.policy import HarmonyPlacer, NumpyPlacementPolicy
 from dl2.schedulers.placement import place_sticky
 from dl2.sim.config import SimConfig
-from dl2.twin import manifests
+from testbed.controlplane.assets import AssetsMissing, helm
+from testbed.controlplane.pki import CertificateAuthority
+from testbed.twin import manifests
 from tests.builders import tiny_workload
 
 K8S = Path(__file__).resolve().parents[3] / "k8s"

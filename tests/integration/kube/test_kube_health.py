@@ -21,17 +21,17 @@ from typing import Any
 import pytest
 import yaml
 
-from dl2.controlplane.assets import AssetsMissing
-from dl2.controlplane.objectstore import object_store
-from dl2.controlplane.processes import free_port
-from dl2.controlplane.prometheus import prometheus
-from dl2.controlplane.proxy import FaultProxy
 from dl2.kube.controller import Controller, ControllerConfig
 from dl2.kube.leader import LeaseConfig, LeaseElector
 from dl2.kube.metrics import HealthServer
 from dl2.kube.policy import POLICIES
 from dl2.kube.rest import EVENTS, MERGE_PATCH
 from dl2.sim.config import SimConfig
+from testbed.controlplane.assets import AssetsMissing
+from testbed.controlplane.objectstore import object_store
+from testbed.controlplane.processes import free_port
+from testbed.controlplane.prometheus import prometheus
+from testbed.controlplane.proxy import FaultProxy
 from tests.builders import heuristic_loader, tiny_workload
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -26,8 +26,8 @@ from dl2.placement.samples import record_run
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.run import interference_model, speed_model
-from dl2.twin import manifests, reference_result, start_twin
 from dl2.workload.catalogue import CATALOGUE
+from testbed.twin import manifests, reference_result, start_twin
 from tests.builders import heuristic_loader, tiny_workload
 from tests.kube_fixtures import clock
 

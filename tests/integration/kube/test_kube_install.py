@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from dl2.controlplane.apply import install_crds
-from dl2.controlplane.assets import helm, kubectl
-from dl2.controlplane.cluster import ControlPlane
-from dl2.controlplane.install import THIRD_PARTY_CRDS
 from dl2.core import NodeSpec, Resources
 from dl2.kube.controller import Controller, ControllerConfig
 from dl2.kube.policy import POLICIES
 from dl2.kube.rest import NODES, PODS, Rest
-from dl2.twin import manifests
+from testbed.controlplane.apply import install_crds
+from testbed.controlplane.assets import helm, kubectl
+from testbed.controlplane.cluster import ControlPlane
+from testbed.controlplane.install import THIRD_PARTY_CRDS
+from testbed.twin import manifests
 from tests.builders import heuristic_loader
 
 K8S = Path(__file__).resolve().parents[3] / "k8s"

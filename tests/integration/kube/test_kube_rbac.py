@@ -14,8 +14,6 @@ import threading
 
 import pytest
 
-from dl2.controlplane.cluster import AuditEvent
-from dl2.controlplane.install import CONTROLLER, EXTENDER, PROMOTER, identity_documents, service_account_user
 from dl2.kube.cache import ClusterCache
 from dl2.kube.controller import Controller, ControllerConfig
 from dl2.kube.leader import LeaseConfig, LeaseElector
@@ -23,7 +21,9 @@ from dl2.kube.metrics import Metrics
 from dl2.kube.promotion import promote_policy
 from dl2.kube.rest import Rest
 from dl2.sim.config import SimConfig
-from dl2.twin.lockstep import run_lockstep
+from testbed.controlplane.cluster import AuditEvent
+from testbed.controlplane.install import CONTROLLER, EXTENDER, PROMOTER, identity_documents, service_account_user
+from testbed.twin.lockstep import run_lockstep
 from tests.builders import heuristic_loader, tiny_workload
 from tests.kube_fixtures import Policies, running_twin
 

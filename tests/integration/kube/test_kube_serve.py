@@ -14,7 +14,7 @@ from dl2.kube.rest import EVENTS
 from dl2.sim.config import SimConfig
 from dl2.sim.decision_log import read_store_log
 from dl2.sim.record_store import RecordStore
-from dl2.twin import reference_result
+from testbed.twin import reference_result
 from tests.builders import tiny_workload
 
 CONFIG = SimConfig.realistic(seed=1)

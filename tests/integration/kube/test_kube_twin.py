@@ -21,9 +21,9 @@ from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.run import speed_model
 from dl2.truth import truth_named
-from dl2.twin import reference_result
-from dl2.twin.workloads import first_jobs, first_nodes, with_allreduce
 from dl2.workload.synthetic import PRESETS, generate
+from testbed.twin import reference_result
+from testbed.twin.workloads import first_jobs, first_nodes, with_allreduce
 from tests.builders import tiny_workload
 
 CONFIG = SimConfig.realistic(seed=1)

@@ -40,7 +40,7 @@ def test_a_job_names_its_query_in_an_annotation():
 @pytest.fixture(scope="module")
 def exporter() -> Iterator[tuple[Gauge, str]]:
     """A training job's exporter: the epoch gauge its loop sets, on a free port."""
-    from dl2.controlplane.processes import free_port
+    from testbed.controlplane.processes import free_port
 
     registry = CollectorRegistry()
     epoch = Gauge("training_epoch", "Epochs done", ["job_name"], registry=registry)
@@ -55,8 +55,8 @@ def exporter() -> Iterator[tuple[Gauge, str]]:
 
 @pytest.fixture(scope="module")
 def prometheus_url(exporter, tmp_path_factory) -> Iterator[str]:
-    from dl2.controlplane.assets import AssetsMissing
-    from dl2.controlplane.prometheus import prometheus
+    from testbed.controlplane.assets import AssetsMissing
+    from testbed.controlplane.prometheus import prometheus
 
     try:
         with prometheus(tmp_path_factory.mktemp("prometheus"), [exporter[1]], scrape_interval_s=0.2) as url:
@@ -94,13 +94,13 @@ def test_progress_measured_from_metrics_drives_the_controller(kube, policies, ex
     """End to end on the real control plane: a PyTorchJob that never writes `dl2.io/progress-epochs` but exports
     its epoch to Prometheus and names the query; the controller records the progress Prometheus measures, slot by
     slot, and resizes the job as for any other."""
-    from dl2.controlplane.apply import apply
-    from dl2.controlplane.install import managed_namespace
     from dl2.core import NodeSpec, Resources
     from dl2.core.log_format import read_log
     from dl2.kube.controller import Controller, ControllerConfig
     from dl2.kube.rest import KUBEFLOW_PODS, NAMESPACES, NODES, PYTORCHJOBS, Resource
-    from dl2.twin import manifests
+    from testbed.controlplane.apply import apply
+    from testbed.controlplane.install import managed_namespace
+    from testbed.twin import manifests
     from tests.builders import allreduce_job, heuristic_loader
 
     epoch, _ = exporter

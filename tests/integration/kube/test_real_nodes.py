@@ -27,12 +27,12 @@ from typing import Any
 
 import pytest
 
-from dl2.controlplane import assets
-from dl2.controlplane import nodes as real
-from dl2.controlplane.cluster import ControlPlane
-from dl2.controlplane.nodes import host
-from dl2.controlplane.nodes.real import KUBELET_FIXED
 from dl2.kube.rest import NAMESPACES, NODES, PODS, Rest
+from testbed.controlplane import assets
+from testbed.controlplane import nodes as real
+from testbed.controlplane.cluster import ControlPlane
+from testbed.controlplane.nodes import host
+from testbed.controlplane.nodes.real import KUBELET_FIXED
 
 pytestmark = [
     pytest.mark.slow,
@@ -195,8 +195,8 @@ def test_bad_input_is_refused_with_a_clear_error(plane: ControlPlane, tmp_path: 
 
 KILLED_RUN = """
 import sys, time
-from dl2.controlplane.cluster import ControlPlane
-from dl2.controlplane.nodes import PAUSE_IMAGE, RealNodes
+from testbed.controlplane.cluster import ControlPlane
+from testbed.controlplane.nodes import PAUSE_IMAGE, RealNodes
 from dl2.kube.rest import PODS, Rest
 
 plane = ControlPlane(kwok=False).start()

@@ -468,9 +468,9 @@ def _allowed(rest: Any, namespace: str, group: str, plural: str) -> bool:
 def training_namespaces(kube):
     """Two namespaces, each with a PyTorchJob and a Volcano Job and the ServiceAccount the pods run as; the
     ClusterRole from `k8s/reporter-rbac.yaml`, bound to that account in `BOUND` only. Tokens by TokenRequest."""
-    from dl2.controlplane.apply import apply, documents
     from dl2.kube.rest import NAMESPACES, PYTORCHJOBS, VOLCANO_JOBS
-    from dl2.twin import manifests
+    from testbed.controlplane.apply import apply, documents
+    from testbed.twin import manifests
     from tests.builders import allreduce_job, make_job
 
     rest = kube.rest()
@@ -616,13 +616,13 @@ def test_a_kubeflow_job_s_reported_progress_drives_the_controller_s_decisions(
     labels, its progress reported by `dl2.report` under the trainer's ServiceAccount; the controller (its own
     ServiceAccount, DRF as the model) finds the pod by those labels, records the reported progress, resizes the
     job, and the next slot's record has the progress reported since."""
-    from dl2.controlplane.apply import apply
-    from dl2.controlplane.install import managed_namespace
     from dl2.core import NodeSpec, Resources
     from dl2.core.log_format import read_log
     from dl2.kube.controller import Controller, ControllerConfig
     from dl2.kube.rest import KUBEFLOW_PODS, NAMESPACES, NODES, PYTORCHJOBS, Resource
-    from dl2.twin import manifests
+    from testbed.controlplane.apply import apply
+    from testbed.controlplane.install import managed_namespace
+    from testbed.twin import manifests
     from tests.builders import heuristic_loader
 
     rest, tokens = training_namespaces

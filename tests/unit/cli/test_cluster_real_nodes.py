@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from dl2.cli.cluster import REAL_NODES_HELP, REAL_PREFIX
-from dl2.controlplane import nodes
-from dl2.controlplane.nodes.layout import MAX_NODES
+from testbed.controlplane import nodes
+from testbed.controlplane.nodes.layout import MAX_NODES
 
 ROOT = Path(__file__).resolve().parents[3]
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]

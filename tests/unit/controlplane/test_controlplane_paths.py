@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dl2.controlplane.paths import ApiPath, parse_api_path, rbac_verb
+from testbed.controlplane.paths import ApiPath, parse_api_path, rbac_verb
 
 # -- paths -----------------------------------------------------------------------------------------------------
 
@@ -51,7 +51,7 @@ def test_rbac_verbs():
 def test_an_audit_offset_never_falls_inside_a_line(tmp_path):
     """The API server may be part-way through a line: an offset must end at the last whole one, or the next read
     starts with half an event."""
-    from dl2.controlplane.cluster import last_line_end, read_audit_log
+    from testbed.controlplane.cluster import last_line_end, read_audit_log
 
     log = tmp_path / "audit.log"
     assert last_line_end(log) == 0

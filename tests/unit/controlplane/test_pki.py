@@ -10,7 +10,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from dl2.controlplane.pki import CertificateAuthority
+from testbed.controlplane.pki import CertificateAuthority
 
 
 def test_a_loaded_ca_issues_what_the_original_verifies(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dl2.controlplane.nodes import config, host, images, layout
+from testbed.controlplane.nodes import config, host, images, layout
 
 
 def _binary(tmp_path: Path) -> Path:

@@ -33,9 +33,9 @@ from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.run import interference_model, speed_model
 from dl2.sim.simulator import Simulation
-from dl2.twin import manifests
 from dl2.workload.accelerated_speed import AcceleratedSpeedModel
 from dl2.workload.accelerators import ACCELERATOR_TYPES
+from testbed.twin import manifests
 from tests.builders import tiny_workload
 
 V100, P100, K80 = (ACCELERATOR_TYPES[name].accelerator for name in ("V100", "P100", "K80"))

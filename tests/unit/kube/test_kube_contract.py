@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from dl2.core import Architecture, JobSpec, Resources
 from dl2.kube import contract
-from dl2.twin import manifests
 from dl2.workload.catalogue import CATALOGUE, MODEL_NAMES
+from testbed.twin import manifests
 
 
 def json_patch(document, operations):

@@ -14,7 +14,7 @@ from dl2.kube import contract as c
 from dl2.kube.models import PolicyRuntime, input_problem, smoke_view
 from dl2.kube.observe import RESIZED_SLOT, RawCluster, snapshot
 from dl2.kube.quarantine import MAX_PROGRESS_RATIO, Cause, Room, job_problem, reserved
-from dl2.twin import manifests
+from testbed.twin import manifests
 from tests.builders import heuristic_loader, tiny_workload
 
 NODE = Resources(gpu=8.0, cpu=64.0, mem_gb=256.0)

@@ -4,7 +4,7 @@ whose client died while it handled it as 504 though its write may have landed (`
 
 from __future__ import annotations
 
-from dl2.controlplane.cluster import AuditEvent
+from testbed.controlplane.cluster import AuditEvent
 from tests.builders import CONTROLLER_AGENT, CUT_OFF, sent_resizes
 
 

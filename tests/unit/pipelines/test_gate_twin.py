@@ -16,7 +16,6 @@ from dl2.sim.calibrated import calibrated_world
 from dl2.sim.config import SimConfig
 from dl2.sim.decision_log import write_segment
 from dl2.sim.run import catalogue_speed, interference_model
-from dl2.twin.workloads import first_jobs, first_nodes
 from dl2.workload.registry import load_workloads
 from pipelines import params as params_module
 from pipelines.collect import clusters_dir
@@ -24,6 +23,7 @@ from pipelines.params import Params
 from pipelines.promote import cluster_evidence, gate_settings
 from pipelines.promotion.gate import ClusterEvidence
 from pipelines.stage import Layout
+from testbed.twin.workloads import first_jobs, first_nodes
 
 ROOT = Path(__file__).resolve().parents[3]
 CHAMPION = ROOT / "models" / "dl2-philly"

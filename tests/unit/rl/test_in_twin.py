@@ -34,8 +34,8 @@ from dl2.sim.calibrated import calibrated_world
 from dl2.sim.config import SimConfig
 from dl2.sim.decision_log import write_segment
 from dl2.sim.run import catalogue_speed, interference_model
-from dl2.twin.workloads import first_jobs, first_nodes
 from dl2.workload.registry import load_workloads
+from testbed.twin.workloads import first_jobs, first_nodes
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -41,12 +41,12 @@ from dl2.schedulers.registry import check_scheduler, make_scheduler
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.run import World, catalogue_speed, speed_model
 from dl2.sim.simulator import Simulation, simulate
-from dl2.twin.workloads import first_jobs, first_nodes
 from dl2.workload.authors import SETTINGS, generate_authors_workload
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.registry import load_workloads
 from dl2.workload.source import workload
 from dl2.workload.traces import COMMON_COLUMNS
+from testbed.twin.workloads import first_jobs, first_nodes
 from tests.builders import LinearSpeed, allreduce_job, make_job
 
 KINDS = ("per-job", "per-job-local", "mlp")

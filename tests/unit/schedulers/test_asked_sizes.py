@@ -9,8 +9,8 @@ from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import SimConfig
 from dl2.sim.run import speed_model
 from dl2.sim.simulator import Simulation
-from dl2.twin.workloads import first_jobs
 from dl2.workload.registry import load_workloads
+from testbed.twin.workloads import first_jobs
 from tests.builders import allreduce_job, make_job, one_node_workload
 
 

@@ -27,12 +27,12 @@ from dl2.sim.config import SimConfig
 from dl2.sim.run import catalogue_speed
 from dl2.truth import MIXED_SCENARIOS, SCENARIOS, NewJobType, SpeedShift, Truth, generate, realise, truth_named
 from dl2.truth.run import run_on
-from dl2.twin.workloads import first_jobs, first_nodes
 from dl2.workload.accelerated_speed import AcceleratedSpeedModel, on_accelerators
 from dl2.workload.accelerators import ACCELERATOR_TYPES, THREE_GENERATIONS, relative_speed, with_generations
 from dl2.workload.catalogue import CATALOGUE, GPU_MODEL_NAMES
 from dl2.workload.synthetic import PRESETS
 from dl2.workload.synthetic import generate as generate_workload
+from testbed.twin.workloads import first_jobs, first_nodes
 
 P100, V100, K80 = (ACCELERATOR_TYPES[name].accelerator for name in ("P100", "V100", "K80"))
 NODE = Resources(gpu=8.0, cpu=64.0, mem_gb=512.0)

@@ -18,13 +18,13 @@ from dl2.sim.run import run_one, speed_model
 from dl2.sim.simulator import SimResult
 from dl2.truth import SCENARIOS, NewJobType, SpeedShift, Truth, generate, realise, truth_named
 from dl2.truth.run import run_on
-from dl2.twin.workloads import first_jobs, first_nodes
 from dl2.workload.catalogue import CATALOGUE
 from dl2.workload.interference import default_matrix
 from dl2.workload.registry import load_workloads
 from dl2.workload.speed_fit import ParametricSpeedModel, placement_kappa
 from dl2.workload.synthetic import PRESETS
 from dl2.workload.synthetic import generate as generate_workload
+from testbed.twin.workloads import first_jobs, first_nodes
 
 CONFIG = SimConfig.realistic(seed=0)
 CATALOGUE_SPEED = ParametricSpeedModel()

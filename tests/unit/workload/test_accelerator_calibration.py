@@ -16,12 +16,12 @@ from dl2.sim.calibrated import calibration_summary, calibration_text
 from dl2.sim.run import catalogue_speed
 from dl2.truth import SpeedShift, Truth, realise
 from dl2.truth.realise import TrueCluster
-from dl2.twin.workloads import first_jobs
 from dl2.workload.accelerated_speed import on_accelerators
 from dl2.workload.accelerators import accelerator_type
 from dl2.workload.calibration import CalibratedSpeedModel, calibrate
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.registry import load_workloads
+from testbed.twin.workloads import first_jobs
 
 SPEEDUPS = {"K80": 1.4, "V100": 0.75}
 """The truth's factor on vgg-16's computation speed per type over the catalogue's (`accelerator-affinity`'s CNNs)."""

@@ -18,11 +18,11 @@ from dl2.sim.config import SimConfig
 from dl2.sim.run import World, catalogue_speed
 from dl2.truth import SCENARIOS, SpeedShift, Truth, realise
 from dl2.truth.realise import TrueCluster
-from dl2.twin.workloads import first_jobs, first_nodes
 from dl2.workload.calibration import CalibratedSpeedModel, Calibration, _Data, calibrate, steady_measurements
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.registry import load_workloads
 from dl2.workload.synthetic import PRESETS, generate
+from testbed.twin.workloads import first_jobs, first_nodes
 
 QUIET = SimConfig.realistic(seed=0, speed_noise=0.0, interference=False)
 EXACT = SimConfig.realistic(seed=0, speed_noise=0.0)

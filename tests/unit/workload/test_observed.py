@@ -18,10 +18,10 @@ from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.decision_log import write_segment
 from dl2.sim.run import interference_model, speed_model
-from dl2.twin.workloads import first_jobs, first_nodes
 from dl2.workload.observed import observed_jobs, observed_workload, resampled_workload
 from dl2.workload.registry import load_workloads
 from dl2.workload.source import is_generated, source_problem, workload, workloads_of
+from testbed.twin.workloads import first_jobs, first_nodes
 
 CONFIG = SimConfig.realistic(seed=0, speed_noise=0.0)
 

@@ -1,5 +1,5 @@
 """Injectable faults: errors, slow responses, dropped and expired watches, per (verb, resource) or for every
-request, for the fault proxy in front of the real API server (`dl2.controlplane.proxy`).
+request, for the fault proxy in front of the real API server (`testbed.controlplane.proxy`).
 
 A `Fault` matches requests by RBAC verb, resource (`pods`, `schedulerpolicies/status`), group, namespace and a
 substring of the user agent (any field left out matches everything), and fires for the next `count` matching
@@ -21,8 +21,8 @@ import random
 from dataclasses import dataclass
 from enum import StrEnum
 
-from dl2.controlplane.errors import ApiError
-from dl2.controlplane.recording import RequestRecord
+from testbed.controlplane.errors import ApiError
+from testbed.controlplane.recording import RequestRecord
 
 REASONS = {
     400: "BadRequest",

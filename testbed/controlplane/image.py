@@ -17,9 +17,9 @@ index). These machines reach no registry and no download.pytorch.org, so here it
 `podman build` keeps each step as a layer (a change to dl2/ re-runs the steps from its COPY on), and the image is
 labelled with a digest of its context, so that a `make image` with nothing changed returns in seconds.
 
-    python -m dl2.controlplane.image              # build what is missing; prints the image's name
-    python -m dl2.controlplane.image --check      # exit 1, saying what is missing, if the image is not built
-    python -m dl2.controlplane.image --export     # also write the image as an OCI archive `ctr images import` takes
+    python -m testbed.controlplane.image              # build what is missing; prints the image's name
+    python -m testbed.controlplane.image --check      # exit 1, saying what is missing, if the image is not built
+    python -m testbed.controlplane.image --export     # also write the image as an OCI archive `ctr images import` takes
 
 The system tools (podman, buildah, debootstrap) come from Debian's packages: `make image` installs them when missing.
 """
@@ -313,7 +313,7 @@ def missing(recipe: BaseRecipe | None = None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dl2.controlplane.image", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m testbed.controlplane.image", description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="only say whether the image is built (exit 1 if not)")
     parser.add_argument(
         "--export",

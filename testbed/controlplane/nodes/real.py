@@ -16,17 +16,17 @@ from typing import Any
 
 import yaml
 
-from dl2.controlplane import assets
-from dl2.controlplane.cluster import ADMIN, ControlPlane
-from dl2.controlplane.nodes import host, images
-from dl2.controlplane.nodes.config import (
+from testbed.controlplane import assets
+from testbed.controlplane.cluster import ADMIN, ControlPlane
+from testbed.controlplane.nodes import host, images
+from testbed.controlplane.nodes.config import (
     cni_configuration,
     containerd_configuration,
     kubeconfig,
     kubelet_configuration,
     to_json,
 )
-from dl2.controlplane.nodes.layout import (
+from testbed.controlplane.nodes.layout import (
     HELLO_IMAGE,
     NODE_LABEL,
     PAUSE_IMAGE,
@@ -36,8 +36,8 @@ from dl2.controlplane.nodes.layout import (
     check_arguments,
     require,
 )
-from dl2.controlplane.pki import CertificateAuthority
-from dl2.controlplane.processes import Component, free_port, wait_until
+from testbed.controlplane.pki import CertificateAuthority
+from testbed.controlplane.processes import Component, free_port, wait_until
 
 BINDING = "dl2-real-nodes"
 """The ClusterRoleBinding of `system:node` to `system:nodes`."""

@@ -56,9 +56,9 @@ from dl2.sim.config import Mode, SimConfig
 from dl2.sim.metrics import RunMetrics, summarize
 from dl2.sim.run import interference_model, speed_model
 from dl2.sim.simulator import SimResult, Simulation
-from dl2.twin import manifests
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.speed import SpeedModel
+from testbed.twin import manifests
 
 TWIN_SCHEDULER = "dl2-twin"
 """The schedulerName of the twin's own pods: no kube-scheduler takes them, the twin binds them."""

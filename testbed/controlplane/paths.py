@@ -1,5 +1,5 @@
 """Request paths and methods in Kubernetes terms: which resource, namespace, name and subresource, and the RBAC verb
-(what the fault proxy matches faults on: `dl2.controlplane.faults`).
+(what the fault proxy matches faults on: `testbed.controlplane.faults`).
 
 The API server's own rules: `/api/v1/namespaces/{name}` is the Namespace object itself (its `status` and
 `finalize` are subresources of it), `/api/v1/namespaces/{ns}/{plural}/...` is a namespaced resource; a GET is

@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dl2.controlplane.apply import apply, documents, install_crds
-from dl2.controlplane.cluster import ControlPlane
 from dl2.kube.contract import MANAGED_LABEL
 from dl2.kube.rest import Rest
 from dl2.paths import REPO_ROOT
+from testbed.controlplane.apply import apply, documents, install_crds
+from testbed.controlplane.cluster import ControlPlane
 
 K8S = REPO_ROOT / "k8s"
 THIRD_PARTY_CRDS = (

@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from dl2.controlplane.assets import VERSITYGW
-from dl2.controlplane.processes import Component, free_port, wait_until
+from testbed.controlplane.assets import VERSITYGW
+from testbed.controlplane.processes import Component, free_port, wait_until
 
 REGION = "us-east-1"
 

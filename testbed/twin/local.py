@@ -14,14 +14,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dl2.controlplane.cluster import TWIN, AuditEvent, ControlPlane
-from dl2.controlplane.install import CONTROLLER, Identities, install_dl2, service_account_user
 from dl2.core import Workload
 from dl2.kube.policy import API_VERSION, DEFAULT_NAME, KIND, POLICIES
 from dl2.kube.rest import Rest
 from dl2.sim.config import SimConfig
 from dl2.truth import Truth
-from dl2.twin import ClusterTwin, TwinOptions, start_twin
+from testbed.controlplane.cluster import TWIN, AuditEvent, ControlPlane
+from testbed.controlplane.install import CONTROLLER, Identities, install_dl2, service_account_user
+from testbed.twin import ClusterTwin, TwinOptions, start_twin
 
 RESIZES = (("kubeflow.org", "pytorchjobs"), ("batch.volcano.sh", "jobs"))
 

@@ -6,8 +6,8 @@ a cache named after a digest of those files, so that a changed pin builds anew a
 every clone on the machine (as envtest keeps its binaries per version under the user's data folder):
 `$DL2_KUBE_ASSETS` if set, else `$XDG_CACHE_HOME/dl2/kube-assets/<digest>` (`~/.cache/...`).
 
-    python -m dl2.controlplane.assets            # the folder (built if missing: about 10 minutes on 2 cores)
-    python -m dl2.controlplane.assets --check    # exit 1 if it is not built
+    python -m testbed.controlplane.assets            # the folder (built if missing: about 10 minutes on 2 cores)
+    python -m testbed.controlplane.assets --check    # exit 1 if it is not built
 
 helm (helm.sh/helm/v4, which lints and renders `k8s/chart/`), versitygw (an S3 server over a folder: the
 object storage that decision records go to in the tests) and prometheus (which scrapes a training job's own
@@ -15,15 +15,15 @@ metrics in the tests of progress from metrics) are built the same way, each from
 `$DL2_<NAME>_ASSETS` or `~/.cache/dl2/<name>/<digest of tools/<name>>`, apart from the control plane so that their
 pins never rebuild it:
 
-    python -m dl2.controlplane.assets --tool helm        # the folder holding `helm` (built if missing: about 5 minutes)
-    python -m dl2.controlplane.assets --tool versitygw   # (about 2 minutes)
-    python -m dl2.controlplane.assets --tool prometheus  # (about 7 minutes)
+    python -m testbed.controlplane.assets --tool helm        # the folder holding `helm` (built if missing: ~5 minutes)
+    python -m testbed.controlplane.assets --tool versitygw   # (about 2 minutes)
+    python -m testbed.controlplane.assets --tool prometheus  # (about 7 minutes)
 
-The kubelet of real nodes (`dl2.controlplane.nodes`) is built the same way from `tools/kubelet/`, a copy of the
+The kubelet of real nodes (`testbed.controlplane.nodes`) is built the same way from `tools/kubelet/`, a copy of the
 control plane's k8s.io/kubernetes pins, so that it is the control plane's release and still never rebuilds it:
 
-    python -m dl2.controlplane.assets --tool kubelet     # (about 8 minutes on 2 cores; 10-25 s with Go's cache warm)
-    python -m dl2.controlplane.assets --tool pause       # pause and hello, static, for the nodes' images
+    python -m testbed.controlplane.assets --tool kubelet     # (~8 minutes on 2 cores; 10-25 s with a warm Go cache)
+    python -m testbed.controlplane.assets --tool pause       # pause and hello, static, for the nodes' images
 """
 
 from __future__ import annotations
@@ -170,17 +170,23 @@ KUBELET = GoTool(
     "kubelet",
     "DL2_KUBELET_ASSETS",
     "about 8 minutes",
-    "the node agent of the control plane's release, for real nodes (dl2.controlplane.nodes)",
+    "the node agent of the control plane's release, for real nodes (testbed.controlplane.nodes)",
 )
 PAUSE = GoTool(
     "pause",
     "DL2_PAUSE_ASSETS",
     "seconds",
-    "the pod sandbox's program and a hello container, images of real nodes (dl2.controlplane.nodes.images)",
+    "the pod sandbox's program and a hello container, images of real nodes (testbed.controlplane.nodes.images)",
     pins=("build.sh", "go.mod", "main.go", "hello/main.go"),
     others=("hello",),
 )
-TOOLS_BY_NAME = {tool.binary: tool for tool in (HELM, VERSITYGW, PROMETHEUS, KUBELET, PAUSE)}
+TRAINING_OPERATOR = GoTool(
+    "training-operator",
+    "DL2_TRAINING_OPERATOR_ASSETS",
+    "about 4 minutes",
+    "Kubeflow's training operator, which runs PyTorchJobs' pods on real nodes (testbed.controlplane.operator)",
+)
+TOOLS_BY_NAME = {tool.binary: tool for tool in (HELM, VERSITYGW, PROMETHEUS, KUBELET, PAUSE, TRAINING_OPERATOR)}
 
 
 def helm() -> str:
@@ -189,7 +195,7 @@ def helm() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dl2.controlplane.assets", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m testbed.controlplane.assets", description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="only say whether the binaries are built (exit 1 if not)")
     parser.add_argument(
         "--tool",

@@ -29,7 +29,7 @@ Modules: `layout` (what is needed, where a node keeps its things), `config` (con
 its kubelets' certificates come from the control plane's CA, `pki.CertificateAuthority.load`).
 """
 
-from dl2.controlplane.nodes.layout import (
+from testbed.controlplane.nodes.layout import (
     HELLO_IMAGE,
     NODE_LABEL,
     PAUSE_IMAGE,
@@ -38,7 +38,7 @@ from dl2.controlplane.nodes.layout import (
     missing,
     require,
 )
-from dl2.controlplane.nodes.real import RealNodes
+from testbed.controlplane.nodes.real import RealNodes
 
 __all__ = [
     "HELLO_IMAGE",

@@ -3,7 +3,7 @@
 (verb, API group, resource, subresource, namespace, name) as RBAC checks them (`get`, `list`, `watch`, `create`,
 `update`, `patch`, `delete`, `deletecollection`; `pods/binding`, `schedulerpolicies/status`), with the client's
 user agent and the response code. Requests outside the resource API (discovery, `/version`) carry their path as
-`non_resource_url`. (What the API server itself judged is in its audit log: `dl2.controlplane.cluster`.)
+`non_resource_url`. (What the API server itself judged is in its audit log: `testbed.controlplane.cluster`.)
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from dl2.controlplane.paths import parse_api_path, rbac_verb
+from testbed.controlplane.paths import parse_api_path, rbac_verb
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ The API server authenticates client certificates (CA in `pki/`) and ServiceAccou
 only (nothing is allowed that a Role does not grant), runs the default admission plugins (PodSecurity,
 ServiceAccount, ...) and writes an audit log of every request by anyone but the control plane's own components
 and the cluster twin. kwok plays the kubelet of every Node annotated `kwok.x-k8s.io/node: fake` (heartbeats,
-pods Running, deletions confirmed). Real nodes' kubelets (`dl2.controlplane.nodes`) serve logs and exec through
+pods Running, deletions confirmed). Real nodes' kubelets (`testbed.controlplane.nodes`) serve logs and exec through
 the API server, which dials them by InternalIP with a client certificate of its own. Every process dies with the one
 that started it.
 """
@@ -31,9 +31,9 @@ from typing import Any
 
 import yaml
 
-from dl2.controlplane import assets
-from dl2.controlplane.pki import CertificateAuthority, KeyPair
-from dl2.controlplane.processes import Component, client_context, free_port, https_ok, wait_until
+from testbed.controlplane import assets
+from testbed.controlplane.pki import CertificateAuthority, KeyPair
+from testbed.controlplane.processes import Component, client_context, free_port, https_ok, wait_until
 
 ADMIN = "dl2-admin"
 TWIN = "dl2-twin"

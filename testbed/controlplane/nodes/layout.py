@@ -9,7 +9,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from dl2.controlplane import assets
+from testbed.controlplane import assets
 
 SYSTEM_BINARIES = ("containerd", "ctr", "runc", "ip")
 """Debian's containerd and runc (`make real-nodes` installs them), and iproute2 for the bridges."""

@@ -21,7 +21,7 @@ from dl2.sim.run import SchedulerBuilder, interference_model, speed_model
 from dl2.sim.simulator import SimResult, simulate
 from dl2.truth import Truth, realise, truth_named
 from dl2.truth.run import run_on
-from dl2.twin.cluster import ClusterTwin, TwinOptions
+from testbed.twin.cluster import ClusterTwin, TwinOptions
 
 
 def start_twin(

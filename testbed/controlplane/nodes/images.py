@@ -87,7 +87,7 @@ def oci_archive(binary: Path, reference: str, archive: Path, entrypoint: list[st
             "os": "linux",
             "config": {"Entrypoint": entrypoint or [f"/{binary.name}"], "WorkingDir": "/"},
             "rootfs": {"type": "layers", "diff_ids": [layer.digest]},  # uncompressed: the layer is its own diff
-            "history": [{"created_by": f"dl2.controlplane.images: {binary.name}"}],
+            "history": [{"created_by": f"testbed.controlplane.images: {binary.name}"}],
         },
     )
     manifest = _json(

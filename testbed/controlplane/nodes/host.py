@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from dl2.controlplane.nodes.layout import NodeLayout
+from testbed.controlplane.nodes.layout import NodeLayout
 
 MNT_DETACH = 2
 CGROUPS = Path("/sys/fs/cgroup")

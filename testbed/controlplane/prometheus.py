@@ -13,8 +13,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from dl2.controlplane.assets import PROMETHEUS
-from dl2.controlplane.processes import Component, free_port, http_ok, wait_until
+from testbed.controlplane.assets import PROMETHEUS
+from testbed.controlplane.processes import Component, free_port, http_ok, wait_until
 
 
 @contextmanager

@@ -25,6 +25,7 @@ KINDS: dict[tuple[str, str], Resource] = {
     ("v1", "Namespace"): Resource("", "v1", "namespaces", namespaced=False),
     ("v1", "ServiceAccount"): Resource("", "v1", "serviceaccounts"),
     ("v1", "ConfigMap"): Resource("", "v1", "configmaps"),
+    ("v1", "Secret"): Resource("", "v1", "secrets"),
     ("v1", "PersistentVolume"): Resource("", "v1", "persistentvolumes", namespaced=False),
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): Resource(
         "rbac.authorization.k8s.io", "v1", "clusterroles", namespaced=False
@@ -34,6 +35,9 @@ KINDS: dict[tuple[str, str], Resource] = {
     ),
     ("rbac.authorization.k8s.io/v1", "Role"): Resource("rbac.authorization.k8s.io", "v1", "roles"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): Resource("rbac.authorization.k8s.io", "v1", "rolebindings"),
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): Resource(
+        "admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations", namespaced=False
+    ),
     ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): Resource(
         "admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", namespaced=False
     ),

@@ -8,8 +8,8 @@
 
 It serves plain HTTP on loopback and forwards every request unchanged (method, path and query, headers, body) to
 the upstream over HTTPS, verifying the upstream's certificate against `ca_file`, and streams each response back
-chunk by chunk as it arrives (a watch is one long chunked response). Faults (`dl2.controlplane.faults`) are
-matched in RBAC terms (`dl2.controlplane.paths`) and decided before anything is forwarded.
+chunk by chunk as it arrives (a watch is one long chunked response). Faults (`testbed.controlplane.faults`) are
+matched in RBAC terms (`testbed.controlplane.paths`) and decided before anything is forwarded.
 
 TLS ends at the proxy, so a client certificate cannot reach the upstream: clients behind the proxy authenticate
 with bearer tokens (ServiceAccount tokens, `ControlPlane.service_account_token`), which the upstream checks as it
@@ -34,9 +34,9 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from dl2.controlplane.errors import ApiError, expired
-from dl2.controlplane.faults import ActiveFault, Decision, Fault, FaultInjector
-from dl2.controlplane.recording import RequestRecord, request_record
+from testbed.controlplane.errors import ApiError, expired
+from testbed.controlplane.faults import ActiveFault, Decision, Fault, FaultInjector
+from testbed.controlplane.recording import RequestRecord, request_record
 
 T = TypeVar("T")
 

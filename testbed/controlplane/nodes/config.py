@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dl2.controlplane.nodes.layout import CNI_BIN, PAUSE_IMAGE, NodeLayout
-from dl2.controlplane.pki import KeyPair
+from testbed.controlplane.nodes.layout import CNI_BIN, PAUSE_IMAGE, NodeLayout
+from testbed.controlplane.pki import KeyPair
 
 
 def containerd_configuration(node: NodeLayout) -> str:
