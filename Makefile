@@ -13,6 +13,8 @@
 #               apt-get if missing (the one step that installs system packages; root), the kubelet of the control
 #               plane's release (tools/kubelet) into ~/.cache/dl2/kubelet/<digest>, and the static pause and hello
 #               programs of the nodes' images (tools/pause) into ~/.cache/dl2/pause/<digest>
+#   make training-operator   Kubeflow's training operator (tools/training-operator), which runs PyTorchJobs' pods on
+#               real nodes, and its release's ClusterRole, into ~/.cache/dl2/training-operator/<digest>
 #   make image   the dl2 image from the Dockerfile without a registry (testbed.controlplane.image): Debian's podman, buildah
 #               and debootstrap through apt-get if missing (root), a Debian bookworm base by debootstrap kept as an OCI
 #               archive in ~/.cache/dl2/image/<digest>, then `podman build` into localhost/dl2:<version>, checked by
@@ -42,7 +44,7 @@ $(INSTALLED): requirements/requirements.txt requirements/dev.txt requirements/co
 demo: $(INSTALLED) kube-assets
 	$(PYTHON) -m pipelines.lifecycle
 
-test: $(INSTALLED) kube-assets helm versitygw prometheus real-nodes lint typecheck unit
+test: $(INSTALLED) kube-assets helm versitygw prometheus real-nodes training-operator lint typecheck unit
 
 kube-assets: $(INSTALLED)
 	@$(PYTHON) -m testbed.controlplane.assets > /dev/null
@@ -82,7 +84,7 @@ lint: $(INSTALLED)
 typecheck: $(INSTALLED)
 	$(VENV)/bin/mypy
 
-unit: $(INSTALLED) kube-assets helm versitygw prometheus real-nodes
+unit: $(INSTALLED) kube-assets helm versitygw prometheus real-nodes training-operator
 	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: $(INSTALLED)

@@ -209,6 +209,12 @@ class RealNodes:
         for node in self.nodes:
             self._ctr(node, "images", "import", str(archive))
 
+    def import_archive(self, archive: Path, timeout_s: float = 900.0) -> None:
+        """Import an OCI archive (`python -m testbed.controlplane.image --export` writes the dl2 image's) into every
+        node's containerd, under the name its index gives; a pod runs it with `imagePullPolicy: Never`."""
+        for node in self.nodes:
+            self._ctr(node, "images", "import", str(archive), timeout_s=timeout_s)
+
     def node(self, name: str) -> NodeLayout:
         for node in self.nodes:
             if node.name == name:
@@ -230,9 +236,11 @@ class RealNodes:
         for component in self.components:
             component.check()
 
-    def _ctr(self, node: NodeLayout, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def _ctr(
+        self, node: NodeLayout, *args: str, check: bool = True, timeout_s: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
         command = ["ctr", f"--address={node.socket}", "--namespace=k8s.io", *args]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
         if check and done.returncode != 0:
             raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()}")
         return done
