@@ -61,6 +61,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--crd", type=Path, action="append", default=[], help="another CRD file to install (repeatable)"
     )
     parser.add_argument("--real-nodes", type=int, default=0, metavar="N", help=REAL_NODES_HELP)
+    parser.add_argument(
+        "--training-operator",
+        action="store_true",
+        help="also run Kubeflow's training operator (make training-operator), which makes and removes PyTorchJobs' "
+        "pods on the real nodes; needs --real-nodes",
+    )
     parser.add_argument("--simulate", metavar="WORKLOAD", default=None, help="run this workload (name or file)")
     parser.add_argument("--jobs", type=int, default=None, help="take the workload's first N jobs")
     parser.add_argument("--nodes", type=int, default=None, help="take the cluster's first N nodes")
@@ -96,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
     check_range("--allreduce-fraction", args.allreduce_fraction, 0, 1)
     check_range("--kueue-fraction", args.kueue_fraction, 0, 1)
     check_real_nodes(args.real_nodes, args.simulate)
+    if args.training_operator:
+        check_training_operator(args.real_nodes)
     if args.jobs is not None:
         check_range("--jobs", args.jobs, 1, MAX_JOBS)
     if args.nodes is not None:
@@ -130,6 +138,17 @@ def check_real_nodes(count: int, simulate: str | None) -> None:
         raise UsageError(f"--real-nodes: real nodes cannot run here, missing: {'; '.join(absent)}")
 
 
+def check_training_operator(real_nodes: int) -> None:
+    """UsageError, naming --training-operator, without real nodes or where the operator is not built."""
+    from testbed.controlplane.assets import TRAINING_OPERATOR
+
+    if not real_nodes:
+        raise UsageError("--training-operator makes pods that run on real nodes: give --real-nodes N too")
+    absent = TRAINING_OPERATOR.missing()
+    if absent:
+        raise UsageError(f"--training-operator: {', '.join(absent)} not built (make training-operator)")
+
+
 def _workload(args: argparse.Namespace) -> Any:
     from dl2.cli.common import load
     from testbed.twin.workloads import first_jobs, first_nodes, with_allreduce
@@ -152,6 +171,8 @@ def _serve(args: argparse.Namespace) -> int:
     from testbed.controlplane.apply import install_crds
     from testbed.controlplane.assets import AssetsMissing
     from testbed.controlplane.nodes import HELLO_IMAGE, NODE_LABEL, RealNodes
+    from testbed.controlplane.nodes.service import ApiService
+    from testbed.controlplane.operator import TrainingOperator
     from testbed.twin import TwinOptions
     from testbed.twin.local import LocalCluster
 
@@ -180,6 +201,10 @@ def _serve(args: argparse.Namespace) -> int:
             if args.real_nodes
             else None
         )
+        # pods reach the API server at the `kubernetes` Service, as in-cluster clients do
+        service = stack.enter_context(ApiService(local.plane, nodes.nodes[0])) if nodes is not None else None
+        if args.training_operator:
+            stack.enter_context(TrainingOperator(local.plane))
         if args.crd:
             install_crds(local.admin(), *args.crd)
         kubeconfig = local.plane.write_kubeconfig(args.kubeconfig)
@@ -196,6 +221,8 @@ def _serve(args: argparse.Namespace) -> int:
                 "audit_log": str(local.plane.audit_log),
                 "startup_s": round(local.plane.startup_s, 1),
                 **({} if nodes is None else {"real_nodes": _real_nodes(nodes)}),
+                **({} if service is None else {"kubernetes_service": f"{service.address}:{service.port}"}),
+                **({"training_operator": True} if args.training_operator else {}),
             }
         )
         sys.stdout.flush()

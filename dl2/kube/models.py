@@ -63,9 +63,18 @@ def directory_loader(root: Path) -> Loader:
     return load
 
 
+MLFLOW_REQUESTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+"""How the controller's registry requests go unless the environment says otherwise: one try of at most 10 s. A load
+runs in the slot loop, and `PolicyRuntime` tries a failed version again every 30 s; MLflow's own default (7 retries
+with growing backoff, 120 s each) kept a controller whose registry did not resolve from reporting anything for
+over four minutes."""
+
+
 def mlflow_loader(cache_dir: Path, tracking_uri: str | None = None) -> Loader:
     """Versions from the MLflow registry (`MLFLOW_TRACKING_URI` unless `tracking_uri` is given), downloaded once
-    into `cache_dir/<name>/<version>`."""
+    into `cache_dir/<name>/<version>`; its requests as `MLFLOW_REQUESTS` says, unless set in the environment."""
+    for variable, value in MLFLOW_REQUESTS.items():
+        os.environ.setdefault(variable, value)
 
     def load(name: str, version: str) -> Scheduler:
         folder = cache_dir / name / version

@@ -241,17 +241,21 @@ def test_a_killed_run_is_swept_by_the_next(tmp_path: Path) -> None:
 
 
 def test_dl2_cluster_starts_real_nodes_and_takes_them_back_on_sigint(tmp_path: Path) -> None:
-    """`dl2 cluster --real-nodes 1`: the Node is Ready once the first line is printed, a pod runs there and its log
-    reads through kubectl; SIGINT stops the command (exit 0) and the node is gone with all it made."""
+    """`dl2 cluster --real-nodes 1 --training-operator`: the Node is Ready once the first line is printed, a pod
+    runs there and its log reads through kubectl, and the training operator makes a PyTorchJob's pod, which runs
+    there too; SIGINT stops the command (exit 0) and the node is gone with all it made."""
     kubeconfig = tmp_path / "admin.kubeconfig"
-    command = [sys.executable, "-m", "dl2.cli.main", "cluster", "--real-nodes", "1", "--kubeconfig", str(kubeconfig)]
+    command = [sys.executable, "-m", "dl2.cli.main", "cluster", "--real-nodes", "1", "--training-operator"]
+    command += ["--kubeconfig", str(kubeconfig)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None and process.stderr is not None
         line = process.stdout.readline()
         assert line, process.communicate(timeout=60)[1]
-        [node] = json.loads(line)["real_nodes"]
+        started = json.loads(line)
+        [node] = started["real_nodes"]
         assert node["name"] == "dl2-real-0" and Path(node["containerd"]).is_socket()
+        assert started["kubernetes_service"] == "10.0.0.1:443" and started["training_operator"] is True
         kubectl = [str(assets.require() / "kubectl"), f"--kubeconfig={kubeconfig}"]
         ready = json.loads(_run([*kubectl, "get", "node", node["name"], "-o", "json"]))
         assert {c["type"]: c["status"] for c in ready["status"]["conditions"]}["Ready"] == "True"
@@ -262,6 +266,24 @@ def test_dl2_cluster_starts_real_nodes_and_takes_them_back_on_sigint(tmp_path: P
         _run([*kubectl, "create", "-f", "-"], json.dumps(pod))
         _run([*kubectl, "wait", "pod/from-cli", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=60s"])
         assert _run([*kubectl, "logs", "from-cli"]) == f"hello from {node['name']} from-cli\n"
+        container = {**_hello("job", {})["spec"]["containers"][0], "name": "pytorch", "args": ["job"]}
+        template = {"spec": {"nodeName": node["name"], "containers": [container]}}
+        worker = {"replicas": 1, "restartPolicy": "Never", "template": template}
+        job = {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {"name": "cli-job", "namespace": "default"},
+            "spec": {"pytorchReplicaSpecs": {"Worker": worker}},
+        }
+        _run([*kubectl, "create", "-f", "-"], json.dumps(job))
+        deadline = time.monotonic() + 90
+        phase = ""
+        while phase != "Succeeded" and time.monotonic() < deadline:
+            time.sleep(1)
+            got = [*kubectl, "get", "pod", "cli-job-worker-0", "-o", "jsonpath={.status.phase}", "--ignore-not-found"]
+            phase = _run(got)
+        assert phase == "Succeeded", "the operator's pod did not run"
+        assert _run([*kubectl, "logs", "cli-job-worker-0"]) == f"hello from {node['name']} job\n"
     finally:
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=120)

@@ -22,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,13 +36,14 @@ from dl2.core import Allocation, ClusterView, JobAllocation
 from dl2.kube import contract as c
 from dl2.kube.controller import Controller, SlotReport
 from dl2.kube.policy import POLICIES
-from dl2.kube.rest import CONFIGMAPS, NAMESPACES, PODS, PYTORCHJOBS, Rest
+from dl2.kube.rest import CONFIGMAPS, NAMESPACES, PODS, PYTORCHJOBS, Resource, Rest
 from dl2.kube.settings import ControllerConfig
 from dl2.paths import REPO_ROOT
 from testbed.controlplane import assets, image
 from testbed.controlplane import nodes as real
 from testbed.controlplane.cluster import ControlPlane
-from testbed.controlplane.install import install_dl2
+from testbed.controlplane.install import Identities, install_dl2
+from testbed.controlplane.nodes.service import ApiService
 from testbed.controlplane.operator import TrainingOperator
 from testbed.controlplane.processes import free_port
 from tests.builders import policy_object
@@ -57,6 +60,7 @@ JOB = "digits"
 EVERY_STEPS = 5
 IMAGE = "dl2:" + image.image_tag().rsplit(":", 1)[1]
 """As the manifests name it; containerd's `docker.io/library/dl2:<version>`, the name the archive carries."""
+LEASES = Resource("coordination.k8s.io", "v1", "leases")
 SCRIPT = REPO_ROOT / "examples" / "elastic_digits.py"
 TRAINER = [
     "torchrun", "--nproc-per-node", "1", "--max-restarts", "100", "--monitor-interval", "0.5",
@@ -215,12 +219,20 @@ class Bed:
         pytest.fail(f"the controller did not resize the job to {workers} workers in 5 slots")
 
 
+@dataclass
+class Cluster:
+    """The module's test bed: a control plane with dl2's CRDs, identities and managed namespaces, one real node
+    with the dl2 image, the training operator, and a rendezvous store on the node's address."""
+
+    plane: ControlPlane
+    nodes: real.RealNodes
+    identities: Identities
+    rendezvous: tuple[str, int]
+    rest: Rest
+
+
 @pytest.fixture(scope="module")
-def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
-    folder = tmp_path_factory.mktemp("real-training")
-    checkpoints = folder / "checkpoints"
-    checkpoints.mkdir(mode=0o777)
-    checkpoints.chmod(0o777)  # the image's user (10001) writes there
+def cluster() -> Iterator[Cluster]:
     with ControlPlane(kwok=False) as plane:
         identities = install_dl2(plane)
         with (
@@ -229,21 +241,32 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
             rendezvous_store(nodes.nodes[0].address) as endpoint,
         ):
             nodes.import_archive(ARCHIVE)
-            rest = Rest(plane.admin_client())
-            rest.patch(NAMESPACES, None, NAMESPACE, {"metadata": {"labels": {c.MANAGED_LABEL: "true"}}})
-            rest.create(
-                CONFIGMAPS,
-                NAMESPACE,
-                {"metadata": {"name": "digits-job"}, "data": {"elastic_digits.py": SCRIPT.read_text()}},
-            )
-            rest.create(PYTORCHJOBS, NAMESPACE, _job(endpoint, checkpoints, workers=2))
-            policy = Sized(2)
-            config = ControllerConfig("a", decision_log=folder / "decisions")
-            api = plane.client(token=identities.controller)
-            controller = Controller(api, config, lambda name, version: policy)
-            rest.create(POLICIES, None, policy_object("active", "1", guardrails={"cooldownSlots": 0}))
-            controller.refresh_policy(rest.get(POLICIES, None, "default"))
-            yield Bed(plane, nodes, rest, controller, policy, checkpoints)
+            yield Cluster(plane, nodes, identities, endpoint, Rest(plane.admin_client()))
+
+
+@pytest.fixture
+def bed(cluster: Cluster, tmp_path: Path) -> Iterator[Bed]:
+    """The job submitted, and an in-process controller whose policy the test sizes; both gone afterwards."""
+    checkpoints = tmp_path / "checkpoints"
+    checkpoints.mkdir()
+    checkpoints.chmod(0o777)  # the image's user (10001) writes there
+    rest = cluster.rest
+    rest.patch(NAMESPACES, None, NAMESPACE, {"metadata": {"labels": {c.MANAGED_LABEL: "true"}}})
+    script = {"metadata": {"name": "digits-job"}, "data": {"elastic_digits.py": SCRIPT.read_text()}}
+    rest.create(CONFIGMAPS, NAMESPACE, script)
+    rest.create(PYTORCHJOBS, NAMESPACE, _job(cluster.rendezvous, checkpoints, workers=2))
+    policy = Sized(2)
+    config = ControllerConfig("a", decision_log=tmp_path / "decisions")
+    api = cluster.plane.client(token=cluster.identities.controller)
+    controller = Controller(api, config, lambda name, version: policy)
+    rest.create(POLICIES, None, policy_object("active", "1", guardrails={"cooldownSlots": 0}))
+    controller.refresh_policy(rest.get(POLICIES, None, "default"))
+    try:
+        yield Bed(cluster.plane, cluster.nodes, rest, controller, policy, checkpoints)
+    finally:
+        rest.delete_now(POLICIES, None, "default")
+        rest.delete_now(PYTORCHJOBS, NAMESPACE, JOB)
+        rest.delete_now(CONFIGMAPS, NAMESPACE, "digits-job")
 
 
 def test_a_pytorchjob_resized_2_3_1_by_dl2_goes_on_from_its_checkpoint(bed: Bed) -> None:
@@ -271,3 +294,110 @@ def test_a_pytorchjob_resized_2_3_1_by_dl2_goes_on_from_its_checkpoint(bed: Bed)
         assert min(after_steps) == resume["step"] + 1  # and went on from the checkpoint
     for previous, step in itertools.pairwise(steps):
         assert step["step"] == previous["step"] + 1 or previous["step"] - EVERY_STEPS < step["step"] <= previous["step"]
+
+
+def _kubectl(cluster: Cluster, kubeconfig: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [assets.kubectl(), f"--kubeconfig={kubeconfig}", *arguments], capture_output=True, text=True, timeout=120
+    )
+
+
+def _overlay(folder: Path) -> Path:
+    """The kustomize base as shipped, with the two settings an installer fills in: where decisions are recorded
+    (a folder of the pod's own here: the test bed's S3 server is on loopback) and the cluster's name."""
+    folder.mkdir()
+    patch = [
+        {"op": "replace", "path": "/data/DL2_DECISION_LOG", "value": "/tmp/decisions"},
+        {"op": "replace", "path": "/data/DL2_CLUSTER_NAME", "value": "testbed"},
+    ]
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [os.path.relpath(REPO_ROOT / "k8s", folder)],
+        "patches": [{"target": {"kind": "ConfigMap", "name": "dl2-scheduler-config"}, "patch": json.dumps(patch)}],
+    }
+    (folder / "kustomization.yaml").write_text(json.dumps(kustomization))
+    return folder
+
+
+def _pods(rest: Rest, namespace: str) -> dict[str, str]:
+    """Each pod's phase, and why it waits (its unscheduled condition or its containers' waiting reasons)."""
+    summary = {}
+    for pod in rest.list(PODS, namespace):
+        status = pod.get("status") or {}
+        why = [c.get("message", "") for c in status.get("conditions") or [] if c.get("status") == "False"]
+        why += [
+            s["state"]["waiting"].get("reason", "")
+            for s in status.get("containerStatuses") or []
+            if "waiting" in s["state"]
+        ]
+        summary[pod["metadata"]["name"]] = f"{status.get('phase')} {'; '.join(w for w in why if w)}".strip()
+    return summary
+
+
+def _wait(condition: Any, what: str, rest: Rest, timeout_s: float = 300.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(1.0)
+    pytest.fail(f"{what} not within {timeout_s:g} s; pods: {_pods(rest, 'dl2-system')}")
+
+
+def test_the_controller_runs_from_the_image_as_a_pod_on_the_real_node(cluster: Cluster, tmp_path: Path) -> None:
+    rest, plane = cluster.rest, cluster.plane
+    kubeconfig = plane.write_kubeconfig(tmp_path / "admin.kubeconfig")
+    with ApiService(plane, cluster.nodes.nodes[0]) as service:
+        applied = _kubectl(cluster, kubeconfig, "apply", "--server-side", "-k", str(_overlay(tmp_path / "overlay")))
+        assert applied.returncode == 0, applied.stderr
+        # the installer's one step for the extender's certificates (k8s/scheduler-extender.yaml says how)
+        chart = [assets.helm(), "template", "dl2", str(REPO_ROOT / "k8s" / "chart" / "dl2")]
+        secrets = subprocess.run([*chart, "--show-only", "templates/extender-tls.yaml"], capture_output=True, text=True)
+        assert secrets.returncode == 0, secrets.stderr
+        made = subprocess.run(
+            [assets.kubectl(), f"--kubeconfig={kubeconfig}", "apply", "-f", "-"],
+            input=secrets.stdout,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert made.returncode == 0, made.stderr
+
+        def running(name: str) -> list[dict[str, Any]]:
+            pods = rest.list(PODS, "dl2-system", labelSelector=f"app.kubernetes.io/name={name}")
+            up = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+            return up if len(up) == 2 else []
+
+        pods = _wait(lambda: running("dl2-scheduler"), "both dl2-scheduler pods Running", rest)
+        _wait(lambda: running("dl2-extender"), "both dl2-extender pods Running", rest)
+        names = {p["metadata"]["name"] for p in pods}
+        assert {p["spec"]["nodeName"] for p in pods} == {cluster.nodes.names[0]}
+        # one of them leads, through the API it reaches at the `kubernetes` Service's address
+        lease = _wait(
+            lambda: next(
+                (x for x in rest.list(LEASES, "dl2-system") if x["metadata"]["name"] == "dl2-scheduler"), None
+            ),
+            "the controller's Lease",
+            rest,
+        )
+        leader = lease["spec"]["holderIdentity"]
+        assert leader in names
+        # and reports on the SchedulerPolicy: its model cannot load (no MLflow here), which it says
+        status = _wait(lambda: rest.get(POLICIES, None, "default").get("status"), "the policy's status", rest)
+        assert status.get("observedGeneration") == 1
+        conditions = {c["type"]: c for c in status.get("conditions") or []}
+        assert conditions["SpecValid"]["status"] == "True"
+        assert (
+            conditions["ModelLoaded"]["status"] == "False" and "dl2-policy v1" in conditions["ModelLoaded"]["message"]
+        )
+        # as the manifests run it: user 10001, a read-only root filesystem
+        user = _kubectl(cluster, kubeconfig, "exec", "-n", "dl2-system", leader, "--", "id", "-u")
+        assert user.stdout.strip() == "10001", user.stderr
+        write = _kubectl(cluster, kubeconfig, "exec", "-n", "dl2-system", leader, "--", "touch", "/opt/dl2/x")
+        assert write.returncode != 0 and "Read-only file system" in write.stderr
+        # alive by its liveness probe, which the kubelet sends to the pod's address
+        time.sleep(30)
+        for pod in rest.list(PODS, "dl2-system", labelSelector="app.kubernetes.io/name=dl2-scheduler"):
+            assert all(s["restartCount"] == 0 for s in pod["status"]["containerStatuses"]), pod["status"]
+        print(f"service {service.address}:{service.port}; leader {leader}; status {json.dumps(status)[:600]}")

@@ -48,3 +48,14 @@ def test_real_nodes_where_they_cannot_run_are_refused_in_one_line(tmp_path: Path
     assert line.startswith("dl2 cluster: error: --real-nodes: real nodes cannot run here, missing: "), line
     assert "make real-nodes" in line or "root" in line
     assert not kubeconfig.exists(), "refused before anything started"
+
+
+def test_the_training_operator_without_real_nodes_is_refused_in_one_line(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "cluster.kubeconfig"
+    command = [sys.executable, "-m", "dl2.cli.main", "cluster", "--training-operator", "--kubeconfig", str(kubeconfig)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (
+        "dl2 cluster: error: --training-operator makes pods that run on real nodes: give --real-nodes N too"
+    )
+    assert not kubeconfig.exists()

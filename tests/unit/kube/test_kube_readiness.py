@@ -123,3 +123,28 @@ def test_the_probe_of_a_folder_that_cannot_be_written_says_so_in_one_line(tmp_pa
     assert message.startswith(f"decision log {tmp_path}/file/decisions: cannot write and read back a probe object")
     assert "(NotADirectoryError: " in message
     assert message.endswith("check the URL, the bucket, the endpoint (AWS_ENDPOINT_URL) and the credentials")
+
+
+def test_an_unreachable_registry_fails_a_load_at_its_first_try(tmp_path, monkeypatch, caplog) -> None:
+    """MLflow's default (7 retries with growing backoff) held the slot loop for minutes; the runtime retries."""
+    from dl2.kube.models import MLFLOW_REQUESTS, mlflow_loader
+
+    for variable in MLFLOW_REQUESTS:
+        monkeypatch.delenv(variable, raising=False)
+    runtime = PolicyRuntime(mlflow_loader(tmp_path, "http://mlflow.invalid:5000"))
+    with caplog.at_level("WARNING"):
+        assert not runtime.ensure("dl2-policy", "1")
+    assert "dl2-policy v1" in (runtime.load_error or "")
+    assert not [record for record in caplog.records if "Retrying" in record.getMessage()]
+
+
+def test_the_registry_settings_of_the_environment_win(tmp_path, monkeypatch) -> None:
+    import os
+
+    from dl2.kube.models import mlflow_loader
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_TIMEOUT", raising=False)
+    mlflow_loader(tmp_path, "http://mlflow.invalid:5000")
+    assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "3"
+    assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "10"
