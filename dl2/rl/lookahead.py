@@ -31,7 +31,7 @@ from dl2.schedulers.registry import make_scheduler
 from dl2.sim.attribution import SlotAttribution
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.run import World, interference_model, speed_model
-from dl2.sim.simulator import SimulationError, young_collections_only
+from dl2.sim.simulator import Simulation, SimulationError, young_collections_only
 from dl2.sim.what_if import remaining_jct_estimate_s, what_if
 from dl2.workload.speed import SpeedModel
 
@@ -120,7 +120,10 @@ class LookaheadScheduler:
         # the what-if runs allocate and free millions of objects; with the collector on, a process holding a large
         # heap (the controller's informer caches) pays full collections for them (`young_collections_only`)
         with young_collections_only():
-            totals = {key: self.total_jct_after(view, allocation) for key, (_, allocation) in proposals.items()}
+            # every continuation starts from the same what-if run: built once, each plays a copy of it
+            start = self._what_if(view)
+            start.cache_throughputs()
+            totals = {key: self.total_jct_after(view, allocation, start) for key, (_, allocation) in proposals.items()}
         best_key = next(iter(proposals))
         for key in proposals:
             if totals[key] < totals[best_key] - 1e-6:
@@ -132,13 +135,13 @@ class LookaheadScheduler:
         self.tally.count(self.attribution.decided_by, True)
         return best_allocation
 
-    def total_jct_after(self, view: ClusterView, allocation: Allocation) -> float:
+    def total_jct_after(self, view: ClusterView, allocation: Allocation, start: Simulation | None = None) -> float:
         """Sum over `view`'s jobs of their completion times (s) if this slot runs `allocation` and the base decides
         every later one, in the model world (past the horizon, estimated); infinite where the run cannot finish or
-        the allocation is refused."""
+        the allocation is refused. `start`: the what-if run of `view` (`_what_if`), left unchanged (a fork of it
+        plays), where several allocations are judged from one view."""
         self.continuations += 1
-        config = replace(self.config, max_slots=view.slot + MAX_SLOTS)
-        run = what_if(view, config, self.world.speed, self.world.interference)
+        run = start.fork() if start is not None else self._what_if(view)
         horizon, sparse = self.horizon_slots, self.beyond == "sparse"
         try:
             run.apply(allocation)
@@ -159,6 +162,11 @@ class LookaheadScheduler:
         except (SimulationError, InvalidAllocationError):
             return math.inf
         return run.total_jct_s() + (0.0 if run.done else remaining_jct_estimate_s(run))
+
+    def _what_if(self, view: ClusterView) -> Simulation:
+        """The run a continuation from `view` plays (`dl2.sim.what_if`), in the model world."""
+        config = replace(self.config, max_slots=view.slot + MAX_SLOTS)
+        return what_if(view, config, self.world.speed, self.world.interference)
 
     @property
     def contested(self) -> int:

@@ -36,40 +36,53 @@ def marginal_gain_requests(
     code asks for them one after the other; when capacity is short that grants workers whose PS never comes.
     """
     jobs = view.jobs
+    # per rank, what its candidates read, looked up once (the loop below asks tens of thousands of candidates)
+    specs = [job.spec for job in jobs]
+    allreduce = [spec.architecture is Architecture.ALLREDUCE for spec in specs]
+    remaining = [job.remaining_epochs for job in jobs]
+    worker, ps_role, bundle = Role.WORKER, Role.PS, Role.BUNDLE
+    # per rank, its time left once its last candidate is granted: its next candidate's time left now (the same
+    # computation, so the same value; the speed function is asked two times a candidate instead of three)
+    after: list[float | None] = [None] * len(jobs)
 
-    def candidate(rank: int) -> tuple[float, Role]:
-        spec = jobs[rank].spec
+    def candidate(rank: int) -> tuple[float, Role, int]:
+        """The job's next request as a heap entry: (minus its cut in time left, role, rank)."""
         workers, ps = counts[rank]
-        allreduce = spec.architecture is Architecture.ALLREDUCE
         if workers == 0:
-            return _FIRST, Role.BUNDLE if bundle_first and not allreduce and ps == 0 else Role.WORKER
-        if not allreduce and ps == 0:
-            return _FIRST, Role.PS
-        remaining = jobs[rank].remaining_epochs
+            return _FIRST, bundle if bundle_first and not allreduce[rank] and ps == 0 else worker, rank
+        if ps == 0 and not allreduce[rank]:
+            return _FIRST, ps_role, rank
+        spec, left = specs[rank], remaining[rank]
         per_epoch = spec.samples_per_epoch
-        now = _time_left(remaining, throughput(spec, ps, workers) / per_epoch)
-        worker_gain = now - _time_left(remaining, throughput(spec, ps, workers + 1) / per_epoch)
-        if allreduce:
-            return -worker_gain, Role.WORKER
-        ps_gain = now - _time_left(remaining, throughput(spec, ps + 1, workers) / per_epoch)
-        if ps_gain >= worker_gain:
-            return -ps_gain, Role.PS
-        return -worker_gain, Role.WORKER
+        now = after[rank]
+        if now is None:
+            now = _time_left(left, throughput(spec, ps, workers) / per_epoch)
+        with_worker = _time_left(left, throughput(spec, ps, workers + 1) / per_epoch)
+        worker_gain = now - with_worker
+        if not allreduce[rank]:
+            with_ps = _time_left(left, throughput(spec, ps + 1, workers) / per_epoch)
+            ps_gain = now - with_ps
+            if ps_gain >= worker_gain:
+                after[rank] = with_ps
+                return -ps_gain, ps_role, rank
+        after[rank] = with_worker
+        return -worker_gain, worker, rank
 
-    heap = [(*candidate(rank), rank) for rank in range(len(jobs))]
+    heap = [candidate(rank) for rank in range(len(jobs))]
     heapq.heapify(heap)
+    pop, push = heapq.heappop, heapq.heappush
     while heap:
-        utility, role, rank = heapq.heappop(heap)
+        utility, role, rank = pop(heap)
         if utility >= 0:  # the best remaining cut is not positive (NaN compares false: keep going, as theirs)
             return
-        spec = jobs[rank].spec
+        spec = specs[rank]
         workers, ps = counts[rank]
-        if (role is not Role.PS and workers >= spec.max_workers) or (role is not Role.WORKER and ps >= spec.max_ps):
+        if (role is not ps_role and workers >= spec.max_workers) or (role is not worker and ps >= spec.max_ps):
             continue  # the job leaves the queue
         granted = yield rank, role
         if not granted:
             continue
-        heapq.heappush(heap, (*candidate(rank), rank))
+        push(heap, candidate(rank))
 
 
 class OptimusOracle(HeuristicScheduler):

@@ -120,10 +120,13 @@ class SpeedupHull(HeuristicScheduler):
             current, step = hull[level[rank]], hull[level[rank] + 1]
             worker, ps = demands[rank][Role.WORKER], demands[rank][Role.PS]
             more_workers, more_ps = step.workers - current.workers, step.ps - current.ps
-            need = [more_workers * worker[r] + more_ps * ps[r] for r in range(3)]
-            if any(need[r] > free[r] + _EPS for r in range(3)):
+            # per resource (gpu, cpu, mem), spelled out: thousands of steps a slot at Philly scale
+            need_gpu = more_workers * worker[0] + more_ps * ps[0]
+            need_cpu = more_workers * worker[1] + more_ps * ps[1]
+            need_mem = more_workers * worker[2] + more_ps * ps[2]
+            if need_gpu > free[0] + _EPS or need_cpu > free[1] + _EPS or need_mem > free[2] + _EPS:
                 continue  # this job stays where it is; smaller steps of other jobs may still fit
-            free = [free[r] - need[r] for r in range(3)]
+            free = [free[0] - need_gpu, free[1] - need_cpu, free[2] - need_mem]
             level[rank] += 1
             steps.append((rank, step))
             if level[rank] + 1 < len(hull):

@@ -8,8 +8,9 @@ placers pay nothing for it.
 A round registers every job's tasks but its decisions read the holdings of a few jobs and servers only (the job
 being placed, its servers, their neighbours). So registration just keeps each job's task lists; the counts of
 distinct jobs per server and type are computed from all of them at once, in NumPy, when first read, and a job's
-or a server's dictionaries are built when first asked for. On a full 352-server cluster this is what keeps a
-round within a couple of milliseconds.
+or a server's dictionaries are built when first asked for; a task added or removed before a server's are built is
+noted and replayed when they are (a placer that asks for none, `isolate-strict`, never builds them). On a full
+352-server cluster this is what keeps a round within a couple of milliseconds.
 """
 
 from __future__ import annotations
@@ -51,13 +52,20 @@ class Tenancy:
         self._holdings: list[Holdings | None] = [None] * len(jobs)
         self._on_node: dict[int, Holdings] = {}
         self._jobs_of_type: np.ndarray | None = None
+        self._changed = False
+        """Whether a task was added or removed (registration is over)."""
+        self._moves: dict[int, list[tuple[int, bool]]] = {}
+        """Per node whose `jobs_on` is not built yet: (rank, arrived) each time a job arrived on it or left it,
+        replayed in order when it is built (a placer that never asks, `isolate-strict`, never pays for it)."""
+        self._type_moves: list[tuple[int, int, int]] = []
+        """(node, type, +1 or -1) of those arrivals and departures while `jobs_of_type` is not counted yet."""
         # the distinct (node, rank) pairs of the registered tasks, sorted by node: which jobs a node holds
         self._pair_nodes = np.zeros(0, np.int64)
         self._pair_ranks = np.zeros(0, np.int64)
 
     def register(self, rank: int, worker_nodes: Sequence[int], ps_nodes: Sequence[int]) -> None:
         """The tasks job `rank` holds as the round starts (one entry per task)."""
-        if self._jobs_of_type is not None or self._holdings[rank] is not None:
+        if self._changed or self._jobs_of_type is not None or self._holdings[rank] is not None:
             raise RuntimeError("Tenancy.register after the tenancy was read or changed")
         # as tuples: a caller may go on appending to its lists (tuple() of a tuple is the same object, no copy)
         self._registered[rank] = (tuple(worker_nodes), tuple(ps_nodes))
@@ -65,8 +73,16 @@ class Tenancy:
     @property
     def jobs_of_type(self) -> np.ndarray:
         """[node, type]: distinct jobs of the type with a task on the node."""
+        return self._counted()
+
+    def _counted(self) -> np.ndarray:
+        """`jobs_of_type`, counted on first use from the registered tasks and the arrivals and departures since."""
         if self._jobs_of_type is None:
-            self._jobs_of_type = self._count()
+            counts = self._count()
+            for node, kind, step in self._type_moves:
+                counts[node, kind] += step
+            self._type_moves = []
+            self._jobs_of_type = counts
         return self._jobs_of_type
 
     def holdings(self, rank: int) -> Holdings:
@@ -88,32 +104,54 @@ class Tenancy:
         """rank -> [workers, PS] of each job with a task on `node`."""
         on = self._on_node.get(node)
         if on is None:
-            if self._jobs_of_type is None:
-                self._jobs_of_type = self._count()
+            self._counted()  # counting finds the registered (node, rank) pairs
             start, end = np.searchsorted(self._pair_nodes, (node, node + 1))
-            on = self._on_node[node] = {
-                rank: self.holdings(rank)[node] for rank in self._pair_ranks[start:end].tolist()
-            }
+            # the registered jobs in rank order, then those that arrived or left since, as adding them one by one
+            # would have ordered them
+            ranks: dict[int, None] = dict.fromkeys(self._pair_ranks[start:end].tolist())
+            for rank, arrived in self._moves.pop(node, ()):
+                if arrived:
+                    ranks[rank] = None
+                else:
+                    del ranks[rank]
+            on = self._on_node[node] = {rank: self.holdings(rank)[node] for rank in ranks}
         return on
 
     def add(self, rank: int, node: int, is_ps: bool) -> None:
-        on = self.jobs_on(node)
-        held = on.get(rank)
-        if held is None:
-            held = on[rank] = self.holdings(rank)[node] = [0, 0]
-            if self.type_of[rank] >= 0:
-                self.jobs_of_type[node, self.type_of[rank]] += 1
+        self._changed = True
+        holdings = self.holdings(rank)
+        held = holdings.get(node)
+        if held is None:  # the job arrives on the node
+            held = holdings[node] = [0, 0]
+            self._moved(rank, node, True, held)
         held[is_ps] += 1
 
     def remove(self, rank: int, node: int, is_ps: bool) -> None:
-        on = self.jobs_on(node)
-        held = on[rank]
+        self._changed = True
+        holdings = self.holdings(rank)
+        held = holdings[node]
         held[is_ps] -= 1
-        if held == [0, 0]:
+        if held == [0, 0]:  # the job leaves the node
+            del holdings[node]
+            self._moved(rank, node, False, held)
+
+    def _moved(self, rank: int, node: int, arrived: bool, held: list[int]) -> None:
+        """Job `rank` arrived on `node` (holding `held`) or left it: the node's jobs and type counts follow, or
+        they are noted for when they are first read."""
+        on = self._on_node.get(node)
+        if on is None:
+            self._moves.setdefault(node, []).append((rank, arrived))
+        elif arrived:
+            on[rank] = held
+        else:
             del on[rank]
-            del self.holdings(rank)[node]
-            if self.type_of[rank] >= 0:
-                self.jobs_of_type[node, self.type_of[rank]] -= 1
+        kind = self.type_of[rank]
+        if kind >= 0:
+            step = 1 if arrived else -1
+            if self._jobs_of_type is None:
+                self._type_moves.append((node, kind, step))
+            else:
+                self._jobs_of_type[node, kind] += step
 
     def _count(self) -> np.ndarray:
         """The distinct (node, rank) pairs of all registered tasks, kept, and from them the jobs per node and type."""

@@ -37,6 +37,7 @@ from dl2.core import (
 )
 from dl2.sim.colocation import CoLocation
 from dl2.sim.config import Mode, SimConfig
+from dl2.sim.held import HeldStretch, JobConstants
 from dl2.workload.accelerated_speed import on_accelerators
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.speed import SpeedModel
@@ -163,6 +164,8 @@ class Simulation:
         self._finished_since: list[int] = []
         """Jobs finished since co-location was last brought up to date."""
         self._view_cache: dict[int, JobView] = {}
+        self._job_constants: JobConstants | None = None
+        """Per-job constants `advance_held` reads as arrays (built on first use)."""
         self._colocation: CoLocation | None = None
         if self.interference is not None:
             table = np.array(self.interference.table, dtype=float)
@@ -179,8 +182,14 @@ class Simulation:
             if isinstance(value, list | dict):
                 setattr(twin, name, value.copy())
         twin.rng = copy.deepcopy(self.rng)
-        twin._colocation = copy.deepcopy(self._colocation)
+        twin._colocation = self._colocation.copy() if self._colocation is not None else None
         return twin
+
+    def cache_throughputs(self) -> None:
+        """Compute each active job's placement-aware throughput on what it holds now, kept while it holds it, so
+        that forks made from here on share them (what-if runs of one view, `dl2.rl.lookahead`)."""
+        for i in self.active:
+            self._base_throughput(i)
 
     # -- the loop -------------------------------------------------------------------------------------------
 
@@ -320,83 +329,33 @@ class Simulation:
 
     def advance_held(self, slots: int) -> int:
         """Run up to `slots` slots with every job keeping what it holds, as `begin_slot` and `apply(self.previous)`
-        would slot by slot, but in one step per job: jobs that finish meanwhile finish as there. It stops after the
-        slot in which a job that shares a server finishes (the others' interference changes from the next one)
-        and before a slot in which nothing would run. Only where every job has arrived and speeds are noiseless
-        (a what-if run's continuation, `dl2.rl.lookahead`), else nothing; returns the slots run."""
+        would slot by slot, but window by window, every job in one step per window (`dl2.sim.held`): jobs that
+        finish meanwhile finish as there. A window stops after the slot in which a job that shares a server
+        finishes (the others' interference changes from the next one); the stretch stops before a slot in which
+        nothing would run. Only where every job has arrived and speeds are noiseless (a what-if run's
+        continuation, `dl2.rl.lookahead`), else nothing; returns the slots run."""
         if slots <= 0 or self.next_arrival < len(self.specs) or self.config.speed_noise > 0 or not self.active:
             return 0
-        start, slot_s = self.time_s, self.slot_s
-        active = self.active
-        throughputs = self._throughputs(active, [])
-        sharing = self._sharing(active) if self._colocation is not None else set()
-        whole = min(slots, self.config.max_slots - self.slot)
-        ends: list[tuple[float, float, int, float]] = []  # (when it stops running in the window, from, job, rate)
-        for i, throughput in zip(active, throughputs, strict=True):
-            if throughput <= 0.0:
-                continue
-            run_from = max(start, self.paused_until[i])
-            finish = run_from + (self.true_epochs[i] - self.progress[i]) * self.specs[i].samples_per_epoch / throughput
-            if i in sharing:  # its end changes the others' speeds: the window ends with the slot it finishes in
-                whole = min(whole, math.floor((finish - start) / slot_s) + 1)
-            ends.append((finish, run_from, i, throughput))
-        # the window's last slot must see a job run: past the last end (or before the first start) nothing does
-        last_busy = max((math.ceil((finish - start) / slot_s) for finish, *_ in ends), default=0)
-        first_busy = min((math.floor((run_from - start) / slot_s) for _, run_from, *_ in ends), default=whole)
-        whole = min(whole, last_busy)
-        if whole <= 0 or first_busy > 0:
-            return 0
-        end = start + whole * slot_s
-        finished: list[int] = []
-        for finish, run_from, i, throughput in ends:
-            if run_from >= end:
-                continue
-            spec = self.specs[i]
-            if self.first_start_s[i] is None:  # the start of the first slot it runs in
-                self.first_start_s[i] = start + ((run_from - start) // slot_s) * slot_s
-            if finish < end:
-                busy = finish - run_from
-                self.progress[i] = self.true_epochs[i]
-                self.finish_s[i] = finish
-                finished.append(i)
-            else:
-                busy = end - run_from
-                self.progress[i] += throughput / spec.samples_per_epoch * busy
-            self.run_time_s[i] += busy
-            self.gpu_seconds[i] += busy * spec.worker_demand.gpu * self.allocation[i].num_workers
-        held_units = 0.0
-        leaving: list[tuple[float, float]] = []  # (finish, units) of the jobs that finished in the window
-        for i, throughput in zip(active, throughputs, strict=True):
-            if throughput > 0.0 or self.last_throughput[i] != throughput:
-                self._view_cache.pop(i, None)
-            self.last_throughput[i] = throughput
-            spec, job_allocation = self.specs[i], self.allocation[i]
-            units = (spec.worker_demand.gpu if self._gpu_based else spec.worker_demand.cpu) * job_allocation.num_workers
-            if not self._gpu_based:
-                units += spec.ps_demand.cpu * job_allocation.num_ps
-            held_units += units
-            finished_at = self.finish_s[i]
-            if finished_at is not None:
-                leaving.append((finished_at, units))
-        leaving.sort()
-        gone = 0
-        for k in range(whole):  # a slot counts the jobs active as it starts, as `apply` does
-            slot_start = start + k * slot_s
-            while gone < len(leaving) and leaving[gone][0] <= slot_start:
-                held_units -= leaving[gone][1]
-                gone += 1
-            self.slot_start_s.append(slot_start)
-            self.allocated_gpu_fraction.append(held_units / self._total_units if self._total_units else 0.0)
-        if finished:
-            self.num_finished += len(finished)
-            self.active = [i for i in active if self.finish_s[i] is None]
-            self._finished_since.extend(finished)
-        self._idle_slots = 0
-        self.slot += whole
-        return whole
+        if self._job_constants is None:
+            self._job_constants = JobConstants.of(self)
+        stretch = HeldStretch(self, self._job_constants)
+        played = 0
+        while played < slots and self.active:
+            whole = stretch.window(slots - played)
+            if whole == 0:
+                break
+            played += whole
+        stretch.write_back()
+        return played
 
     def _sharing(self, active: list[int]) -> set[int]:
-        """The active jobs with a task on a server where another active job has one."""
+        """The active jobs with a task on a server where another active job has one (none without interference)."""
+        if self._colocation is None:
+            return set()
+        if self._tracks_colocation:
+            # `_throughputs` has just brought co-location up to date with the active jobs' servers: its per-server
+            # job sets say it in one pass over the servers, not one over every job's tasks
+            return self._colocation.sharing()
         first_on: dict[int, int] = {}
         sharing: set[int] = set()
         for i in active:
@@ -489,6 +448,32 @@ class Simulation:
                 factors = colocation.factors
                 values = [v / factors.get(i, 1.0) for v, i in zip(values, active, strict=True)]
         return values
+
+    @property
+    def _tracks_colocation(self) -> bool:
+        """Whether `_throughputs` reads placement and interference as this class does (realistic mode, not replaced
+        by a subclass), keeping co-location up to date with the active jobs' servers."""
+        return (
+            type(self)._noiseless_throughputs is Simulation._noiseless_throughputs
+            and self.config.mode is not Mode.COMPAT
+        )
+
+    def _held_throughputs(self, active: list[int], base: np.ndarray) -> np.ndarray:
+        """`_throughputs(active, [])` as an array in a held stretch (`dl2.sim.held`): speeds are noiseless and every
+        job's placement-aware throughput is `base[i]` (its allocation does not change), so only co-location is
+        brought up to date and the divisions are done at once; a subclass's or compat mode's are asked as they are."""
+        if not self._tracks_colocation:
+            return np.array(self._throughputs(active, []), dtype=float)
+        rates = base[active]
+        colocation = self._colocation
+        if colocation is None:
+            return rates
+        if self._finished_since:
+            colocation.update((), self._finished_since)
+            self._finished_since = []
+        factors = colocation.factors
+        result: np.ndarray = rates / np.array([factors.get(i, 1.0) for i in active])
+        return result
 
     def _base_throughput(self, i: int) -> float:
         """Placement-aware throughput, cached while the job keeps the same allocation object."""

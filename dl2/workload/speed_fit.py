@@ -18,7 +18,6 @@ with the model's measured compute time.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -198,8 +197,9 @@ def ring_term(fit: FittedModel, profile: ModelProfile, num_workers: int, spans_s
 
 def placement_kappa(profile: ModelProfile, worker_nodes: tuple[int, ...], ps_nodes: tuple[int, ...]) -> float:
     """Communication-time factor of this placement relative to the all-crossing measurements."""
-    ps_count = Counter(ps_nodes)
-    co_located_pairs = sum(ps_count.get(node, 0) for node in worker_nodes)
+    # (worker, PS) pairs on one server, counted in C (a `Counter` per call cost more than the count: a job has a
+    # few tasks, and a what-if run asks this for every job it starts or moves)
+    co_located_pairs = sum(worker_nodes.count(node) for node in ps_nodes)
     same_fraction = co_located_pairs / (len(worker_nodes) * len(ps_nodes))
     intra_factor = min(1.0, profile.inter_bw_mb_s / profile.intra_bw_mb_s)
     return (1.0 - same_fraction) + same_fraction * intra_factor

@@ -68,3 +68,41 @@ def test_incremental_factors_equal_a_recount(
         colocation.update(((i, allocation, kind) for i, (allocation, kind) in current.items()), gone)
         placed = {i: entry for i, entry in current.items() if not entry[0].is_empty}
         assert colocation.factors == recount(placed)
+        assert colocation.sharing() == sharing(placed)
+
+
+def sharing(placements: dict[int, tuple[JobAllocation, int]]) -> set[int]:
+    """The placed jobs with a task on a server where another placed job has one, task by task."""
+    first_on: dict[int, int] = {}
+    shared: set[int] = set()
+    for i, (allocation, _) in placements.items():
+        for node in (*allocation.worker_nodes, *allocation.ps_nodes):
+            other = first_on.setdefault(node, i)
+            if other != i:
+                shared.update((i, other))
+    return shared
+
+
+@settings(max_examples=60, deadline=None)
+@given(first=placements, then=placements, gone=st.sets(st.integers(0, 6), max_size=2))
+def test_a_copy_goes_on_as_the_original_and_leaves_it_unchanged(
+    first: dict[int, tuple[list[int], list[int], int]],
+    then: dict[int, tuple[list[int], list[int], int]],
+    gone: set[int],
+) -> None:
+    """`CoLocation.copy` (what `Simulation.fork` takes): updating the copy as the original would be updated gives
+    the original's factors, and the original, left alone, keeps its own."""
+    original = CoLocation(TABLE, NUM_NODES)
+    original.update((i, JobAllocation(tuple(w), tuple(p)), kind) for i, (w, p, kind) in first.items())
+    before = (dict(original.factors), original.sharing(), original.worst.copy())
+    twin = original.copy()
+    changes = [
+        (i, JobAllocation(tuple(w), tuple(p)), first.get(i, (w, p, kind))[2]) for i, (w, p, kind) in then.items()
+    ]
+    left = [i for i in gone if i in first and i not in then]
+    twin.update(changes, left)
+    assert (dict(original.factors), original.sharing()) == before[:2]
+    assert np.array_equal(original.worst, before[2])
+    original.update(changes, left)
+    assert twin.factors == original.factors and twin.sharing() == original.sharing()
+    assert np.array_equal(twin.worst, original.worst)
