@@ -38,7 +38,7 @@ class RescaleCost:
     The defaults are DL2's MXNet figures. A real elastic PyTorch job under torchrun always restarts its workers
     (no hot rescale): on small CPU models on local disk a resize pauses it 8.5-13 s up and 17-18 s down as agent
     processes, the checkpoint itself a fraction of a second (`benchmarks/resize_pause.py`, docs/reporting.md), and
-    45 s up and 30 s down as pods the training operator makes and removes on a real node (k8s/README.md, "Real
+    40-45 s up and 29-30 s down as pods the training operator makes and removes on a real node (k8s/README.md, "Real
     training on real nodes"): closer to `checkpoint` with a short restore than to `hot`."""
 
     kind: RescaleKind = RescaleKind.HOT

@@ -1,4 +1,5 @@
-"""dl2 resizes a real elastic PyTorchJob through the real training operator, on a real node, from the dl2 image.
+"""dl2 resizes a real elastic PyTorchJob through the real training operator, on a real node, from the dl2 image;
+and the controller runs from that image as a pod there.
 
 The control plane with dl2 installed as an operator would install it, one real node (a kubelet on containerd and
 runc) into which the dl2 image is imported, and Kubeflow's training operator (`make training-operator`). A
@@ -13,8 +14,12 @@ The test bed runs no cluster DNS, and the operator's default rendezvous endpoint
 rendezvous store (torch's c10d TCPStore) runs beside the node, on its address, and every agent is its client;
 workers reach each other by pod address (`--local-addr`, from the downward API).
 
+Then the kustomize base as shipped (`k8s/`, an overlay setting only the decision log and the cluster's name) runs
+the controller and the extender as pods on the node, from the same image: the controller reaches the API server at
+the `kubernetes` Service (`testbed.controlplane.nodes.service.ApiService`), leads, and reports on its policy.
+
 Skipped, naming what is missing, where `make real-nodes training-operator` or `make image IMAGE_ARGS=--export` has
-not run. About 4 minutes on 2 shared cores, most of it containerd unpacking the 6 GB image.
+not run. 5-10 minutes on 2 shared cores, about 3 of them containerd unpacking the 6 GB image.
 """
 
 from __future__ import annotations
