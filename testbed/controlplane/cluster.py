@@ -18,9 +18,12 @@ that started it.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import random
 import shutil
+import socket
 import ssl
 import tempfile
 import time
@@ -39,7 +42,10 @@ ADMIN = "dl2-admin"
 TWIN = "dl2-twin"
 """The user of the cluster twin (it plays the job operators and the training processes)."""
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
-SERVICE_CIDR = "10.0.0.0/24"
+SERVICE_NETWORKS = ipaddress.IPv4Network("10.0.0.0/16")
+"""A control plane's Service range is a /24 of it, drawn at start (`service_range`): its first address is the
+`kubernetes` Service's ClusterIP, which real nodes route to the API server on this machine
+(`nodes.service.ApiService`); test beds side by side each route their own."""
 POD_CIDR = "10.64.0.0/12"
 CONTEXT = "dl2-local"
 POOL_SIZE = 32
@@ -151,6 +157,8 @@ class ControlPlane:
         self.components: list[Component] = []
         self.users: dict[str, KeyPair] = {}
         self.ca: Path = self.pki / "ca.crt"
+        self.service_cidr = service_range()
+        """Its Services' range; the first address is the `kubernetes` Service's."""
 
     # -- running ----------------------------------------------------------------------------------------------
 
@@ -167,7 +175,8 @@ class ControlPlane:
     def _start(self, timeout_s: float) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         ca = CertificateAuthority(self.pki)
-        serving = ca.issue("apiserver", "kube-apiserver", server=True)
+        service_ip = str(next(self.service_cidr.hosts()))
+        serving = ca.issue("apiserver", "kube-apiserver", server=True, addresses=(service_ip,))
         signing = ca.signing_key()
         # the API server's identity towards kubelets (logs, exec, port-forward, node proxy): a real node's kubelet
         # authenticates it by the control plane's CA and authorizes it by webhook (RBAC: system:masters), as
@@ -217,7 +226,7 @@ class ControlPlane:
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={signing.cert}",
                 f"--service-account-signing-key-file={signing.key}",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                f"--service-cluster-ip-range={self.service_cidr}",
                 "--authorization-mode=RBAC",
                 f"--kubelet-client-certificate={kubelet_client.cert}",
                 f"--kubelet-client-key={kubelet_client.key}",
@@ -254,7 +263,7 @@ class ControlPlane:
                 f"--root-ca-file={ca.pair.cert}",
                 "--secure-port=0",
                 f"--cluster-cidr={POD_CIDR}",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                f"--service-cluster-ip-range={self.service_cidr}",
                 "--profiling=false",
                 "--v=1",
             ],
@@ -435,6 +444,19 @@ class ControlPlane:
     def iter_logs(self) -> Iterator[tuple[str, str]]:
         for component in self.components:
             yield component.name, component.tail(40)
+
+
+def service_range() -> ipaddress.IPv4Network:
+    """A /24 of `SERVICE_NETWORKS` whose first address is not one of this machine's (another test bed's `kubernetes`
+    Service routed here: binding to it works only where it is local)."""
+    ranges = list(SERVICE_NETWORKS.subnets(new_prefix=24))
+    for candidate in random.sample(ranges, len(ranges)):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((str(next(candidate.hosts())), 0))
+            except OSError:
+                return candidate  # not an address here: free
+    raise RuntimeError(f"every /24 of {SERVICE_NETWORKS} has its first address on this machine")
 
 
 def _audit_policy() -> dict[str, Any]:

@@ -20,8 +20,9 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 VALID_DAYS = 30
 SERVING_NAMES = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc")
-SERVING_ADDRESSES = ("127.0.0.1", "10.0.0.1")
-"""Loopback, and the first address of the service range (the `kubernetes` Service), as kubeadm puts them."""
+SERVING_ADDRESSES = ("127.0.0.1",)
+"""Loopback; the API server's certificate also names the `kubernetes` Service's ClusterIP, as kubeadm's does
+(`issue(addresses=...)`: each control plane draws its own service range)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +98,10 @@ class CertificateAuthority:
         groups: tuple[str, ...] = (),
         server: bool = False,
         folder: Path | None = None,
+        addresses: tuple[str, ...] = (),
     ) -> KeyPair:
         """`<name>.crt` and `<name>.key` in `folder` (None: the CA's): a client certificate (CN user, O groups), or
-        with `server` the API server's serving certificate (loopback names and addresses)."""
+        with `server` the API server's serving certificate (loopback names and addresses, and `addresses`)."""
         key = _key()
         now = datetime.datetime.now(datetime.UTC)
         usage = [ExtendedKeyUsageOID.SERVER_AUTH] if server else [ExtendedKeyUsageOID.CLIENT_AUTH]
@@ -116,7 +118,7 @@ class CertificateAuthority:
         )
         if server:
             alternative: list[x509.GeneralName] = [x509.DNSName(dns) for dns in SERVING_NAMES]
-            alternative += [x509.IPAddress(ipaddress.ip_address(address)) for address in SERVING_ADDRESSES]
+            alternative += [x509.IPAddress(ipaddress.ip_address(a)) for a in (*SERVING_ADDRESSES, *addresses)]
             builder = builder.add_extension(x509.SubjectAlternativeName(alternative), critical=False)
         certificate = builder.sign(self.key, hashes.SHA256())
         folder = folder or self.folder
