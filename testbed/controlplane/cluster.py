@@ -42,6 +42,8 @@ ADMIN = "dl2-admin"
 TWIN = "dl2-twin"
 """The user of the cluster twin (it plays the job operators and the training processes)."""
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+KWOK_NODE_IP = "10.0.1.1"
+"""The address kwok's Nodes report (nothing serves there); no Service range holds it."""
 SERVICE_NETWORKS = ipaddress.IPv4Network("10.0.0.0/16")
 """A control plane's Service range is a /24 of it, drawn at start (`service_range`): its first address is the
 `kubernetes` Service's ClusterIP, which real nodes route to the API server on this machine
@@ -282,7 +284,7 @@ class ControlPlane:
                     "--manage-all-nodes=false",
                     f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
                     f"--cidr={POD_CIDR}",
-                    "--node-ip=10.0.1.1",
+                    f"--node-ip={KWOK_NODE_IP}",
                     "--node-lease-duration-seconds=40",
                 ],
                 self.logs,
@@ -449,7 +451,8 @@ class ControlPlane:
 def service_range() -> ipaddress.IPv4Network:
     """A /24 of `SERVICE_NETWORKS` whose first address is not one of this machine's (another test bed's `kubernetes`
     Service routed here: binding to it works only where it is local)."""
-    ranges = list(SERVICE_NETWORKS.subnets(new_prefix=24))
+    kwok = ipaddress.ip_address(KWOK_NODE_IP)
+    ranges = [subnet for subnet in SERVICE_NETWORKS.subnets(new_prefix=24) if kwok not in subnet]
     for candidate in random.sample(ranges, len(ranges)):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             try:

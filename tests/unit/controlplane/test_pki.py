@@ -31,3 +31,26 @@ def test_a_loaded_ca_issues_what_the_original_verifies(tmp_path: Path) -> None:
 def test_loading_where_no_ca_is_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"no ca\.crt in .*: is the control plane started"):
         CertificateAuthority.load(tmp_path)
+
+
+def test_a_service_range_is_drawn_clear_of_this_machines_addresses_and_kwoks() -> None:
+    import ipaddress
+    import socket
+
+    from testbed.controlplane.cluster import KWOK_NODE_IP, SERVICE_NETWORKS, service_range
+
+    for _ in range(20):
+        drawn = service_range()
+        assert drawn.prefixlen == 24 and drawn.subnet_of(SERVICE_NETWORKS)
+        assert ipaddress.ip_address(KWOK_NODE_IP) not in drawn
+        with socket.socket() as probe, pytest.raises(OSError):
+            probe.bind((str(next(drawn.hosts())), 0))  # not an address of this machine
+
+
+def test_the_api_servers_certificate_names_its_service_address(tmp_path) -> None:
+
+    pair = CertificateAuthority(tmp_path).issue("apiserver", "kube-apiserver", server=True, addresses=("10.0.7.1",))
+    names = x509.load_pem_x509_certificate(pair.cert.read_bytes()).extensions.get_extension_for_class(
+        x509.SubjectAlternativeName
+    )
+    assert {str(a) for a in names.value.get_values_for_type(x509.IPAddress)} == {"127.0.0.1", "10.0.7.1"}
