@@ -37,7 +37,6 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -256,9 +255,7 @@ def kills(
     from testbed.twin.workloads import first_jobs, first_nodes
     from tests.kube_fixtures import Policies, ServeUnderKills, run_uninterrupted, running_twin
 
-    workload = first_nodes(first_jobs(load_workloads("philly")[0], num_jobs), num_nodes)
-    workload = replace(workload, jobs=tuple(replace(j, spec=replace(j.spec, arrival_s=j.spec.arrival_s / 50))
-                                            for j in workload.jobs))  # fmt: skip
+    workload = first_nodes(first_jobs(load_workloads("philly")[0], num_jobs), num_nodes).denser(50)
     sim = SimConfig.realistic(seed=CONFIG_SEED)
     models = models_root(folder / "models")
     with kube_env(folder / "cluster") as kube:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +38,6 @@ MODEL = str(ROOT / "models" / "dl2-philly")
 PLACER = "isolate-strict"
 NETWORK_BAR_MS = 50.0
 SEARCH_BAR_MS = 1000.0
-
-
-def dense(workload: Workload, density: float) -> Workload:
-    """`workload` with every arrival `density` times as early (the gaps between arrivals shrink alike)."""
-    jobs = tuple(replace(job, spec=replace(job.spec, arrival_s=job.spec.arrival_s / density)) for job in workload.jobs)
-    return replace(workload, jobs=jobs)
 
 
 def views_at(workload: Workload, targets: list[int], driver: Scheduler) -> dict[int, ClusterView]:
@@ -95,7 +88,7 @@ def main() -> None:
     targets = sorted(int(part) for part in args.active.split(","))
     variants = [variant.split(":") for variant in args.variants.split(",")]
     speed = speed_model(Mode.REALISTIC)
-    workload = dense(load_workloads("philly", 0)[0], args.density)
+    workload = load_workloads("philly", 0)[0].denser(args.density)
     optimus = scheduler_builder("optimus", PLACER, Mode.REALISTIC)(speed, False)
     views = views_at(workload, targets, optimus)
     search = f"lookahead:optimus+speedup-hull+{args.model}"

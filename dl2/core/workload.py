@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dl2.core.cluster import ClusterSpec
 from dl2.core.job import Job
@@ -35,3 +35,11 @@ class Workload:
     @property
     def num_jobs(self) -> int:
         return len(self.jobs)
+
+    def denser(self, density: float) -> Workload:
+        """The same jobs with every arrival time divided by `density` (the gaps between arrivals shrink alike;
+        below 1, they grow): a load `density` times as dense."""
+        if density == 1:
+            return self
+        jobs = tuple(replace(job, spec=replace(job.spec, arrival_s=job.spec.arrival_s / density)) for job in self.jobs)
+        return replace(self, jobs=jobs)

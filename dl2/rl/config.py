@@ -250,11 +250,12 @@ def check_search_teacher(teacher: str, mode: str) -> None:
     heuristic nor a folder (a model folder is loaded, and checked, when the teacher is made)."""
     from pathlib import Path
 
+    from dl2.rl.fitted_lookahead import fitted_candidate_names
     from dl2.schedulers.registry import SCHEDULERS
 
     if mode != "realistic":
         raise refuse("teacher", teacher, "a search teacher plays realistic mode")
-    candidates = teacher.split(":", 1)[1].split("+")
+    candidates = fitted_candidate_names(teacher)
     if len(candidates) < 2 or candidates[0] not in SCHEDULERS:
         raise refuse("teacher", teacher, "a search over two or more candidates, the first a heuristic: lookahead:A+B")
     unknown = [name for name in candidates if name not in SCHEDULERS and not Path(name).is_dir()]

@@ -67,15 +67,12 @@ def realise(truth: Truth, workload: Workload) -> TrueCluster:
     bounds = np.cumsum([new.share for new in truth.new_types])
     new_of: dict[str, NewJobType] = {}
     jobs = []
-    for job, draw in zip(workload.jobs, draws, strict=True):
-        spec = replace(job.spec, arrival_s=job.spec.arrival_s / truth.arrival_density)
+    for job, draw in zip(workload.denser(truth.arrival_density).jobs, draws, strict=True):
         position = int(np.searchsorted(bounds, draw, side="right"))
         if position < len(truth.new_types):
             new = truth.new_types[position]
-            new_of[spec.job_id] = new
-            job = _as_new_type(replace(job, spec=spec), new)
-        else:
-            job = replace(job, spec=spec)
+            new_of[job.spec.job_id] = new
+            job = _as_new_type(job, new)
         jobs.append(job)
     submitted = replace(workload, jobs=tuple(jobs), name=f"{workload.name}+{truth.name}")
     knee_of = knee_jobs(truth, workload)

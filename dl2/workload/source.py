@@ -151,11 +151,7 @@ def _slice(source: str, seed: int) -> Workload:
     if servers < drawn.cluster.num_nodes:
         cluster = ClusterSpec(drawn.cluster.nodes[:servers], f"{drawn.cluster.name}-{servers}")
         drawn = replace(drawn, cluster=cluster)
-    density = float(options.get("density", "1"))
-    if density == 1:
-        return drawn
-    jobs = tuple(replace(job, spec=replace(job.spec, arrival_s=job.spec.arrival_s / density)) for job in drawn.jobs)
-    return replace(drawn, jobs=jobs)
+    return drawn.denser(float(options.get("density", "1")))
 
 
 @cache
