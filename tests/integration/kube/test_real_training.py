@@ -192,11 +192,7 @@ class Bed:
         return report
 
     def events(self) -> list[dict[str, Any]]:
-        events = []
-        for path in (self.folder / "events").glob("worker-*.jsonl"):
-            lines = path.read_text().splitlines()
-            events += [json.loads(line) for line in lines if line.endswith("}")]
-        return sorted((e for e in events if e["event"] in ("step", "resume")), key=lambda e: e["t"])
+        return sorted((e for e in self._all_events() if e["event"] in ("step", "resume")), key=lambda e: e["t"])
 
     def wait_for(self, world: int, since_t: float, steps: int, timeout_s: float = 180.0) -> float:
         """Wall-clock time of the first step at `world` after `since_t`, once `steps` such steps are logged."""
@@ -209,6 +205,24 @@ class Bed:
             time.sleep(0.5)
         pods = {p["metadata"]["name"]: (p.get("status") or {}).get("phase") for p in self.rest.list(PODS, NAMESPACE)}
         pytest.fail(f"{steps} steps at world size {world} did not come in {timeout_s} s; pods: {pods}")
+
+    def pause_parts(self, world: int, written: float, first_step: float) -> dict[str, float]:
+        """Where a resize's pause went, from rank 0's events at the new size: until the new processes began (the
+        operator's pods, the agents' rendezvous), their imports, the process group, and on to the first step."""
+        starts = [e for e in self._all_events() if e["event"] == "start" and e["world"] == world and e["t"] > written]
+        start = min(starts, key=lambda e: e["t"])
+        return {
+            "to the new processes": start["started"] - written,
+            "imports": start["imported"] - start["started"],
+            "process group": start["t"] - start["imported"],
+            "to the first step": first_step - start["t"],
+        }
+
+    def _all_events(self) -> list[dict[str, Any]]:
+        events = []
+        for path in (self.folder / "events").glob("worker-*.jsonl"):
+            events += [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+        return events
 
     def resize(self, workers: int) -> float:
         """The policy asks for `workers`; slots run until the controller has written it. When it wrote it."""
@@ -275,13 +289,15 @@ def bed(cluster: Cluster, tmp_path: Path) -> Iterator[Bed]:
 
 
 def test_a_pytorchjob_resized_2_3_1_by_dl2_goes_on_from_its_checkpoint(bed: Bed) -> None:
-    started = bed.wait_for(world=2, since_t=0.0, steps=2 * EVERY_STEPS, timeout_s=300.0)
-    pauses: dict[str, float] = {}
+    bed.wait_for(world=2, since_t=0.0, steps=2 * EVERY_STEPS, timeout_s=300.0)
     for before, after in ((2, 3), (3, 1)):
         written = bed.resize(after)
         first = bed.wait_for(world=after, since_t=written, steps=2 * EVERY_STEPS)
-        pauses[f"{before} -> {after}"] = first - written
-    print(f"first step at 2 workers {started:.1f}; pauses (s): {pauses}")
+        parts = bed.pause_parts(after, written, first)
+        print(
+            f"resize {before} -> {after}: pause {first - written:.1f} s; "
+            + ", ".join(f"{k} {v:.1f} s" for k, v in parts.items())
+        )
 
     events = bed.events()
     steps = [e for e in events if e["event"] == "step" and e["rank"] == 0]
