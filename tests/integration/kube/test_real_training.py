@@ -30,6 +30,7 @@ import json
 import os
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,7 +195,7 @@ class Bed:
     def events(self) -> list[dict[str, Any]]:
         return sorted((e for e in self._all_events() if e["event"] in ("step", "resume")), key=lambda e: e["t"])
 
-    def wait_for(self, world: int, since_t: float, steps: int, timeout_s: float = 180.0) -> float:
+    def wait_for(self, world: int, since_t: float, steps: int, timeout_s: float = 300.0) -> float:
         """Wall-clock time of the first step at `world` after `since_t`, once `steps` such steps are logged."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -204,7 +205,17 @@ class Bed:
                 return float(min(e["t"] for e in done))
             time.sleep(0.5)
         pods = {p["metadata"]["name"]: (p.get("status") or {}).get("phase") for p in self.rest.list(PODS, NAMESPACE)}
-        pytest.fail(f"{steps} steps at world size {world} did not come in {timeout_s} s; pods: {pods}")
+        logs = "\n".join(f"--- {name} ---\n{self.log_tail(name)}" for name in pods)
+        pytest.fail(f"{steps} steps at world size {world} did not come in {timeout_s} s; pods: {pods}\n{logs}")
+
+    def log_tail(self, pod: str, lines: int = 40) -> str:
+        """The pod's last lines through the API server (`kubectl logs`), or why they cannot be read."""
+        url = f"{self.plane.url}{PODS.path(NAMESPACE, pod, 'log')}?tailLines={lines}"
+        try:
+            with urllib.request.urlopen(url, context=self.plane.ssl_context(), timeout=10) as answer:
+                return str(answer.read().decode(errors="replace"))
+        except OSError as error:
+            return f"(no log: {error})"
 
     def pause_parts(self, world: int, written: float, first_step: float) -> dict[str, float]:
         """Where a resize's pause went, from rank 0's events at the new size: until the new processes began (the

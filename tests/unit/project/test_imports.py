@@ -70,7 +70,7 @@ def test_a_rollout_worker_loads_no_torch(tmp_path: Path) -> None:
 
 
 ROOT = Path(__file__).resolve().parents[3]
-IMPORTED_BY = ("dl2", "pipelines", "dags", "tests", "benchmarks", "docs", "tools")
+IMPORTED_BY = ("dl2", "testbed", "pipelines", "dags", "tests", "benchmarks", "docs", "tools")
 PROVIDED_BY = {"airflow": "apache-airflow"}
 """Import names whose distributions are installed through a declared meta-package."""
 
