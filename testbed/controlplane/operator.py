@@ -75,6 +75,8 @@ class TrainingOperator:
         self.component: Component | None = None
         self.probe_port = 0
         self._made_cert_dir = False
+        self._installed: list[dict[str, Any]] = []
+        """What `start` applied, deleted on stop."""
 
     def start(self, timeout_s: float = 60.0) -> TrainingOperator:
         """Install its objects, start it and wait until it is ready (its certificates made, its controllers
@@ -83,7 +85,8 @@ class TrainingOperator:
         binary = assets.TRAINING_OPERATOR.path()
         try:
             rest = Rest(self.plane.admin_client())
-            apply(rest, objects(yaml.safe_load((where / "role.yaml").read_text())))
+            self._installed = objects(yaml.safe_load((where / "role.yaml").read_text()))
+            apply(rest, self._installed)
             token = self.plane.service_account_token(NAMESPACE, NAME)
             kubeconfig = self.plane.write_kubeconfig(self.folder / "operator.kubeconfig", token=token)
             self._made_cert_dir = not CERT_DIR.exists()
@@ -138,9 +141,7 @@ class TrainingOperator:
             self.component.stop()
         with contextlib.suppress(Exception):
             rest = Rest(self.plane.admin_client())
-            for obj in reversed(
-                objects({"kind": "ClusterRole", "apiVersion": "rbac.authorization.k8s.io/v1", "metadata": {}})
-            ):
+            for obj in reversed(self._installed):
                 resource = KINDS[(obj["apiVersion"], obj["kind"])]
                 namespace = obj["metadata"].get("namespace")
                 with contextlib.suppress(Exception):

@@ -328,10 +328,9 @@ def test_a_pytorchjob_resized_2_3_1_by_dl2_goes_on_from_its_checkpoint(bed: Bed)
         assert step["step"] == previous["step"] + 1 or previous["step"] - EVERY_STEPS < step["step"] <= previous["step"]
 
 
-def _kubectl(cluster: Cluster, kubeconfig: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [assets.kubectl(), f"--kubeconfig={kubeconfig}", *arguments], capture_output=True, text=True, timeout=120
-    )
+def _kubectl(kubeconfig: Path, *arguments: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    command = [assets.kubectl(), f"--kubeconfig={kubeconfig}", *arguments]
+    return subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=120)
 
 
 def _overlay(folder: Path) -> Path:
@@ -381,19 +380,13 @@ def test_the_controller_runs_from_the_image_as_a_pod_on_the_real_node(cluster: C
     rest, plane = cluster.rest, cluster.plane
     kubeconfig = plane.write_kubeconfig(tmp_path / "admin.kubeconfig")
     with ApiService(plane, cluster.nodes.nodes[0]) as service:
-        applied = _kubectl(cluster, kubeconfig, "apply", "--server-side", "-k", str(_overlay(tmp_path / "overlay")))
+        applied = _kubectl(kubeconfig, "apply", "--server-side", "-k", str(_overlay(tmp_path / "overlay")))
         assert applied.returncode == 0, applied.stderr
         # the installer's one step for the extender's certificates (k8s/scheduler-extender.yaml says how)
         chart = [assets.helm(), "template", "dl2", str(REPO_ROOT / "k8s" / "chart" / "dl2")]
         secrets = subprocess.run([*chart, "--show-only", "templates/extender-tls.yaml"], capture_output=True, text=True)
         assert secrets.returncode == 0, secrets.stderr
-        made = subprocess.run(
-            [assets.kubectl(), f"--kubeconfig={kubeconfig}", "apply", "-f", "-"],
-            input=secrets.stdout,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        made = _kubectl(kubeconfig, "apply", "-f", "-", stdin=secrets.stdout)
         assert made.returncode == 0, made.stderr
 
         def running(name: str) -> list[dict[str, Any]]:
@@ -424,9 +417,9 @@ def test_the_controller_runs_from_the_image_as_a_pod_on_the_real_node(cluster: C
             conditions["ModelLoaded"]["status"] == "False" and "dl2-policy v1" in conditions["ModelLoaded"]["message"]
         )
         # as the manifests run it: user 10001, a read-only root filesystem
-        user = _kubectl(cluster, kubeconfig, "exec", "-n", "dl2-system", leader, "--", "id", "-u")
+        user = _kubectl(kubeconfig, "exec", "-n", "dl2-system", leader, "--", "id", "-u")
         assert user.stdout.strip() == "10001", user.stderr
-        write = _kubectl(cluster, kubeconfig, "exec", "-n", "dl2-system", leader, "--", "touch", "/opt/dl2/x")
+        write = _kubectl(kubeconfig, "exec", "-n", "dl2-system", leader, "--", "touch", "/opt/dl2/x")
         assert write.returncode != 0 and "Read-only file system" in write.stderr
         # alive by its liveness probe, which the kubelet sends to the pod's address
         time.sleep(30)
