@@ -144,6 +144,9 @@ def load_size(
         admin = Rest(kube_config.new_client_from_config(started["admin"]))  # the bench's reads, not the controller's
         controller.refresh_policy(admin.get(POLICIES, None, "default"))
         walls, calls, decide, jobs, resizes, phases, twin_s, gc_s, watches = [], [], [], [], [], [], [], [], []
+        gc_after: list[float] = []
+        """Per slot, the collector's seconds from its end to the next slot's start (its idle time: `Controller.run_slot`
+        holds automatic collections off within a slot)."""
         model = controller.runtime.current.scheduler
         original = model.schedule
 
@@ -171,6 +174,7 @@ def load_size(
             twin.stdin.flush()
             advanced = json.loads(twin.stdout.readline())
             twin_s.append(advanced["twin_s"])
+            gc_after.append(collector.seconds - gc_s[-1])
             if advanced["done"]:
                 break
         gc.callbacks.remove(collector)
@@ -194,6 +198,7 @@ def load_size(
         **{f"median_{name}_s": float(np.median([p[name] for p in phases[steady]])) for name in phases[0]},
         "median_gc_s": float(np.median(gc_s[steady])),
         "max_gc_s": float(max(gc_s[steady])),
+        "max_gc_between_slots_s": float(max(gc_after[steady])),
         "median_api_calls_per_slot": float(np.median(calls[steady])),
         "max_api_calls_per_slot": int(max(calls[steady])),
         "first_slot_api_calls": calls[0],
@@ -204,11 +209,12 @@ def load_size(
                 "api_calls": call,
                 "resizes": resized,
                 "gc_s": collected,
+                "gc_after_s": after,
                 **phase,
                 "watch_restarts_relists": watched,
             }
-            for wall, call, resized, collected, phase, watched in zip(
-                walls, calls, resizes, gc_s, phases, watches, strict=True
+            for wall, call, resized, collected, after, phase, watched in zip(
+                walls, calls, resizes, gc_s, gc_after, phases, watches, strict=True
             )
         ],
         "twin_start_s": started["start_s"],

@@ -41,7 +41,7 @@ instead of isolate-strict on the interference truths and the drawn ones; the net
 system; the search reading the truth against the same search with nothing learned (the most a learned world could
 add to it).
 
-    .venv/bin/python benchmarks/learned_parts.py [--truths catalogue,speed-shift,...,seed-1,...,seed-6]
+    .venv/bin/python benchmarks/learned_parts.py [--truths catalogue,speed-shift,...,drawn-1,...,drawn-6]
         [--densities 1,2 --seeds 9100,9101,9102 --jobs 150 --nodes 12]
 
 Prints a table per density and the summary, and writes `benchmarks/results/learned_parts.json`.
@@ -85,10 +85,11 @@ FULL_PLACER = "isolate-strict"
 HEURISTICS = ("optimus", "speedup-hull")
 HORIZON_SLOTS = 2
 """The shipped search's horizon (`online.twin.lookahead_horizon_slots` in params.yaml), sparse past it."""
-NAMED = "catalogue,speed-shift,new-types,interference-2x,scaling-knee,slow-nodes"
+NAMED = "catalogue,speed-shift,new-types,interference-2x,interference-pairs,scaling-knee,slow-nodes"
 """`dense-arrivals` is left out: its one departure is the density, which every cell sets."""
-DRAWN = ",".join(f"seed-{seed}" for seed in range(1, 7))
-INTERFERENCE_TRUTHS = ("interference-2x",)
+DRAWN = ",".join(f"drawn-{seed}" for seed in range(1, 7))
+"""Truths drawn with every departure (`dl2.truth.draw`)."""
+INTERFERENCE_TRUTHS = ("interference-2x", "interference-pairs")
 
 FULL = "full system"
 NO_JOB_FIT = "without the per-job fit"
@@ -243,9 +244,10 @@ def summarise(cells: list[dict[str, Any]]) -> dict[str, Any]:
     best = best_full_system(cells)
     shifted = [c for c in cells if c["truth"] != "catalogue"]
     control = [c for c in cells if c["truth"] == "catalogue"]
-    interference = [c for c in cells if c["truth"] in INTERFERENCE_TRUTHS or c["truth"].startswith("seed-")]
+    interference = [c for c in cells if c["truth"] in INTERFERENCE_TRUTHS or c["truth"].startswith(("seed-", "drawn-"))]
     checkpoint = [c for c in cells if truth_named(c["truth"]).rescale is not None]
     slow = [c for c in cells if truth_named(c["truth"]).slow_nodes is not None]
+    knee = [c for c in cells if truth_named(c["truth"]).knee is not None]
     return {
         "best_plain_placer": placer,
         "best_full_system": best,
@@ -253,6 +255,7 @@ def summarise(cells: list[dict[str, Any]]) -> dict[str, Any]:
         "full_vs_nothing_learned_catalogue": paired(control, best, baseline),
         "removing_calibration_shifted": paired(shifted, NO_CALIBRATION, FULL),
         "removing_the_per_job_fit_shifted": paired(shifted, NO_JOB_FIT, FULL),
+        "removing_the_per_job_fit_knee": paired(knee, NO_JOB_FIT, FULL),
         "removing_the_learned_resize_cost_checkpoint": paired(checkpoint, NO_RESCALE_FIT, FULL),
         "removing_the_slow_server_fit_slow_servers": paired(slow, NO_NODE_FIT, FULL),
         "removing_the_network": paired(cells, NO_NETWORK, FULL),
@@ -275,7 +278,7 @@ def percent(entry: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--truths", default=f"{NAMED},{DRAWN}", help="scenarios and seed-N, comma-separated")
+    parser.add_argument("--truths", default=f"{NAMED},{DRAWN}", help="scenarios, seed-N and drawn-N, comma-separated")
     parser.add_argument("--densities", default="1,2", help="arrival densities, comma-separated (1: the workload's)")
     parser.add_argument("--seeds", default="9100,9101,9102", help="workload and simulation seeds")
     parser.add_argument("--jobs", type=int, default=150, help="first N jobs of each workload")

@@ -239,7 +239,7 @@ class ClusterParams:
     """What the cluster runs without dl2: the controller's fallback and the loop's reference."""
     truth: str = ""
     """How the cluster's jobs really behave against the catalogue that the policies read (`dl2.truth`: a scenario
-    such as speed-shift, or seed-N); empty: as the catalogue says. Only the cluster twin reads it."""
+    such as speed-shift, seed-N or drawn-N); empty: as the catalogue says. Only the cluster twin reads it."""
 
 
 SECTIONS: dict[str, type] = {

@@ -54,8 +54,8 @@ def add_truth_option(parser: argparse.ArgumentParser) -> None:
         default=None,
         type=truth_argument,
         metavar="TRUTH",
-        help=f"run the cluster on a truth unlike the catalogue the policies read: {known}, or seed-N "
-        "for one drawn from a seed (realistic mode; default: the catalogue itself)",
+        help=f"run the cluster on a truth unlike the catalogue the policies read: {known}, seed-N "
+        "or drawn-N for one drawn from a seed (drawn-N: every departure) (realistic mode; default: the catalogue itself)",
     )
 
 

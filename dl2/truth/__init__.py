@@ -10,7 +10,7 @@ pyproject.toml): they learn the truth, if at all, from the cluster's feedback.
 
 from dl2.truth.model import NewJobType, ScalingKnee, SlowNodes, SpeedShift, Truth
 from dl2.truth.realise import TrueCluster, realise
-from dl2.truth.scenarios import MIXED_SCENARIOS, SCENARIOS, generate, truth_named
+from dl2.truth.scenarios import MIXED_SCENARIOS, SCENARIOS, draw, generate, truth_named
 
 __all__ = [
     "MIXED_SCENARIOS",
@@ -21,6 +21,7 @@ __all__ = [
     "SpeedShift",
     "TrueCluster",
     "Truth",
+    "draw",
     "generate",
     "realise",
     "truth_named",

@@ -125,7 +125,7 @@ class Truth:
     """How a cluster's jobs really behave (see the module docstring). The identity truth is the catalogue."""
 
     name: str
-    """What to call it in tables (a scenario's name, or `seed-N` for a generated one)."""
+    """What to call it in tables (a scenario's name, or `seed-N`, `drawn-N` for a drawn one)."""
     shifts: dict[str, SpeedShift] = field(default_factory=dict)
     """Per catalogue type: its true speed against its fit (a type not named keeps its fit)."""
     new_types: tuple[NewJobType, ...] = ()

@@ -15,6 +15,9 @@ The named ones are the cases DL2's online phase exists for, one departure each, 
   link), a worker's computation on one taking three times as long; a job with a worker there runs at that worker's
   pace. Which servers are slow is drawn with the truth's seed; no policy reading the catalogue can tell them apart
   but by how the jobs on them run.
+- `interference-pairs`: each pair's extra slowdown from co-location is the profiled one times a factor drawn once
+  per pair, uniform between 0.075 and 2.925 (`interference_scale` 1.5, `interference_spread` 0.95): some pairs cost
+  three times what was profiled, others almost nothing, so which co-locations are cheap only records can tell.
 - `accelerator-affinity` (in `MIXED_SCENARIOS`: it departs only on a cluster of several accelerator types; on
   a reference cluster it is the catalogue): the catalogue, scaling one profile per model by Gavel's geometric mean
   over batch sizes, says the CNNs gain most from a V100 (1.52x a P100) and the language models least (wlm 1.19x,
@@ -26,16 +29,20 @@ The named ones are the cases DL2's online phase exists for, one departure each, 
   (Gavel's largest V100/P100 ratio is CycleGAN's 1.84): a deliberately strong departure, so that which jobs get
   the fast GPUs matters and the catalogue is wrong about it.
 
-`seed-N` draws a truth that mixes all of these but the knee and the slow nodes (`generate`; it draws neither, so
-the truths drawn so far stay what they were), so that a method is judged on cases nobody tuned it to. Its
-per-(model, accelerator type) speedups come from streams of their own, one per pair, keyed by the names
-(`_accelerator_speedups`): every other draw of a seed is what it was before they existed, and they act only on nodes
-of a named accelerator type, so every run on a reference cluster is bit for bit what it was.
+`drawn-N` draws a truth that mixes every departure (`draw`): what `seed-N` draws, and with even odds each a
+scaling knee (10-40% of the jobs, past one or two workers) and slow servers (10-30% of them, 2-4 times slower), and
+a per-pair interference spread of 0.5-0.95, so that a method is judged on cases nobody tuned it to. `seed-N`
+(`generate`) draws all but the knee and the slow servers, with a spread up to 0.5: the truths that the tables
+naming `seed-N` were measured on. Both draw per-(model, accelerator type) speedups from streams of their own, one
+per pair, keyed by the names (`_accelerator_speedups`): every other draw of a seed is what it was before they
+existed, and they act only on nodes of a named accelerator type, so every run on a reference cluster is bit for bit
+what it was.
 """
 
 from __future__ import annotations
 
 import zlib
+from dataclasses import replace
 
 import numpy as np
 
@@ -95,6 +102,7 @@ SCENARIOS: dict[str, Truth] = {
     "dense-arrivals": Truth("dense-arrivals", arrival_density=2.0),
     "scaling-knee": Truth("scaling-knee", knee=ScalingKnee(share=0.4, workers=1)),
     "slow-nodes": Truth("slow-nodes", slow_nodes=SlowNodes(share=0.25, compute=3.0)),
+    "interference-pairs": Truth("interference-pairs", interference_scale=1.5, interference_spread=0.95, seed=3),
 }
 
 MIXED_SCENARIOS: dict[str, Truth] = {
@@ -163,6 +171,23 @@ def generate(seed: int) -> Truth:
     )
 
 
+def draw(seed: int) -> Truth:
+    """A truth drawn from `seed` with every departure the named scenarios keep one of: `generate`'s draws (the same
+    shifts, new types, interference scale, resize cost, density and accelerator factors), plus, from a stream of
+    their own, a per-pair interference spread of 0.5-0.95 in place of `generate`'s, and with even odds each a
+    scaling knee (10-40% of the jobs, past one or two workers) and slow servers (10-30% of the GPU servers, a
+    worker's computation 2-4 times as long there)."""
+    rng = np.random.default_rng([seed, 2060])
+    spread = round(float(rng.uniform(0.5, 0.95)), 3)
+    knee = None
+    if rng.uniform() < 0.5:
+        knee = ScalingKnee(share=round(float(rng.uniform(0.1, 0.4)), 3), workers=int(rng.integers(1, 3)))
+    slow_nodes = None
+    if rng.uniform() < 0.5:
+        slow_nodes = SlowNodes(share=round(float(rng.uniform(0.1, 0.3)), 3), compute=round(float(rng.uniform(2, 4)), 3))
+    return replace(generate(seed), name=f"drawn-{seed}", interference_spread=spread, knee=knee, slow_nodes=slow_nodes)
+
+
 def _accelerator_speedups(seed: int, sigma: float = 0.3) -> dict[str, dict[str, float]]:
     """Per GPU model, per named accelerator type: a log-normal factor (sigma 0.3, clipped to 0.25-4) on its speed
     there over the catalogue's. Each pair draws from a stream of its own keyed by the seed and the two names (not
@@ -182,12 +207,14 @@ def _key(name: str) -> int:
 
 
 def truth_named(name: str) -> Truth:
-    """A scenario by name, or `seed-N` for a generated truth; `ConfigError` names what is known."""
+    """A scenario by name, `seed-N` (`generate`) or `drawn-N` (`draw`); `ConfigError` names what is known."""
     if name in SCENARIOS:
         return SCENARIOS[name]
     if name in MIXED_SCENARIOS:
         return MIXED_SCENARIOS[name]
     if name.startswith("seed-") and name.removeprefix("seed-").isdigit():
         return generate(int(name.removeprefix("seed-")))
+    if name.startswith("drawn-") and name.removeprefix("drawn-").isdigit():
+        return draw(int(name.removeprefix("drawn-")))
     known = ", ".join([*SCENARIOS, *MIXED_SCENARIOS])
-    raise ConfigError(f"truth: {name!r} is not allowed (one of {known}, or seed-N for a drawn one)")
+    raise ConfigError(f"truth: {name!r} is not allowed (one of {known}, seed-N or drawn-N for a drawn one)")

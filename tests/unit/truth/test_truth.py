@@ -16,7 +16,7 @@ from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import Mode, RescaleCost, RescaleKind, SimConfig
 from dl2.sim.run import run_one, speed_model
 from dl2.sim.simulator import SimResult
-from dl2.truth import SCENARIOS, NewJobType, SpeedShift, Truth, generate, realise, truth_named
+from dl2.truth import SCENARIOS, NewJobType, SpeedShift, Truth, draw, generate, realise, truth_named
 from dl2.truth.run import run_on
 from dl2.workload.catalogue import CATALOGUE
 from dl2.workload.interference import default_matrix
@@ -155,6 +155,23 @@ def test_drawn_truths_are_seeded_valid_and_differ():
         assert all(job.jct_s is not None for job in result.jobs)
     with pytest.raises(ConfigError, match="seed-N"):
         truth_named("speed-shifts")
+
+
+def test_a_truth_drawn_with_every_departure_keeps_generates_draws_and_adds_the_rest():
+    truths = [draw(seed) for seed in range(16)]
+    assert truth_named("drawn-7") == draw(7) == draw(7) != draw(8)
+    for seed, truth in enumerate(truths):
+        assert truth.name == f"drawn-{seed}"
+        assert replace(truth, name=f"seed-{seed}", interference_spread=0.0, knee=None, slow_nodes=None) == replace(
+            generate(seed), interference_spread=0.0
+        )
+        assert 0.5 <= truth.interference_spread <= 0.95
+    # with even odds each, sixteen draws hold both kinds and both absences
+    assert {t.knee is None for t in truths} == {True, False} == {t.slow_nodes is None for t in truths}
+    workload = small_workload(30)
+    for truth in truths[:6]:
+        result = run_on(realise(truth, workload), heuristic("drf"), CONFIG)
+        assert all(job.jct_s is not None for job in result.jobs)
 
 
 @pytest.mark.parametrize(
