@@ -27,9 +27,9 @@ CHALLENGER = "challenger"
 CHAMPION = "champion"
 ALIASES = (CHALLENGER, CHAMPION)
 DIGEST_TAG = "dl2.model_digest"
-MODEL_FILES = ("config.json", "*.pt")
-"""What a model's digest covers: its configuration and weights (not the card or plots, which do not change what
-the policy decides)."""
+MODEL_FILES = ("config.json", "calibration.json", "*.pt")
+"""What a model's digest covers: its configuration, the calibration its lookahead runs in and its weights (not the
+card or plots, which do not change what the policy decides)."""
 
 
 @dataclass(frozen=True, slots=True)

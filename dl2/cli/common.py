@@ -55,7 +55,7 @@ def add_truth_option(parser: argparse.ArgumentParser) -> None:
         type=truth_argument,
         metavar="TRUTH",
         help=f"run the cluster on a truth unlike the catalogue the policies read: {known}, seed-N "
-        "or drawn-N for one drawn from a seed (drawn-N: every departure) (realistic mode; default: the catalogue itself)",
+        "or drawn-N for one drawn from a seed (drawn-N: every departure; realistic mode; default: the catalogue)",
     )
 
 

@@ -40,6 +40,7 @@ from dl2.sim.config import SimConfig
 from dl2.sim.metrics import summarize
 from dl2.sim.run import World
 from dl2.sim.simulator import SimulationError, simulate
+from dl2.workload.calibration_io import CALIBRATION_FILE, calibration_bytes
 from dl2.workload.source import workload
 
 TEACHERS = ("optimus", "speedup-hull")
@@ -209,7 +210,9 @@ def learn_in_twin(
     challenger = replace(
         running.config, placer=placer, lookahead=lookahead, lookahead_horizon_slots=horizon, lookahead_fit=fitted
     )
-    save_trained(out, challenger, policy.state_dict(), None, title, metadata, True)
+    # the world the twin judges it in travels with it: its lookahead runs there wherever the folder is loaded
+    files = {CALIBRATION_FILE: calibration_bytes(calibration)} if lookahead else None
+    save_trained(out, challenger, policy.state_dict(), None, title, metadata, True, files)
     with tempfile.TemporaryDirectory(prefix="dl2-twin-running-") as scratch:
         before = Path(scratch) / "running"
         save_trained(before, running.config, running.policy.state_dict(), None, "the running policy", {}, False)

@@ -12,7 +12,9 @@ looks ahead in changes, `benchmarks/lookahead.py`.
 
 The candidates read speeds from the same model world, so a calibrated world changes both what they propose and
 how their continuations are judged (a world each job's own progress corrects as the run goes, which the candidates
-read per job: `dl2.rl.fitted_lookahead`). A decision costs one continuation per distinct proposal (none where they
+read per job: `dl2.rl.fitted_lookahead`). A model folder's `calibration.json` (written by the twin that calibrated
+and judged it, `dl2.rl.in_twin`) is the world its lookahead runs in wherever it is loaded: the gate, the controller.
+A decision costs one continuation per distinct proposal (none where they
 all agree): tens to hundreds of milliseconds on a Philly-sized cluster, against a slot of twenty minutes.
 """
 
@@ -29,11 +31,12 @@ from dl2.rl.model_io import PolicyConfig
 from dl2.schedulers.placement import Placer
 from dl2.schedulers.registry import make_scheduler
 from dl2.sim.attribution import SlotAttribution
+from dl2.sim.calibrated import world_of
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.run import World, interference_model, speed_model
 from dl2.sim.simulator import Simulation, SimulationError, young_collections_only
 from dl2.sim.what_if import remaining_jct_estimate_s, what_if
-from dl2.workload.speed import SpeedModel
+from dl2.workload.calibration_io import CALIBRATION_FILE, read_calibration
 
 PREFIX = "lookahead:"
 JOINER = "+"
@@ -227,17 +230,18 @@ def make_lookahead(
     return LookaheadScheduler(candidates, build(names[0]), world, config, horizon_slots, beyond, growth)
 
 
-def as_configured(policy: Scheduler, config: PolicyConfig, speed: SpeedModel | None = None) -> Scheduler:
+def as_configured(policy: Scheduler, config: PolicyConfig, world: World | None = None) -> Scheduler:
     """`policy` as its model folder says it runs: alone, or as the last candidate of the lookahead its config names
-    (`PolicyConfig.lookahead`: those heuristics first, placing with the policy's placer, the first deciding the
-    what-if runs' later slots, every one within `PolicyConfig.lookahead_horizon_slots` and sparsely past it, in the
-    world of `speed`, the catalogue's by default, and the catalogue's interference; with
-    `PolicyConfig.lookahead_fit`, that world corrected per job as the jobs progress, `dl2.rl.fitted_lookahead`)."""
+    (`PolicyConfig.lookahead`: those heuristics first, placing with the policy's placer and reading `world`'s
+    speeds, the first deciding the what-if runs' later slots, every one within
+    `PolicyConfig.lookahead_horizon_slots` and sparsely past it, in `world`: the catalogue's by default, the one
+    the folder's calibration gives where it has one (`load_policy`); with `PolicyConfig.lookahead_fit`, that world
+    corrected per job as the jobs progress, `dl2.rl.fitted_lookahead`)."""
     if not config.lookahead:
         return policy
-    speed = speed or speed_model(Mode.REALISTIC)
+    world = world or World(speed_model(Mode.REALISTIC), interference_model())
+    speed = world.speed
     horizon = config.lookahead_horizon_slots
-    world = World(speed, interference_model())
     if config.lookahead_fit:
         from dl2.rl.fitted_lookahead import FITTED_PREFIX, make_fitted_lookahead
 
@@ -263,4 +267,13 @@ def load_policy(
     from dl2.rl.learned import LearnedScheduler
 
     policy = LearnedScheduler.from_dir(directory, greedy, seed, compat, placer)
-    return as_configured(policy, policy.config)
+    return as_configured(policy, policy.config, calibrated_world_of(Path(directory)))
+
+
+def calibrated_world_of(directory: Path) -> World | None:
+    """The world a model folder's `calibration.json` gives its lookahead (the catalogue's speeds and interference
+    with the cluster's calibration on them, `dl2.sim.calibrated.world_of`); None where it has none."""
+    path = directory / CALIBRATION_FILE
+    if not path.is_file():
+        return None
+    return world_of(read_calibration(path))

@@ -116,12 +116,14 @@ def save_model(
     card: str = "",
     metadata: dict[str, Any] | None = None,
     overwrite: bool = False,
+    files: dict[str, bytes] | None = None,
 ) -> Path:
+    """`files`: others the folder holds, by name (`calibration.json`, the world its lookahead runs in)."""
     weights = (
         {"policy.pt": policy_state} if value_state is None else {"policy.pt": policy_state, "value.pt": value_state}
     )
     document = {**config.to_json_dict(), "metadata": metadata or {}}
-    return write_model_dir(directory, weights, document, card, overwrite=overwrite)
+    return write_model_dir(directory, weights, document, card, files, overwrite=overwrite)
 
 
 def load_config(directory: Path) -> tuple[PolicyConfig, dict[str, Any]]:

@@ -304,10 +304,12 @@ def save_trained(
     title: str,
     metadata: dict[str, Any],
     overwrite: bool,
+    files: dict[str, bytes] | None = None,
 ) -> Path:
-    """A model folder with its card; the metadata records the commit of the code that trained it."""
+    """A model folder with its card (and `files`, `save_model`'s); the metadata records the commit of the code that
+    trained it."""
     metadata = {"git_commit": git_commit(), **metadata}
-    return save_model(directory, config, policy, value, model_card(title, metadata), metadata, overwrite)
+    return save_model(directory, config, policy, value, model_card(title, metadata), metadata, overwrite, files)
 
 
 def warm_up_metadata(

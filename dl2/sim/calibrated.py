@@ -25,10 +25,14 @@ def calibrated_world(log: Path) -> tuple[World, Calibration]:
     records = read_log(log)
     if not records:
         raise InputError(str(log), "the decision log has no records to calibrate from")
-    catalogue = catalogue_speed()
+    calibration = calibrate(records, catalogue_speed(), interference_model(), by_demand=True)
+    return world_of(calibration), calibration
+
+
+def world_of(calibration: Calibration) -> World:
+    """The catalogue's speeds and profiled interference with `calibration` on them."""
     profiled = interference_model()
-    calibration = calibrate(records, catalogue, profiled, by_demand=True)
-    return World(CalibratedSpeedModel(catalogue, calibration), calibration.interference(profiled)), calibration
+    return World(CalibratedSpeedModel(catalogue_speed(), calibration), calibration.interference(profiled))
 
 
 def calibration_summary(calibration: Calibration) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from dl2.sim.calibrated import calibrated_world
 from dl2.sim.config import SimConfig
 from dl2.sim.decision_log import write_segment
 from dl2.sim.run import catalogue_speed, interference_model
+from dl2.workload.calibration_io import CALIBRATION_FILE, read_calibration
 from dl2.workload.registry import load_workloads
 from testbed.twin.workloads import first_jobs, first_nodes
 
@@ -158,6 +159,10 @@ def test_learning_in_the_twin_of_a_small_log(tmp_path: Path) -> None:
     # nothing else of its config changes; the twin judged it as it runs
     assert saved.config == replace(load_trained(champion).config, placer=verdict.placer, lookahead=config.lookahead)
     assert twin_jcts_h(log, world, load_policy(tmp_path / "challenger", compat=False), config) == verdict.challenger_h
+    # ... in the world the twin calibrated, which its folder carries to wherever it is loaded
+    _, calibration = calibrated_world(log)
+    assert read_calibration(tmp_path / "challenger" / CALIBRATION_FILE) == calibration
+    assert load_policy(tmp_path / "challenger", compat=False).world.speed.calibration == calibration  # type: ignore[attr-defined]
     assert json.loads(json.dumps(verdict.record()))["kept"] is verdict.kept
     # the same records estimate the challenger off-policy, beside the twin
     off = verdict.off_policy

@@ -312,3 +312,34 @@ def test_a_model_folder_s_lookahead_fit_looks_ahead_in_a_world_corrected_per_job
     (folder / "config.json").write_text(json.dumps({**config, "lookahead": [], "lookahead_fit": True}))
     with pytest.raises(InputError, match="lookahead_fit"):
         load_policy(folder)
+
+
+def test_a_model_folder_s_calibration_is_the_world_its_lookahead_runs_in(tmp_path: Path) -> None:
+    """`calibration.json` beside `config.json`: the candidates read its speeds and the what-if runs play them, with
+    its interference; fitted per job, the fit starts from it. A malformed one refuses the folder by file and field."""
+    from dl2.rl.fitted_lookahead import FittedLookahead
+    from dl2.workload.calibration import CalibratedSpeedModel, Calibration, TypeCalibration
+    from dl2.workload.calibration_io import CALIBRATION_FILE, write_calibration
+
+    calibration = Calibration(
+        {("resnet-50", 0.0, 0.0, 0.0, 0.0): TypeCalibration((0.5, 2.0, 1.0, 1.0), 50, 4)}, 2.0, 20, False
+    )
+    folder = _with_lookahead(ROOT / "models" / "dl2-philly", tmp_path / "calibrated", ["optimus", "speedup-hull"])
+    write_calibration(folder / CALIBRATION_FILE, calibration)
+    scheduler = load_policy(folder, compat=False)
+    assert isinstance(scheduler, LookaheadScheduler)
+    speed = scheduler.world.speed
+    assert isinstance(speed, CalibratedSpeedModel) and speed.calibration == calibration
+    assert all(candidate.speed is speed for candidate in scheduler.candidates[:2])  # type: ignore[attr-defined]
+    assert scheduler.continuation.speed is speed  # type: ignore[attr-defined]
+    profiled = interference_model()
+    assert scheduler.world.interference.slowdown("vgg-16", "wlm") == 1 + 2 * (profiled.slowdown("vgg-16", "wlm") - 1)
+    assert smoke_test(scheduler) is None
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "lookahead_horizon_slots": 2, "lookahead_fit": True}))
+    fitted = load_policy(folder, compat=False)
+    assert isinstance(fitted, FittedLookahead) and fitted.fit.base is not None
+    assert fitted.fit.base.calibration == calibration  # type: ignore[attr-defined]
+    (folder / CALIBRATION_FILE).write_text(json.dumps({"format": "dl2-calibration/1", "types": "none"}))
+    with pytest.raises(InputError, match="field 'types'"):
+        load_policy(folder)
