@@ -45,7 +45,6 @@ from common import environment, print_table, write_json
 from controller_cpu import GcClock
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # tests.kube_fixtures: the kill harness the slow test uses too
 MODEL = ROOT / "models" / "dl2-philly"
 CONFIG_SEED = 0
 TWIN = """
@@ -121,7 +120,7 @@ def load_size(
     from dl2.kube.models import directory_loader
     from dl2.kube.policy import POLICIES
     from dl2.kube.rest import Rest
-    from tests.kube_fixtures import clock
+    from testbed.harness import clock
 
     cores = sorted(os.sched_getaffinity(0))
     plane_cores, controller_cores = ({cores[-1]}, {cores[0]}) if placement == "split" else (set(cores), set(cores))
@@ -228,8 +227,8 @@ def load_size(
 @contextmanager
 def kube_env(folder: Path) -> Iterator[Any]:
     """A fresh control plane with dl2 installed, as the tests' `kube` fixture gives one."""
+    from testbed.harness import KubeEnv
     from testbed.twin.local import LocalCluster
-    from tests.kube_fixtures import KubeEnv
 
     with LocalCluster(folder) as local:
         assert local.identities is not None
@@ -258,8 +257,8 @@ def kills(
     from dl2.sim.decision_log import read_store_log
     from dl2.sim.record_store import RecordStore
     from dl2.workload.registry import load_workloads
+    from testbed.harness import Policies, ServeUnderKills, run_uninterrupted, running_twin
     from testbed.twin.workloads import first_jobs, first_nodes
-    from tests.kube_fixtures import Policies, ServeUnderKills, run_uninterrupted, running_twin
 
     workload = first_nodes(first_jobs(load_workloads("philly")[0], num_jobs), num_nodes).denser(50)
     sim = SimConfig.realistic(seed=CONFIG_SEED)
@@ -330,9 +329,9 @@ def failover(
     from dl2.kube.models import directory_loader  # noqa: F401  (the replicas load the same folder)
     from dl2.sim.config import SimConfig
     from dl2.workload.registry import load_workloads
+    from testbed.harness import Policies, running_twin
     from testbed.twin.lockstep import clock_slot, reported_slot
     from testbed.twin.workloads import first_jobs, first_nodes
-    from tests.kube_fixtures import Policies, running_twin
 
     workload = first_nodes(first_jobs(load_workloads("philly")[0], 30), 4)
     models = models_root(folder / "models")
@@ -416,9 +415,8 @@ def philly(num_jobs: int, num_nodes: int, folder: Path) -> list[dict[str, Any]]:
     from dl2.sim.metrics import summarize
     from dl2.sim.run import interference_model, speed_model
     from dl2.sim.simulator import simulate
+    from testbed.harness import Policies, heuristic_loader, run_clock_slot, running_twin
     from testbed.twin.workloads import first_jobs, first_nodes
-    from tests.builders import heuristic_loader
-    from tests.kube_fixtures import Policies, run_clock_slot, running_twin
 
     workload = first_nodes(first_jobs(load_philly(), num_jobs), num_nodes)
     sim = SimConfig.realistic(seed=CONFIG_SEED)

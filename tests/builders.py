@@ -1,20 +1,24 @@
 """Hand-made jobs, one-node workloads and a speed model whose results can be computed by hand: what the unit
 tests build their cases from; and the Kubernetes tests' data: a tiny workload, manifests, a stand-in model loader
-and a count of the controller's resize requests in an audit log. Plain values from their arguments only (imported,
-as a module; what acts on a test's cluster is a fixture of `kube_fixtures.py`, the rest live in `conftest.py`)."""
+and a count of the controller's resize requests in an audit log (these two, the controller's user agent and the
+SchedulerPolicy object come from `testbed.harness`, which the benchmarks share). Plain values from their arguments
+only (imported, as a module; what acts on a test's cluster is a fixture of `kube_fixtures.py`, the rest live in
+`conftest.py`)."""
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from dl2.core import Architecture, ClusterSpec, DecisionRecord, Job, JobAllocation, JobSpec, Resources, Workload
 from dl2.workload.interference import InterferenceModel
 from dl2.workload.mapping import TraceMapping
 from dl2.workload.synthetic import PRESETS, generate
+from testbed.harness import CONTROLLER_AGENT as CONTROLLER_AGENT
+from testbed.harness import CUT_OFF as CUT_OFF
+from testbed.harness import heuristic_loader as heuristic_loader
+from testbed.harness import policy_object as policy_object
+from testbed.harness import sent_resizes as sent_resizes
 
 COMPAT_WORKER = Resources(gpu=4.0, cpu=2.0)
 COMPAT_PS = Resources(cpu=2.0)
@@ -70,9 +74,6 @@ def one_node_workload(*jobs: Job, slot_s: float = 100.0, num_nodes: int = 1) -> 
 
 # -- the Kubernetes tests' data ------------------------------------------------------------------------------------
 
-CONTROLLER_AGENT = "dl2-serve"
-"""The user agent of the controller's client (`KubeEnv.controller_api`), as its requests show in the audit log."""
-
 
 def tiny_workload(num_jobs: int = 8, num_nodes: int = 2, seed: int = 3) -> Workload:
     """Half all-reduce PyTorchJobs, half parameter-server Volcano Jobs, on 8-GPU nodes."""
@@ -80,66 +81,6 @@ def tiny_workload(num_jobs: int = 8, num_nodes: int = 2, seed: int = 3) -> Workl
         PRESETS["synthetic-small"], num_jobs=num_jobs, num_nodes=num_nodes, mapping=TraceMapping(allreduce_fraction=0.5)
     )
     return generate(spec, seed, "tiny")
-
-
-def policy_object(mode: str = "active", version: str | None = "1", **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"mode": mode, **spec}
-    if version is not None:
-        body["model"] = {"name": "dl2-policy", "version": version}
-    return {"apiVersion": "dl2.io/v1alpha1", "kind": "SchedulerPolicy", "metadata": {"name": "default"}, "spec": body}
-
-
-def heuristic_loader(
-    name: str = "drf", failing: tuple[str, ...] = (), placer: str = "load-balance"
-) -> Callable[[str, str], Any]:
-    """Every version is heuristic `name` (a stand-in model that needs no training), except `failing` ones; it
-    places with `placer`, as the cluster does (a heuristic's counts depend on where its tasks fit)."""
-    from dl2.schedulers.registry import make_scheduler
-    from dl2.sim.config import Mode
-    from dl2.sim.run import speed_model
-
-    def load(model: str, version: str) -> Any:
-        if version in failing:
-            raise FileNotFoundError(f"no version {version} of {model}")
-        return make_scheduler(name, speed_model(Mode.REALISTIC), False, placer)
-
-    return load
-
-
-CUT_OFF = 504
-"""What kube-apiserver answers, and audits, for a request whose client went away while it handled it ("request did
-not complete within requested timeout - context canceled"): its write may have landed all the same."""
-
-
-def _controller_resizes(events: list[Any]) -> list[Any]:
-    return [
-        event
-        for event in events
-        if CONTROLLER_AGENT in event.user_agent
-        and event.verb == "patch"
-        and (event.rbac_resource == "pytorchjobs" or (event.api_group, event.resource) == ("batch.volcano.sh", "jobs"))
-    ]
-
-
-def sent_resizes(events: list[Any]) -> Counter[str]:
-    """Job name -> the controller's resize requests in `events` (one slot's, in the audit log's order) that took
-    effect: each one the API server accepted, and each one cut off by its client's death (`CUT_OFF`: a kill amid
-    the slot's parallel resizes) unless an accepted one for the job follows it. The restart that replays the slot
-    resends a resize only where the job does not hold its target yet, so a cut-off request it does not resend had
-    landed; counting accepted requests only would call that resize lost. (A resize really lost shows in the run's
-    outcome too. A cut-off request that landed and was resent all the same, a repeat, counts once: the audit log
-    cannot tell it from one that had not landed.)"""
-    counts: Counter[str] = Counter()
-    cut_off: list[str] = []
-    for event in _controller_resizes(events):
-        if event.code < 300:
-            counts[event.name] += 1
-            if event.name in cut_off:
-                cut_off.remove(event.name)  # resent: the cut-off request had not landed
-        elif event.code == CUT_OFF:
-            cut_off.append(event.name)
-    counts.update(cut_off)
-    return counts
 
 
 PACKED_SOURCE = "synthetic-small@40"

@@ -212,6 +212,7 @@ def learn_in_twin(
     )
     # the world the twin judges it in travels with it: its lookahead runs there wherever the folder is loaded
     files = {CALIBRATION_FILE: calibration_bytes(calibration)} if lookahead else None
+    metadata["lookahead_calibrated_from"] = str(log) if lookahead else None
     save_trained(out, challenger, policy.state_dict(), None, title, metadata, True, files)
     with tempfile.TemporaryDirectory(prefix="dl2-twin-running-") as scratch:
         before = Path(scratch) / "running"

@@ -25,6 +25,7 @@ from dl2.rl.config import NetworkConfig, RLConfig
 from dl2.schedulers.registry import check_placer, check_scheduler
 from dl2.sim.calibrated import calibration_text
 from dl2.sim.metrics import interval_text
+from dl2.workload.calibration_io import CALIBRATION_FILE
 
 FORMAT = "dl2-policy/1"
 
@@ -242,7 +243,11 @@ def learned_from(metadata: dict[str, Any]) -> list[str]:
     if lookahead := metadata.get("lookahead"):
         horizon = metadata.get("lookahead_horizon_slots")
         played = f", its what-if runs decided every slot for {horizon} and sparsely after" if horizon else ""
-        world = ", in a world corrected per job as the jobs progress" if metadata.get("lookahead_fit") else ""
+        world = ""
+        if source := metadata.get("lookahead_calibrated_from"):
+            world = f", in the world `{CALIBRATION_FILE}` holds (calibrated from `{source}`)"
+        if metadata.get("lookahead_fit"):
+            world += (" corrected" if world else ", in a world corrected") + " per job as the jobs progress"
         lines.append(
             f"runs inside a lookahead over {', '.join(f'`{name}`' for name in lookahead)} and itself "
             f"(`dl2.rl.lookahead`){played}{world}"

@@ -104,8 +104,12 @@ class JobFittedSpeedModel:
             allocation = job.allocation
             if job.last_throughput <= 0 or not allocation.worker_nodes:
                 continue
-            neighbours = set().union(*(holders[node] for node in {*allocation.worker_nodes, *allocation.ps_nodes}))
-            slowdown = self._slowdown(job.spec, neighbours - {job.spec.job_id}, specs)
+            nodes = {*allocation.worker_nodes, *allocation.ps_nodes}
+            if all(len(holders[node]) == 1 for node in nodes):  # most jobs, under isolation: nothing to unite
+                slowdown = 1.0
+            else:
+                neighbours = set().union(*(holders[node] for node in nodes))
+                slowdown = self._slowdown(job.spec, neighbours - {job.spec.job_id}, specs)
             if slowdown == 0:
                 continue
             predicted = world.placed_throughput(job.spec, allocation) / slowdown

@@ -34,8 +34,10 @@ WEBHOOK_CONFIGURATION = "validator.training-operator.kubeflow.org"
 """What the operator's certificate rotator injects its CA into, and waits for."""
 WEBHOOK_SECRET = "training-operator-webhook-cert"
 CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
-"""Where the operator reads its webhook's serving certificate (fixed in the operator; in a cluster, its Secret
-mounted by the kubelet); removed on stop."""
+"""Where the operator reads its webhook's serving certificate (fixed in the operator, `pkg/cert/cert.go`; in a
+cluster, its Secret mounted by the kubelet). Shared by every operator on the machine, so never removed: a test bed
+stopping must not take the file from one starting (whose certificate rotator waits for it); the API server is given
+no webhook to call, so which bed's certificate is there does not matter."""
 
 
 def objects(role: dict[str, Any]) -> list[dict[str, Any]]:
@@ -74,7 +76,6 @@ class TrainingOperator:
         self.folder = folder or Path(tempfile.mkdtemp(prefix="dl2-operator-"))
         self.component: Component | None = None
         self.probe_port = 0
-        self._made_cert_dir = False
         self._installed: list[dict[str, Any]] = []
         """What `start` applied, deleted on stop."""
 
@@ -89,7 +90,6 @@ class TrainingOperator:
             apply(rest, self._installed)
             token = self.plane.service_account_token(NAMESPACE, NAME)
             kubeconfig = self.plane.write_kubeconfig(self.folder / "operator.kubeconfig", token=token)
-            self._made_cert_dir = not CERT_DIR.exists()
             self.probe_port = free_port()
             self.component = Component(
                 NAME,
@@ -146,8 +146,6 @@ class TrainingOperator:
                 namespace = obj["metadata"].get("namespace")
                 with contextlib.suppress(Exception):
                     rest.delete_now(resource, namespace, obj["metadata"]["name"])
-        if self._made_cert_dir:
-            shutil.rmtree(CERT_DIR.parent, ignore_errors=True)
         if self._owned:
             shutil.rmtree(self.folder, ignore_errors=True)
 

@@ -56,9 +56,9 @@ def reference_result(
 
 
 def truth_of(name: str) -> Truth | None:
-    """The truth a cluster's jobs follow, by name (`dl2.truth.truth_named`: a scenario, `seed-N` or `drawn-N`); None for ''
-    (the catalogue itself). For what may start a twin but must not read a truth itself (the lifecycle): a name
-    in, an opaque value out, `ConfigError` for an unknown name."""
+    """The truth a cluster's jobs follow, by name (`dl2.truth.truth_named`: a scenario, `seed-N` or `drawn-N`);
+    None for '' (the catalogue itself). For what may start a twin but must not read a truth itself (the lifecycle):
+    a name in, an opaque value out, `ConfigError` for an unknown name."""
     return truth_named(name) if name else None
 
 

@@ -44,10 +44,10 @@ from testbed.controlplane.install import (
     install_dl2,
     service_account_user,
 )
+from testbed.harness import KubeEnv, Policies, running_twin
 from testbed.twin import manifests
 from testbed.twin.lockstep import run_lockstep
 from tests.builders import heuristic_loader, tiny_workload
-from tests.kube_fixtures import KubeEnv, Policies, running_twin
 
 K8S = Path(__file__).resolve().parents[3] / "k8s"
 MANAGED = "team-a"

@@ -27,9 +27,9 @@ from dl2.schedulers.registry import make_scheduler
 from dl2.sim.config import Mode, SimConfig
 from dl2.sim.run import interference_model, speed_model
 from dl2.workload.catalogue import CATALOGUE
+from testbed.harness import clock
 from testbed.twin import manifests, reference_result, start_twin
 from tests.builders import heuristic_loader, tiny_workload
-from tests.kube_fixtures import clock
 
 CONFIG = SimConfig.realistic(seed=1)
 NAMESPACE = "team-a"

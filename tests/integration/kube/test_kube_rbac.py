@@ -23,9 +23,9 @@ from dl2.kube.rest import Rest
 from dl2.sim.config import SimConfig
 from testbed.controlplane.cluster import AuditEvent
 from testbed.controlplane.install import CONTROLLER, EXTENDER, PROMOTER, identity_documents, service_account_user
+from testbed.harness import Policies, running_twin
 from testbed.twin.lockstep import run_lockstep
 from tests.builders import heuristic_loader, tiny_workload
-from tests.kube_fixtures import Policies, running_twin
 
 Grants = dict[tuple[str, str, str], tuple[frozenset[str] | None, set[str]]]
 BINDINGS = ("ClusterRoleBinding", "RoleBinding")
