@@ -23,12 +23,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from dl2.core import Allocation, ClusterView, JobSpec, Scheduler
 from dl2.rl.lookahead import PREFIX, Beyond, LookaheadScheduler, candidate_names
 from dl2.schedulers.optimus import OptimusOracle
 from dl2.schedulers.placement import Placer
 from dl2.schedulers.registry import PLACERS, SCHEDULERS, make_scheduler
+from dl2.schedulers.requests import Counts, RequestStream
 from dl2.schedulers.slow_nodes import SparingSlowNodes
 from dl2.schedulers.speedup_hull import HullPoint, SpeedupHull, hull_of
 from dl2.sim.config import SimConfig
@@ -45,11 +47,30 @@ class JobAwareOptimus(OptimusOracle):
     def __init__(self, speed: JobSpeedModel, compat: bool = False, placer: Placer | None = None) -> None:
         super().__init__(speed, compat, placer)
         self.job_speed = speed
+        self._job_known: dict[str, tuple[Hashable, dict[tuple[int, int], float]]] = {}
+        """Per job known by itself: its key when asked and the throughputs asked since (the greedy loop asks each
+        of its sizes many times a decision, and a search's continuations decide again and again with the model
+        unchanged); dropped when the key moves."""
+
+    def reset(self) -> None:
+        super().reset()
+        self._job_known = {}
+
+    def requests(self, view: ClusterView, counts: Counts) -> RequestStream:
+        _forget_gone(self._job_known, view)
+        return super().requests(view, counts)
 
     def _throughput(self, spec: JobSpec, num_ps: int, num_workers: int) -> float:
-        if self.job_speed.job_key(spec) is None:
+        key = self.job_speed.job_key(spec)
+        if key is None:
             return super()._throughput(spec, num_ps, num_workers)
-        return self.job_speed.job_throughput(spec, num_ps, num_workers)
+        known = self._job_known.get(spec.job_id)
+        if known is None or known[0] != key:
+            known = self._job_known[spec.job_id] = (key, {})
+        value = known[1].get((num_ps, num_workers))
+        if value is None:
+            value = known[1][(num_ps, num_workers)] = self.job_speed.job_throughput(spec, num_ps, num_workers)
+        return value
 
 
 class JobAwareSpeedupHull(SpeedupHull):
@@ -64,6 +85,10 @@ class JobAwareSpeedupHull(SpeedupHull):
         super().reset()
         self._job_hulls = {}
 
+    def schedule(self, view: ClusterView) -> Allocation:
+        _forget_gone(self._job_hulls, view)
+        return super().schedule(view)
+
     def hull(self, spec: JobSpec) -> tuple[HullPoint, ...]:
         key = self.job_speed.job_key(spec)
         if key is None:
@@ -76,6 +101,16 @@ class JobAwareSpeedupHull(SpeedupHull):
             )  # fmt: skip
             cached = self._job_hulls[spec.job_id] = (key, points)
         return cached[1]
+
+
+def _forget_gone(per_job: dict[str, Any], view: ClusterView) -> None:
+    """Keeps a per-job cache of a long-running scheduler bounded: once it holds several times the jobs `view` has,
+    only theirs are kept (a what-if run's view holds fewer jobs than the real one, so pruning at each view would
+    drop what the next continuation needs again)."""
+    if len(per_job) > 4 * len(view.jobs) + 1_000:
+        active = {job.spec.job_id for job in view.jobs}
+        for job_id in [job_id for job_id in per_job if job_id not in active]:
+            del per_job[job_id]
 
 
 FITTED_PREFIX = "lookahead-fitted:"
