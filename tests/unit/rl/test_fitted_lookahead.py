@@ -54,6 +54,33 @@ def test_the_job_aware_candidates_read_a_job_the_fit_knows_by_the_job():
     assert hull.hull(replace(SPEC, job_id="b")) == SpeedupHull(BASE).hull(SPEC)
 
 
+def test_a_corrected_job_s_throughputs_are_kept_while_its_fit_stands_and_asked_again_when_it_moves():
+    fit = short_at_two(0.8)
+    optimus = JobAwareOptimus(fit)
+    view = first_slot(SPEC)
+    optimus.schedule(view)
+    kept = dict(optimus._job_known["a"][1])
+    assert kept and all(value == fit.job_throughput(SPEC, *size) for size, value in kept.items())
+    allocation = JobAllocation((0, 0), (0, 0, 0, 0))  # the job shows it runs at half its type's speed now
+    job = JobView(SPEC, 1.0, 100.0, allocation, 0.5 * BASE.placed_throughput(SPEC, allocation), 600.0, 0)
+    fit.observe(ClusterView(1200.0, 2, 600.0, CLUSTER, (job,), Allocation({"a": allocation})))
+    optimus.schedule(view)
+    assert optimus._job_known["a"][1] != kept
+    assert all(value == fit.job_throughput(SPEC, *size) for size, value in optimus._job_known["a"][1].items())
+
+
+def test_the_job_aware_candidates_forget_jobs_gone_once_they_remember_several_times_the_active_ones():
+    fit = short_at_two(0.8)
+    optimus, hull = JobAwareOptimus(fit), JobAwareSpeedupHull(fit)
+    gone = {f"gone-{i}": (None, {}) for i in range(1_010)}
+    optimus._job_known.update(gone)
+    hull._job_hulls.update({job_id: (None, ()) for job_id in gone})
+    view = first_slot(SPEC)
+    optimus.schedule(view)
+    hull.schedule(view)
+    assert set(optimus._job_known) == {"a"} and set(hull._job_hulls) == {"a"}
+
+
 def test_a_jobs_own_hull_is_the_speedup_hulls_rule():
     for model in ("vgg-16", "inception-bn"):
         spec = replace(SPEC, model=model)
