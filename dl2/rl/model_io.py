@@ -1,4 +1,6 @@
-"""Model folders: `policy.pt` (+ `value.pt`) state dicts, `config.json` and a `MODEL_CARD.md`.
+"""Model folders: `policy.pt` (+ `value.pt`) state dicts, `config.json`, a `MODEL_CARD.md`, and for a policy whose
+lookahead runs in a world a cluster's records calibrated, that world (`calibration.json`,
+`dl2.workload.calibration_io`).
 
 Folders are written and weights read by `dl2.nn.state_io` (atomically; tensors only, never code); this module
 adds what a DL2 policy's folder means: its configuration and the weight shapes that configuration needs.
