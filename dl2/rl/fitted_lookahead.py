@@ -30,7 +30,6 @@ from dl2.rl.lookahead import PREFIX, Beyond, LookaheadScheduler, candidate_names
 from dl2.schedulers.optimus import OptimusOracle
 from dl2.schedulers.placement import Placer
 from dl2.schedulers.registry import PLACERS, SCHEDULERS, make_scheduler
-from dl2.schedulers.requests import Counts, RequestStream
 from dl2.schedulers.slow_nodes import SparingSlowNodes
 from dl2.schedulers.speedup_hull import HullPoint, SpeedupHull, hull_of
 from dl2.sim.config import SimConfig
@@ -56,9 +55,9 @@ class JobAwareOptimus(OptimusOracle):
         super().reset()
         self._job_known = {}
 
-    def requests(self, view: ClusterView, counts: Counts) -> RequestStream:
-        _forget_gone(self._job_known, view)
-        return super().requests(view, counts)
+    def forget_gone(self, view: ClusterView) -> None:
+        """Drops the jobs no longer in `view` (a real slot's: a long-running controller's cache stays bounded)."""
+        _keep_only(self._job_known, view)
 
     def _throughput(self, spec: JobSpec, num_ps: int, num_workers: int) -> float:
         key = self.job_speed.job_key(spec)
@@ -85,9 +84,9 @@ class JobAwareSpeedupHull(SpeedupHull):
         super().reset()
         self._job_hulls = {}
 
-    def schedule(self, view: ClusterView) -> Allocation:
-        _forget_gone(self._job_hulls, view)
-        return super().schedule(view)
+    def forget_gone(self, view: ClusterView) -> None:
+        """Drops the jobs no longer in `view` (a real slot's: a long-running controller's cache stays bounded)."""
+        _keep_only(self._job_hulls, view)
 
     def hull(self, spec: JobSpec) -> tuple[HullPoint, ...]:
         key = self.job_speed.job_key(spec)
@@ -103,14 +102,10 @@ class JobAwareSpeedupHull(SpeedupHull):
         return cached[1]
 
 
-def _forget_gone(per_job: dict[str, Any], view: ClusterView) -> None:
-    """Keeps a per-job cache of a long-running scheduler bounded: once it holds several times the jobs `view` has,
-    only theirs are kept (a what-if run's view holds fewer jobs than the real one, so pruning at each view would
-    drop what the next continuation needs again)."""
-    if len(per_job) > 4 * len(view.jobs) + 1_000:
-        active = {job.spec.job_id for job in view.jobs}
-        for job_id in [job_id for job_id in per_job if job_id not in active]:
-            del per_job[job_id]
+def _keep_only(per_job: dict[str, Any], view: ClusterView) -> None:
+    active = {job.spec.job_id for job in view.jobs}
+    for job_id in [job_id for job_id in per_job if job_id not in active]:
+        del per_job[job_id]
 
 
 FITTED_PREFIX = "lookahead-fitted:"
@@ -185,6 +180,11 @@ class FittedLookahead(LookaheadScheduler):
             self.rescale_fit.reset()
 
     def schedule(self, view: ClusterView) -> Allocation:
+        # a real slot's view (the what-if runs' are played inside `super().schedule`): the job-aware heuristics drop
+        # the jobs gone, which a what-if view, holding fewer jobs, must not make them do
+        for scheduler in (*self.candidates, self.continuation):
+            if isinstance(scheduler, JobAwareOptimus | JobAwareSpeedupHull):
+                scheduler.forget_gone(view)
         self.fit.observe(view)
         if self.node_fit is not None:
             self.node_fit.observe(self.fit.last_ratios)

@@ -69,16 +69,26 @@ def test_a_corrected_job_s_throughputs_are_kept_while_its_fit_stands_and_asked_a
     assert all(value == fit.job_throughput(SPEC, *size) for size, value in optimus._job_known["a"][1].items())
 
 
-def test_the_job_aware_candidates_forget_jobs_gone_once_they_remember_several_times_the_active_ones():
+def test_the_job_aware_candidates_forget_gone_jobs_at_real_slots_only():
     fit = short_at_two(0.8)
     optimus, hull = JobAwareOptimus(fit), JobAwareSpeedupHull(fit)
-    gone = {f"gone-{i}": (None, {}) for i in range(1_010)}
-    optimus._job_known.update(gone)
-    hull._job_hulls.update({job_id: (None, ()) for job_id in gone})
+    optimus._job_known["gone"] = (None, {})
+    hull._job_hulls["gone"] = (None, ())
     view = first_slot(SPEC)
-    optimus.schedule(view)
+    optimus.schedule(view)  # as a what-if run's view: nothing forgotten
     hull.schedule(view)
-    assert set(optimus._job_known) == {"a"} and set(hull._job_hulls) == {"a"}
+    assert set(optimus._job_known) == {"a", "gone"} and set(hull._job_hulls) == {"a", "gone"}
+    lookahead = make_fitted_lookahead(
+        "lookahead-fitted:optimus+speedup-hull", World(BASE, interference_model()), SimConfig.realistic(),
+        "isolate-strict", 2, "sparse", 8,
+    )  # fmt: skip
+    for scheduler in (*lookahead.candidates, lookahead.continuation):
+        (scheduler._job_known if isinstance(scheduler, JobAwareOptimus) else scheduler._job_hulls)["gone"] = (None, {})
+    lookahead.schedule(view)  # a real slot's view
+    assert all(
+        "gone" not in (s._job_known if isinstance(s, JobAwareOptimus) else s._job_hulls)
+        for s in (*lookahead.candidates, lookahead.continuation)
+    )
 
 
 def test_a_jobs_own_hull_is_the_speedup_hulls_rule():
