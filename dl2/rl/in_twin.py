@@ -206,13 +206,13 @@ def learn_in_twin(
     metadata = {
         **running.metadata, "calibrated_from": str(log), "teacher_in_twin": teacher, "placer_in_twin": placer,
         "lookahead": list(lookahead), "lookahead_horizon_slots": horizon, "lookahead_fit": fitted,
+        "lookahead_calibrated_from": str(log) if lookahead else None,
     }  # fmt: skip
     challenger = replace(
         running.config, placer=placer, lookahead=lookahead, lookahead_horizon_slots=horizon, lookahead_fit=fitted
     )
     # the world the twin judges it in travels with it: its lookahead runs there wherever the folder is loaded
     files = {CALIBRATION_FILE: calibration_bytes(calibration)} if lookahead else None
-    metadata["lookahead_calibrated_from"] = str(log) if lookahead else None
     save_trained(out, challenger, policy.state_dict(), None, title, metadata, True, files)
     with tempfile.TemporaryDirectory(prefix="dl2-twin-running-") as scratch:
         before = Path(scratch) / "running"

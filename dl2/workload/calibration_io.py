@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from dl2.core import InputError
-from dl2.io import write_json_atomic
+from dl2.io import write_text_atomic
 from dl2.workload.accelerators import ACCELERATOR_TYPES
 from dl2.workload.calibration import Calibration, TypeCalibration, TypeKey
 
@@ -25,7 +26,8 @@ FORMAT = "dl2-calibration/1"
 
 
 def calibration_to_json(calibration: Calibration) -> dict[str, Any]:
-    """The calibration as a JSON object (types in key order, so the same calibration writes the same bytes)."""
+    """The calibration as a JSON object (types in key order, and written with sorted keys, so the same calibration
+    writes the same bytes)."""
     return {
         "format": FORMAT,
         "interference_scale": calibration.interference_scale,
@@ -34,17 +36,7 @@ def calibration_to_json(calibration: Calibration) -> dict[str, Any]:
         "mixed_type_records": calibration.mixed_type_records,
         "seen": [list(key) for key in sorted(calibration.seen)],
         "types": [
-            {
-                "key": list(key),
-                "factors": list(entry.factors),
-                "records": entry.records,
-                "jobs": entry.jobs,
-                "held_out_error": entry.held_out_error,
-                "catalogue_error": entry.catalogue_error,
-                "held_out": entry.held_out,
-                "speedups": dict(sorted(entry.speedups.items())),
-                "accelerator_records": dict(sorted(entry.accelerator_records.items())),
-            }
+            {"key": list(key), **asdict(entry)}  # every field of `TypeCalibration`, as `calibration_from_json` reads
             for key, entry in sorted(calibration.types.items())
         ],
     }
@@ -52,11 +44,11 @@ def calibration_to_json(calibration: Calibration) -> dict[str, Any]:
 
 def write_calibration(path: Path, calibration: Calibration) -> None:
     """Writes `path` whole or not at all."""
-    write_json_atomic(path, calibration_to_json(calibration))
+    write_text_atomic(path, calibration_bytes(calibration).decode())
 
 
 def calibration_bytes(calibration: Calibration) -> bytes:
-    """What `write_calibration` writes, for a file written with others (a model folder's)."""
+    """The file's content: what `write_calibration` writes, and a model folder holds (`save_model`'s `files`)."""
     return (json.dumps(calibration_to_json(calibration), indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
 
 
